@@ -1,0 +1,1 @@
+//! Test rig: throwaway PostgreSQL clusters for live tests.
