@@ -3,4 +3,10 @@
 //! The PostgreSQL extension starts it from its background worker; tests start it in-process.
 #![warn(missing_docs)]
 
+pub mod config;
+pub mod engine;
+pub mod http;
+pub mod logging;
 pub mod rules;
+pub mod status;
+pub mod store;

@@ -1,0 +1,42 @@
+//! Errors that end the engine. Their kind tells the host what to do: wait for the
+//! operator (a reload or reset), or restart the worker.
+
+use crate::config::ConfigError;
+use crate::store::StoreError;
+
+/// Why the engine stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The configuration cannot be used.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store cannot be opened or written.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The HTTP port cannot be bound.
+    #[error(
+        "PSM_H1001 cannot listen on {address}: {source}; free the port, or change `port` \
+             in the config file or powersync_mdbx.listen_addresses, then reload"
+    )]
+    Listen {
+        /// The address that failed.
+        address: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// A thread or the runtime could not be created.
+    #[error("PSM_E1001 cannot start the engine's threads: {0}")]
+    Thread(std::io::Error),
+}
+
+impl EngineError {
+    /// True when retrying cannot help and the worker should wait for the operator
+    /// (configuration reload, reset) instead of restarting in a loop.
+    pub fn needs_operator(&self) -> bool {
+        match self {
+            Self::Config(_) | Self::Listen { .. } => true,
+            Self::Store(e) => e.needs_operator(),
+            Self::Thread(_) => false,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The engine's one entry point: an [`EngineConfig`] in, an [`EngineHandle`] out.
+//!
+//! `Engine::start` creates one thread, which builds the tokio runtime and opens the store;
+//! every other thread (tokio workers, libmdbx's own) descends from it. The caller decides
+//! the signal mask: the background worker starts the engine with all signals blocked, so
+//! no engine thread ever runs a PostgreSQL signal handler.
+
+mod error;
+mod run;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::config::ServiceConfig;
+use crate::status::StatusCell;
+
+pub use error::EngineError;
+
+/// What the engine runs with: the service file plus the host's overrides.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The validated configuration file.
+    pub service: ServiceConfig,
+    /// Where the MDBX store lives.
+    pub storage_dir: PathBuf,
+    /// Hosts to listen on (`*` for all); the port comes from the service file.
+    pub listen_addresses: Vec<String>,
+    /// Threads of the tokio runtime.
+    pub runtime_threads: usize,
+}
+
+/// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.
+pub struct EngineHandle {
+    status: Arc<StatusCell>,
+    stop: watch::Sender<bool>,
+    thread: Option<JoinHandle<()>>,
+    outcome: Arc<Mutex<Option<Result<(), EngineError>>>>,
+}
+
+/// Starts engines.
+pub struct Engine;
+
+impl Engine {
+    /// Starts the engine on its own thread. Progress and errors appear in `status`;
+    /// [`EngineHandle::finished`] tells when it ended by itself.
+    pub fn start(
+        config: EngineConfig,
+        status: Arc<StatusCell>,
+    ) -> Result<EngineHandle, EngineError> {
+        let (stop, stop_rx) = watch::channel(false);
+        let outcome = Arc::new(Mutex::new(None));
+        let thread = std::thread::Builder::new()
+            .name("psm-engine".into())
+            .spawn({
+                let status = status.clone();
+                let outcome = outcome.clone();
+                move || {
+                    let result = run::run(config, status.clone(), stop_rx);
+                    if let Err(e) = &result {
+                        tracing::error!("{e}");
+                    }
+                    *outcome.lock() = Some(result);
+                }
+            })
+            .map_err(EngineError::Thread)?;
+        Ok(EngineHandle {
+            status,
+            stop,
+            thread: Some(thread),
+            outcome,
+        })
+    }
+}
+
+impl EngineHandle {
+    /// The status the engine updates.
+    pub fn status(&self) -> &Arc<StatusCell> {
+        &self.status
+    }
+
+    /// `Some` once the engine thread has ended by itself: its result.
+    pub fn finished(&self) -> Option<Result<(), EngineError>> {
+        if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            self.outcome.lock().take().or(Some(Ok(())))
+        } else {
+            None
+        }
+    }
+
+    /// Asks the engine to stop and waits up to `timeout` for its threads to end.
+    /// Returns false when the engine thread did not end in time (it is then detached).
+    pub fn shutdown(mut self, timeout: Duration) -> bool {
+        self.stop_and_join(timeout)
+    }
+
+    fn stop_and_join(&mut self, timeout: Duration) -> bool {
+        let _ = self.stop.send(true);
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        let deadline = Instant::now() + timeout;
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        thread.join().is_ok()
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        self.stop_and_join(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,121 @@
+//! Accepting connections and routing requests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::error::ApiError;
+use super::probes::{self, Probe};
+use super::Body;
+use crate::status::StatusCell;
+
+/// How long open connections get to finish when the engine stops.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What handlers can see.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The engine's status (readiness, liveness).
+    pub status: Arc<StatusCell>,
+}
+
+/// Binds `port` on every address in `hosts` (`*` means all IPv4 and IPv6 addresses).
+pub async fn bind(
+    hosts: &[String],
+    port: u16,
+) -> Result<Vec<TcpListener>, (String, std::io::Error)> {
+    let mut listeners = Vec::new();
+    for host in hosts {
+        let targets: Vec<String> = match host.as_str() {
+            "*" => vec![format!("0.0.0.0:{port}"), format!("[::]:{port}")],
+            h if h.contains(':') && !h.starts_with('[') => vec![format!("[{h}]:{port}")],
+            h => vec![format!("{h}:{port}")],
+        };
+        for target in targets {
+            let listener = TcpListener::bind(&target)
+                .await
+                .map_err(|e| (target.clone(), e))?;
+            listeners.push(listener);
+        }
+    }
+    Ok(listeners)
+}
+
+/// Serves every listener until `shutdown` turns true, then drains open connections for
+/// at most [`DRAIN_TIMEOUT`].
+pub async fn serve(
+    listeners: Vec<TcpListener>,
+    state: HttpState,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let (conn_tx, mut conn_rx) =
+        tokio::sync::mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(64);
+    let mut acceptors = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let tx = conn_tx.clone();
+        acceptors.spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok(conn) => {
+                        if tx.send(conn).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting an HTTP connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+    }
+    drop(conn_tx);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            conn = conn_rx.recv() => {
+                let Some((stream, _peer)) = conn else { break };
+                let state = state.clone();
+                let service = hyper::service::service_fn(move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, std::convert::Infallible>(route(req, &state).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "HTTP connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    acceptors.shutdown().await;
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("HTTP connections still open at shutdown were closed");
+    }
+}
+
+async fn route(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+    let path = req.uri().path();
+    if let Some(probe) = Probe::from_path(path) {
+        return if req.method() == Method::GET || req.method() == Method::HEAD {
+            probes::answer(probe, state)
+        } else {
+            ApiError::method_not_allowed(req.method(), path).into_response()
+        };
+    }
+    ApiError::not_found(path).into_response()
+}

@@ -1,0 +1,179 @@
+//! The engine's status: one shared value that the HTTP probes read and the extension
+//! publishes to shared memory for `powersync_mdbx.status()`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use crate::store::StoreIdentity;
+
+/// Where the worker is in its life. Later stages add their own phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The worker started and is reading its configuration.
+    Starting,
+    /// The configuration cannot be used; waiting for the operator to fix it and reload.
+    ConfigError,
+    /// Opening (or creating) the MDBX store.
+    OpeningStorage,
+    /// Every stage runs; the HTTP server answers.
+    Serving,
+    /// The engine stopped on an error the operator must fix; waiting for a reload or reset.
+    Failed,
+    /// A reset is clearing the store.
+    Resetting,
+    /// Shutting down.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+/// The most recent error, as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorReport {
+    /// Stable code, e.g. `PSM_C1003`.
+    pub code: String,
+    /// The whole message, with the fix.
+    pub message: String,
+    /// Unix seconds.
+    pub at: u64,
+    /// True when only the operator can fix it; false when the worker retries by itself.
+    pub needs_operator: bool,
+}
+
+impl ErrorReport {
+    /// Builds a report from an error whose message starts with its code.
+    pub fn new(message: String, needs_operator: bool) -> Self {
+        let code = message
+            .split_whitespace()
+            .next()
+            .filter(|word| word.starts_with("PSM_"))
+            .unwrap_or("PSM_X0000")
+            .to_owned();
+        Self {
+            code,
+            message,
+            at: unix_now(),
+            needs_operator,
+        }
+    }
+}
+
+/// Everything `status()` shows. Fields are optional until the stage that fills them runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Life-cycle phase.
+    pub phase: Phase,
+    /// True once the engine serves (the readiness probe answers 200).
+    pub ready: bool,
+    /// Process id of the background worker (or test process).
+    pub worker_pid: u32,
+    /// The configuration file in use.
+    pub config_file: Option<String>,
+    /// The storage directory.
+    pub storage_dir: Option<String>,
+    /// Addresses the HTTP server listens on (`host:port`).
+    pub listen: Vec<String>,
+    /// The store's identity and size, once open.
+    pub store: Option<StoreStatus>,
+    /// Top-level configuration keys present but not used by this engine.
+    pub config_ignored: Vec<String>,
+    /// The last error, kept until the next successful start.
+    pub last_error: Option<ErrorReport>,
+    /// How often the engine has been started in this worker process.
+    pub engine_starts: u64,
+    /// Unix seconds of the current engine start.
+    pub started_at: Option<u64>,
+}
+
+/// The store as shown in status.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreStatus {
+    /// Format and id.
+    #[serde(flatten)]
+    pub identity: StoreIdentity,
+    /// Size of the data file.
+    pub file_bytes: u64,
+}
+
+/// A [`Status`] shared between threads, with a version number so publishers copy it only
+/// when it changed, and a heartbeat the liveness probe reads.
+pub struct StatusCell {
+    status: RwLock<Status>,
+    version: AtomicU64,
+    touched_at_ms: AtomicU64,
+}
+
+impl StatusCell {
+    /// A fresh status for the worker process `pid`.
+    pub fn new(pid: u32) -> Self {
+        let status = Status {
+            phase: Phase::Starting,
+            ready: false,
+            worker_pid: pid,
+            config_file: None,
+            storage_dir: None,
+            listen: Vec::new(),
+            store: None,
+            config_ignored: Vec::new(),
+            last_error: None,
+            engine_starts: 0,
+            started_at: None,
+        };
+        Self {
+            status: RwLock::new(status),
+            version: AtomicU64::new(1),
+            touched_at_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the status and bumps its version.
+    pub fn update(&self, change: impl FnOnce(&mut Status)) {
+        change(&mut self.status.write());
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// A copy of the current status.
+    pub fn snapshot(&self) -> Status {
+        self.status.read().clone()
+    }
+
+    /// Increases on every change.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Records that the engine's loop is alive (for the liveness probe).
+    pub fn touch(&self) {
+        self.touched_at_ms.store(unix_now_ms(), Ordering::Relaxed);
+    }
+
+    /// Unix milliseconds of the last [`touch`](Self::touch), 0 if never.
+    pub fn touched_at_ms(&self) -> u64 {
+        self.touched_at_ms.load(Ordering::Relaxed)
+    }
+
+    /// Enters `phase` with an error the status keeps showing.
+    pub fn fail(&self, phase: Phase, error: ErrorReport) {
+        self.update(|s| {
+            s.phase = phase;
+            s.ready = false;
+            s.last_error = Some(error);
+        });
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    unix_now_ms() / 1000
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,99 @@
+//! The `meta` table: the store's format and identity, written when it is created.
+
+use std::path::Path;
+
+use libmdbx::{Database, NoWriteMap, TableFlags, WriteFlags};
+
+use super::StoreError;
+
+/// The on-disk format this build reads and writes. A change of layout changes it.
+pub const FORMAT: &str = "powersync_mdbx/store/1";
+
+const META_TABLE: &str = "meta";
+const KEY_FORMAT: &[u8] = b"format";
+const KEY_STORE_ID: &[u8] = b"store_id";
+const KEY_CREATED_AT: &[u8] = b"created_at";
+
+/// Who this store is: shown in `status()`, and later tied to the replication slot.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct StoreIdentity {
+    /// The on-disk format.
+    pub format: String,
+    /// Random id chosen when the store was created.
+    pub store_id: String,
+    /// Unix seconds when the store was created.
+    pub created_at: u64,
+}
+
+/// Reads the identity, or writes a new one into an empty environment.
+/// Returns the identity and whether it was just created.
+pub(super) fn load_or_init(
+    db: &Database<NoWriteMap>,
+    dir: &Path,
+    fresh: bool,
+) -> Result<(StoreIdentity, bool), StoreError> {
+    let mdbx = |action| move |e| StoreError::mdbx(dir, action, e);
+    if !fresh {
+        let txn = db.begin_ro_txn().map_err(mdbx("begin a read"))?;
+        let table = match txn.open_table(Some(META_TABLE)) {
+            Ok(table) => table,
+            Err(libmdbx::Error::NotFound) => {
+                return Err(StoreError::Foreign {
+                    path: dir.to_owned(),
+                    found: "an MDBX environment without powersync_mdbx metadata".into(),
+                })
+            }
+            Err(e) => return Err(mdbx("open the meta table")(e)),
+        };
+        let get = |key: &[u8]| -> Result<Option<String>, StoreError> {
+            let value: Option<Vec<u8>> = txn.get(&table, key).map_err(mdbx("read meta"))?;
+            Ok(value.map(|v| String::from_utf8_lossy(&v).into_owned()))
+        };
+        let format = get(KEY_FORMAT)?.unwrap_or_default();
+        if format != FORMAT {
+            return Err(StoreError::Incompatible {
+                path: dir.to_owned(),
+                found: format,
+                expected: FORMAT,
+            });
+        }
+        let identity = StoreIdentity {
+            format,
+            store_id: get(KEY_STORE_ID)?.unwrap_or_default(),
+            created_at: get(KEY_CREATED_AT)?
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+        };
+        return Ok((identity, false));
+    }
+    let identity = StoreIdentity {
+        format: FORMAT.to_owned(),
+        store_id: random_id()
+            .map_err(|e| StoreError::io(Path::new("/dev/urandom"), "read it", e))?,
+        created_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let txn = db.begin_rw_txn().map_err(mdbx("begin a write"))?;
+    let table = txn
+        .create_table(Some(META_TABLE), TableFlags::default())
+        .map_err(mdbx("create the meta table"))?;
+    let created_at = identity.created_at.to_string();
+    for (key, value) in [
+        (KEY_FORMAT, identity.format.as_bytes()),
+        (KEY_STORE_ID, identity.store_id.as_bytes()),
+        (KEY_CREATED_AT, created_at.as_bytes()),
+    ] {
+        txn.put(&table, key, value, WriteFlags::UPSERT)
+            .map_err(mdbx("write meta"))?;
+    }
+    txn.commit().map_err(mdbx("commit the new store"))?;
+    Ok((identity, true))
+}
+
+fn random_id() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,101 @@
+//! Directory discipline and identity of the store.
+use super::*;
+use std::os::unix::fs::PermissionsExt;
+
+#[test]
+fn creates_a_private_directory_and_keeps_its_identity() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    let first = Store::open(&dir).unwrap();
+    assert!(first.was_created());
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    let id = first.identity().clone();
+    assert_eq!(id.format, FORMAT);
+    assert_eq!(id.store_id.len(), 32);
+    drop(first);
+
+    let again = Store::open(&dir).unwrap();
+    assert!(!again.was_created());
+    assert_eq!(again.identity(), &id);
+    assert!(again.file_bytes() > 0);
+}
+
+#[test]
+fn refuses_foreign_content() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(dir.join("PG_VERSION"), "16").unwrap();
+    let err = Store::open(&dir).err().unwrap();
+    assert!(matches!(err, StoreError::Foreign { .. }), "{err}");
+    assert!(err.to_string().contains("PG_VERSION"), "{err}");
+    assert!(err.needs_operator());
+
+    let file = root.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    assert!(matches!(
+        Store::open(&file),
+        Err(StoreError::Foreign { .. })
+    ));
+}
+
+#[test]
+fn refuses_an_mdbx_environment_it_did_not_write() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    {
+        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
+        let txn = db.begin_rw_txn().unwrap();
+        let t = txn.create_table(None, Default::default()).unwrap();
+        txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let err = Store::open(&dir).err().unwrap();
+    assert!(
+        err.to_string().contains("without powersync_mdbx metadata"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_another_format_and_shared_directories() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    drop(Store::open(&dir).unwrap());
+    {
+        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open_with_options(
+            &dir,
+            libmdbx::DatabaseOptions {
+                max_tables: Some(4),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let txn = db.begin_rw_txn().unwrap();
+        let t = txn.open_table(Some("meta")).unwrap();
+        txn.put(
+            &t,
+            b"format",
+            b"powersync_mdbx/store/0",
+            libmdbx::WriteFlags::UPSERT,
+        )
+        .unwrap();
+        txn.commit().unwrap();
+    }
+    let err = Store::open(&dir).err().unwrap();
+    assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
+    assert!(err.to_string().contains("powersync_mdbx.reset()"), "{err}");
+
+    assert_eq!(
+        remove_store_files(&dir).unwrap(),
+        vec!["mdbx.dat", "mdbx.lck"]
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = Store::open(&dir).err().unwrap();
+    assert!(err.to_string().contains("group or world access"), "{err}");
+}
