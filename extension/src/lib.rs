@@ -1,1 +1,72 @@
-//! placeholder
+//! The `powersync_mdbx` PostgreSQL extension: registers the background worker, its GUCs and
+//! shared memory, and the SQL functions of schema `powersync_mdbx`.
+//!
+//! Thin by design: the engine (`powersync_mdbx_worker`) does the work on its own threads;
+//! this crate reads configuration on the worker's main thread, relays log events and status,
+//! and answers SQL from other backends through shared memory.
+
+mod bgworker;
+mod guc;
+mod logbridge;
+mod shared;
+mod signals;
+mod sql;
+
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use pgrx::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+::pgrx::pg_module_magic!();
+
+/// Seconds the postmaster waits before restarting the worker after it exits with code 1.
+const RESTART_SECONDS: u64 = 3;
+
+/// True in processes where the library was loaded through `shared_preload_libraries`
+/// (the flag is set in the postmaster and inherited by every forked backend).
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the worker, GUCs and shared memory exist in this server.
+pub(crate) fn preloaded() -> bool {
+    PRELOADED.load(Ordering::Relaxed)
+}
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    // SAFETY: reading a PostgreSQL global on the main thread during library load.
+    let in_preload = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    guc::define(in_preload);
+    if !in_preload {
+        // Loaded by CREATE EXTENSION or a function call: no worker, no shared memory.
+        // The SQL functions then explain how to preload the library.
+        return;
+    }
+    PRELOADED.store(true, Ordering::Relaxed);
+    powersync_mdbx_worker::store::quiet_library_logging();
+    shared::init();
+    BackgroundWorkerBuilder::new("powersync_mdbx")
+        .set_type("powersync_mdbx")
+        .set_library("powersync_mdbx")
+        .set_function("powersync_mdbx_worker_main")
+        .enable_shmem_access(None)
+        .enable_spi_access()
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(RESTART_SECONDS)))
+        .load();
+}
+
+/// pgrx's SQL generation and `cargo pgrx test` hooks.
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    /// No per-test setup.
+    pub fn setup(_options: Vec<&str>) {}
+    /// No extra postgresql.conf lines.
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

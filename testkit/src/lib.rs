@@ -1,1 +1,20 @@
-//! Test rig: throwaway PostgreSQL clusters for live tests.
+//! Test rig: throwaway PostgreSQL clusters (a primary with `wal_level=logical`, a sync
+//! replica with the extension preloaded) in temporary directories, on free loopback ports
+//! and private socket directories. When the tests run as root, the clusters run as an
+//! unprivileged system user (PostgreSQL refuses root). Every cluster is stopped (by its
+//! postmaster pid) when its value is dropped, even when a test fails.
+
+// A test rig reports set-up failures by panicking the test that asked for them.
+#![allow(clippy::expect_used)]
+
+mod cluster;
+mod http;
+mod install;
+mod ports;
+mod wait;
+
+pub use cluster::{Cluster, ClusterKind, TestDir};
+pub use http::{http_get, HttpReply};
+pub use install::PgInstall;
+pub use ports::free_port;
+pub use wait::wait_until;

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod host;
 pub mod http;
 pub mod logging;
 pub mod rules;

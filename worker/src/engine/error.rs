@@ -27,6 +27,12 @@ pub enum EngineError {
     /// A thread or the runtime could not be created.
     #[error("PSM_E1001 cannot start the engine's threads: {0}")]
     Thread(std::io::Error),
+    /// The engine thread panicked: a bug. The worker restarts.
+    #[error(
+        "PSM_E1002 the engine thread panicked (a bug; the worker restarts — please report \
+             the server log)"
+    )]
+    Panicked,
 }
 
 impl EngineError {
@@ -36,7 +42,7 @@ impl EngineError {
         match self {
             Self::Config(_) | Self::Listen { .. } => true,
             Self::Store(e) => e.needs_operator(),
-            Self::Thread(_) => false,
+            Self::Thread(_) | Self::Panicked => false,
         }
     }
 }

@@ -86,7 +86,12 @@ impl EngineHandle {
     /// `Some` once the engine thread has ended by itself: its result.
     pub fn finished(&self) -> Option<Result<(), EngineError>> {
         if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
-            self.outcome.lock().take().or(Some(Ok(())))
+            Some(
+                self.outcome
+                    .lock()
+                    .take()
+                    .unwrap_or(Err(EngineError::Panicked)),
+            )
         } else {
             None
         }

@@ -22,6 +22,16 @@ const MAX_MAP_BYTES: isize = 1 << 40;
 /// File growth step.
 const GROWTH_STEP: isize = 64 << 20;
 
+/// Lowers libmdbx's own logging to warnings. libmdbx's fork handler logs a debug line in
+/// every child of a process that loaded it (each PostgreSQL backend): call this once where
+/// the library is loaded, before any fork.
+pub fn quiet_library_logging() {
+    // SAFETY: sets libmdbx's global log level; no logger pointer is dereferenced by us.
+    unsafe {
+        mdbx_sys::mdbx_setup_debug(mdbx_sys::MDBX_LOG_WARN, mdbx_sys::MDBX_DBG_DONTCHANGE, None);
+    }
+}
+
 /// An open store. Dropping it closes the environment.
 pub struct Store {
     db: Database<NoWriteMap>,

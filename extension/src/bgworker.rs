@@ -1,0 +1,111 @@
+//! The background worker's main thread: reads GUCs, drives the engine's [`Host`], forwards
+//! log events into the server log and publishes status into shared memory. It is the only
+//! thread that calls PostgreSQL.
+
+use std::ffi::CStr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
+use pgrx::prelude::*;
+use powersync_mdbx_worker::host::{Host, HostSettings, Tick};
+use powersync_mdbx_worker::status::StatusCell;
+
+use crate::{guc, logbridge, shared, signals};
+
+/// How often the loop wakes without a signal: log forwarding, status, reset requests.
+const POLL: Duration = Duration::from_millis(100);
+/// Threads of the engine's tokio runtime.
+const RUNTIME_THREADS: usize = 2;
+
+/// Entry point named in the worker registration.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    // Attach to no database (like the logical replication launcher): the worker then has
+    // a PGPROC, shows in pg_stat_activity and answers pg_terminate_backend.
+    BackgroundWorker::connect_worker_to_spi(None, None);
+    let logs = logbridge::install();
+    let status = Arc::new(StatusCell::new(std::process::id()));
+    let mut host = Host::new(settings(), status.clone(), block_signals);
+    pgrx::log!(
+        "powersync_mdbx: worker started (pid {})",
+        std::process::id()
+    );
+    host.start();
+    let mut published = 0;
+    let exit_code = loop {
+        logbridge::forward(logs.as_ref());
+        publish(&status, &mut published);
+        if !BackgroundWorker::wait_latch(Some(POLL)) {
+            break 1;
+        }
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: re-reading postgresql.conf on the main thread, as PostgreSQL does.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            host.reload(settings());
+        }
+        if let Some(number) = shared::pending_reset() {
+            let result = host.reset();
+            logbridge::forward(logs.as_ref());
+            shared::complete_reset(number, &result.to_string());
+        }
+        if let Tick::Exit(code) = host.tick() {
+            break code;
+        }
+    };
+    let joined = host.shutdown();
+    logbridge::forward(logs.as_ref());
+    publish(&status, &mut published);
+    if joined {
+        pgrx::log!("powersync_mdbx: worker stopped, engine threads joined");
+    } else {
+        pgrx::warning!("powersync_mdbx: worker exiting with engine threads still running");
+    }
+    // Exit code 1 asks the postmaster to restart the worker (after a crash,
+    // pg_terminate_backend or an engine failure); during shutdown it is not restarted.
+    // SAFETY: ends the process the PostgreSQL way, running its exit callbacks.
+    unsafe { pg_sys::proc_exit(exit_code) };
+}
+
+fn publish(status: &StatusCell, published: &mut u64) {
+    let version = status.version();
+    if version != *published {
+        let json = serde_json::to_string(&status.snapshot()).unwrap_or_else(|e| {
+            serde_json::json!({ "phase": "unknown", "error": e.to_string() }).to_string()
+        });
+        shared::publish_status(&json);
+        *published = version;
+    }
+}
+
+fn block_signals(f: &mut dyn FnMut()) {
+    signals::with_all_signals_blocked(f)
+}
+
+fn settings() -> HostSettings {
+    HostSettings {
+        config_file: guc::get(&guc::CONFIG_FILE).map(PathBuf::from),
+        storage_dir: guc::get(&guc::STORAGE_DIR)
+            .map(PathBuf::from)
+            .unwrap_or_else(default_storage_dir),
+        listen_addresses: guc::get(&guc::LISTEN_ADDRESSES)
+            .unwrap_or_else(|| "127.0.0.1".into())
+            .split(',')
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        runtime_threads: RUNTIME_THREADS,
+    }
+}
+
+/// `<data directory>.powersync_mdbx`, beside the data directory.
+fn default_storage_dir() -> PathBuf {
+    // SAFETY: DataDir is set (absolute) before any background worker starts.
+    let data_dir = unsafe { CStr::from_ptr(pg_sys::DataDir) };
+    let mut dir = data_dir.to_string_lossy().trim_end_matches('/').to_owned();
+    dir.push_str(".powersync_mdbx");
+    PathBuf::from(dir)
+}

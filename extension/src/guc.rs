@@ -1,0 +1,56 @@
+//! The extension's settings (GUCs). Read only on the worker's main thread.
+
+use std::ffi::CString;
+
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+
+/// `powersync_mdbx.config_file`: the PowerSync service YAML file.
+pub static CONFIG_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.storage_dir`: where the MDBX store lives.
+pub static STORAGE_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.listen_addresses`: hosts the HTTP server binds.
+pub static LISTEN_ADDRESSES: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
+
+/// Registers the GUCs. Called from `_PG_init` in every process that loads the library,
+/// so `SHOW` works everywhere. `storage_dir` can only be defined while the postmaster
+/// preloads the library (PostgreSQL refuses postmaster-level settings later).
+pub fn define(preloading: bool) {
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.config_file",
+        c"Path of the PowerSync service configuration file (YAML).",
+        c"The worker reads replication.connections, sync_config, client_auth and port from \
+          it. Reloadable: SELECT pg_reload_conf() applies a changed file.",
+        &CONFIG_FILE,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.listen_addresses",
+        c"Comma-separated hosts the sync HTTP server listens on ('*' for all).",
+        c"The port comes from the configuration file's `port` (default 8080).",
+        &LISTEN_ADDRESSES,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    if !preloading {
+        return;
+    }
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.storage_dir",
+        c"Directory of the MDBX bucket store.",
+        c"Empty means a directory named after the data directory with the suffix \
+          .powersync_mdbx, beside it. Created with mode 0700.",
+        &STORAGE_DIR,
+        GucContext::Postmaster,
+        GucFlags::SUPERUSER_ONLY,
+    );
+}
+
+/// A string GUC's value, `None` when unset or empty.
+pub fn get(setting: &GucSetting<Option<CString>>) -> Option<String> {
+    setting
+        .get()
+        .map(|v| v.to_string_lossy().trim().to_owned())
+        .filter(|v| !v.is_empty())
+}

@@ -1,0 +1,87 @@
+//! SQL functions of schema `powersync_mdbx`. They run in ordinary backends: they read
+//! shared memory or file a request there, and never touch the MDBX store.
+
+use std::time::{Duration, Instant};
+
+use pgrx::prelude::*;
+use pgrx::JsonB;
+
+use crate::shared;
+
+/// How long `reset()` waits for the worker.
+const RESET_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Raises an SQL error with a hint (does not return).
+fn fail(code: PgSqlErrorCode, message: String, hint: &str) {
+    pgrx::pg_sys::panic::ErrorReport::new(code, message, pgrx::function_name!())
+        .set_hint(hint)
+        .report(PgLogLevel::ERROR);
+}
+
+fn require_preloaded() {
+    if !crate::preloaded() {
+        fail(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "powersync_mdbx is not loaded through shared_preload_libraries, so its worker is \
+             not running"
+                .to_owned(),
+            "Add powersync_mdbx to shared_preload_libraries in postgresql.conf, set \
+             powersync_mdbx.config_file, and restart PostgreSQL.",
+        );
+    }
+}
+
+/// The worker's status: phase, pid, configuration file, storage, listen addresses, the
+/// last error, and what later stages add.
+#[pg_extern]
+fn status() -> JsonB {
+    require_preloaded();
+    let value = match shared::read_status() {
+        Some(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
+            serde_json::json!({ "phase": "unknown", "error": format!("unreadable status: {e}") })
+        }),
+        None => serde_json::json!({
+            "phase": "not_started",
+            "ready": false,
+            "hint": "the background worker has not published a status yet; it starts after \
+                     recovery finishes and restarts within seconds after a crash",
+        }),
+    };
+    JsonB(value)
+}
+
+/// Asks the worker to drop its replication state and storage and start over. Waits for
+/// the worker and returns what it did.
+#[pg_extern]
+fn reset() -> JsonB {
+    require_preloaded();
+    let number = shared::request_reset();
+    let deadline = Instant::now() + RESET_TIMEOUT;
+    loop {
+        if let Some(text) = shared::reset_result(number) {
+            return JsonB(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)));
+        }
+        if Instant::now() >= deadline {
+            fail(
+                PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
+                format!("the powersync_mdbx worker did not carry out the reset within {RESET_TIMEOUT:?}"),
+                "Check SELECT powersync_mdbx.status() and the server log; the request stays \
+                 filed and the worker serves it when it runs.",
+            );
+        }
+        pgrx::check_for_interrupts!();
+        // SAFETY: plain sleep on the backend's main thread.
+        unsafe { pg_sys::pg_usleep(20_000) };
+    }
+}
+
+extension_sql!(
+    r#"
+REVOKE ALL ON FUNCTION reset() FROM PUBLIC;
+COMMENT ON FUNCTION status() IS 'Status of the powersync_mdbx background worker (jsonb).';
+COMMENT ON FUNCTION reset() IS 'Drops the worker''s replication state and storage and starts over.';
+"#,
+    name = "privileges",
+    requires = [status, reset],
+    finalize
+);

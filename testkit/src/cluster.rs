@@ -1,0 +1,281 @@
+//! One throwaway PostgreSQL cluster.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::install::PgInstall;
+use crate::ports::free_port;
+
+/// A temporary directory the cluster user may write to; removed on drop.
+pub struct TestDir {
+    dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    /// Creates the directory and hands it to the cluster user.
+    pub fn new(install: &PgInstall) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("psm-test-")
+            .tempdir()
+            .expect("temp dir");
+        if let Some(user) = install.run_as() {
+            let status = Command::new("chown")
+                .arg(user)
+                .arg(dir.path())
+                .status()
+                .expect("chown runs");
+            assert!(
+                status.success(),
+                "chown {user} {} failed",
+                dir.path().display()
+            );
+        }
+        Self { dir }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file readable by the cluster user.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write test file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        path
+    }
+}
+
+/// What the cluster is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterKind {
+    /// The source: `wal_level=logical`, room for slots and senders.
+    Primary,
+    /// The sync replica: `shared_preload_libraries=powersync_mdbx`.
+    SyncReplica,
+    /// A plain server (the extension installed but not preloaded).
+    Plain,
+}
+
+/// A running (or stopped) cluster. Dropping it stops the postmaster by pid.
+pub struct Cluster {
+    install: PgInstall,
+    data: PathBuf,
+    socket_dir: PathBuf,
+    log: PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    /// Creates and starts a cluster named `name` inside `dir`, with `extra_conf` lines
+    /// appended to `postgresql.conf`.
+    pub fn start_new(
+        install: &PgInstall,
+        dir: &TestDir,
+        name: &str,
+        kind: ClusterKind,
+        extra_conf: &[String],
+    ) -> Self {
+        if kind != ClusterKind::Primary {
+            install.require_extension();
+        }
+        let data = dir.path().join(name);
+        let socket_dir = dir.path().join(format!("{name}.sock"));
+        let log = dir.path().join(format!("{name}.log"));
+        if let Err(e) = run(install
+            .command("initdb")
+            .args([
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--auth=trust",
+                "-U",
+                "postgres",
+                "-D",
+            ])
+            .arg(&data))
+        {
+            panic!("{e}");
+        }
+        std::fs::create_dir(&socket_dir).expect("socket dir");
+        if let Some(user) = install.run_as() {
+            Command::new("chown")
+                .arg(user)
+                .arg(&socket_dir)
+                .status()
+                .expect("chown runs");
+        }
+        let port = free_port();
+        let mut conf = vec![
+            format!("port = {port}"),
+            "listen_addresses = '127.0.0.1'".to_owned(),
+            format!("unix_socket_directories = '{}'", socket_dir.display()),
+            "fsync = off".to_owned(),
+            "synchronous_commit = off".to_owned(),
+            "full_page_writes = off".to_owned(),
+            "max_connections = 30".to_owned(),
+            "shared_buffers = 32MB".to_owned(),
+        ];
+        match kind {
+            ClusterKind::Primary => conf.extend([
+                "wal_level = logical".to_owned(),
+                "max_replication_slots = 10".to_owned(),
+                "max_wal_senders = 10".to_owned(),
+            ]),
+            ClusterKind::SyncReplica => {
+                conf.push("shared_preload_libraries = 'powersync_mdbx'".to_owned())
+            }
+            ClusterKind::Plain => {}
+        }
+        conf.extend(extra_conf.iter().cloned());
+        let conf_path = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
+        text.push_str("\n# powersync_mdbx test rig\n");
+        text.push_str(&conf.join("\n"));
+        text.push('\n');
+        std::fs::write(&conf_path, text).expect("write postgresql.conf");
+        let cluster = Self {
+            install: install.clone(),
+            data,
+            socket_dir,
+            log,
+            port,
+        };
+        cluster.start();
+        cluster
+    }
+
+    /// Starts the postmaster and waits until it accepts connections.
+    pub fn start(&self) {
+        let out = self
+            .install
+            .command("pg_ctl")
+            .args(["-w", "-t", "30", "-D"])
+            .arg(&self.data)
+            .arg("-l")
+            .arg(&self.log)
+            .arg("start")
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
+        );
+    }
+
+    /// `pg_ctl stop -m fast`; returns how long it took.
+    pub fn stop_fast(&self) -> Duration {
+        let started = Instant::now();
+        let out = self
+            .install
+            .command("pg_ctl")
+            .args(["-w", "-t", "30", "-m", "fast", "-D"])
+            .arg(&self.data)
+            .arg("stop")
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    }
+
+    /// The postmaster's pid, while it runs.
+    pub fn postmaster_pid(&self) -> Option<i32> {
+        let text = std::fs::read_to_string(self.data.join("postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
+    }
+
+    /// TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// A libpq URI for the `postgres` database over TCP without TLS.
+    pub fn uri(&self, user: &str) -> String {
+        format!(
+            "postgresql://{user}@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// Runs SQL with `psql` (`ON_ERROR_STOP`), returning unaligned tuples-only output or
+    /// psql's error text.
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new(self.install.bin().join("psql"))
+            .arg("-h")
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .expect("psql runs");
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Runs SQL and panics on an error.
+    pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The server log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let Some(pid) = self.postmaster_pid() else {
+            return;
+        };
+        // SAFETY: signalling a process id we read from our own cluster's postmaster.pid.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        while unsafe { libc::kill(pid, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above; last resort so no server outlives the test.
+        if unsafe { libc::kill(pid, 0) } == 0 {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<Output, String> {
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        let message = format!(
+            "{cmd:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Err(message)
+    }
+}

@@ -1,0 +1,84 @@
+//! Where the PostgreSQL binaries are, and who runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Default location `scripts/setup.sh` unpacks PostgreSQL 16 to.
+const DEFAULT_PG16_BIN: &str = "/opt/powersync-mdbx/pg16/pgserver/pginstall/bin";
+/// Default unprivileged user for clusters when running as root.
+const DEFAULT_TEST_USER: &str = "powersync_test";
+
+/// A PostgreSQL installation (its `bin` directory) and the OS user that runs its servers.
+#[derive(Debug, Clone)]
+pub struct PgInstall {
+    bin: PathBuf,
+    run_as: Option<String>,
+}
+
+impl PgInstall {
+    /// PostgreSQL 16 from `PSM_PG16_BIN`, or the path `scripts/setup.sh` uses.
+    pub fn pg16() -> Self {
+        let bin = std::env::var_os("PSM_PG16_BIN")
+            .map_or_else(|| PathBuf::from(DEFAULT_PG16_BIN), PathBuf::from);
+        Self::at(bin)
+    }
+
+    /// The installation whose binaries are in `bin`.
+    pub fn at(bin: PathBuf) -> Self {
+        assert!(
+            bin.join("postgres").exists(),
+            "no PostgreSQL server in {}: run scripts/setup.sh (or set PSM_PG16_BIN)",
+            bin.display()
+        );
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let run_as = root.then(|| {
+            std::env::var("PSM_TEST_USER").unwrap_or_else(|_| DEFAULT_TEST_USER.to_owned())
+        });
+        Self { bin, run_as }
+    }
+
+    /// The `bin` directory.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    /// The OS user clusters run as, when not the current user.
+    pub fn run_as(&self) -> Option<&str> {
+        self.run_as.as_deref()
+    }
+
+    /// `pg_config --pkglibdir` of this installation.
+    pub fn pkglibdir(&self) -> PathBuf {
+        let out = Command::new(self.bin.join("pg_config"))
+            .arg("--pkglibdir")
+            .output()
+            .expect("pg_config runs");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    }
+
+    /// Panics with the fix when the extension is not installed into this PostgreSQL.
+    pub fn require_extension(&self) {
+        let so = self.pkglibdir().join("powersync_mdbx.so");
+        assert!(
+            so.exists(),
+            "{} is missing: install the extension first (scripts/test.sh does: cargo pgrx install \
+             --pg-config {}/pg_config)",
+            so.display(),
+            self.bin.display()
+        );
+    }
+
+    /// A command for one of this installation's programs, run as the cluster user.
+    pub fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        match &self.run_as {
+            Some(user) => {
+                let mut cmd = Command::new("runuser");
+                cmd.args(["-u", user, "--"]).arg(path);
+                cmd
+            }
+            None => Command::new(path),
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! Live tests: the background worker inside a real PostgreSQL 16 sync replica.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::{Duration, Instant};
+
+use powersync_mdbx_testkit::{
+    free_port, http_get, wait_until, Cluster, ClusterKind, PgInstall, TestDir,
+};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A primary and the service config that points at it, listening on a free port.
+struct Rig {
+    dir: TestDir,
+    install: PgInstall,
+    primary: Cluster,
+    http_port: u16,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        let http_port = free_port();
+        Self {
+            dir,
+            install,
+            primary,
+            http_port,
+        }
+    }
+
+    fn config_yaml(&self) -> String {
+        format!(
+            "# A PowerSync service config, as operators already have it.\n\
+             replication:\n  connections:\n    - type: postgresql\n      uri: {}\n\
+             sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - SELECT * FROM lists\n\
+             client_auth:\n  audience: [powersync-test]\n\
+             port: {}\nstorage:\n  type: postgresql\n",
+            self.primary.uri("postgres"),
+            self.http_port
+        )
+    }
+
+    fn replica(&self, config: &str, extra: &[String]) -> Cluster {
+        let path = self.dir.write("config.yaml", config);
+        let mut conf = vec![format!("powersync_mdbx.config_file = '{}'", path.display())];
+        conf.extend(extra.iter().cloned());
+        let replica = Cluster::start_new(
+            &self.install,
+            &self.dir,
+            "replica",
+            ClusterKind::SyncReplica,
+            &conf,
+        );
+        replica.sql("CREATE EXTENSION powersync_mdbx");
+        replica
+    }
+}
+
+fn status(cluster: &Cluster) -> Value {
+    serde_json::from_str(&cluster.sql("SELECT powersync_mdbx.status()")).unwrap()
+}
+
+fn wait_phase(cluster: &Cluster, phase: &str) -> Value {
+    wait_until(WAIT, &format!("phase {phase}"), || {
+        let s = status(cluster);
+        (s["phase"] == phase).then_some(s)
+    })
+}
+
+fn worker_pid(cluster: &Cluster) -> Option<i64> {
+    cluster
+        .sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'powersync_mdbx'")
+        .parse()
+        .ok()
+}
+
+fn store_dir(replica: &Cluster) -> std::path::PathBuf {
+    let mut dir = replica.data_dir().as_os_str().to_owned();
+    dir.push(".powersync_mdbx");
+    dir.into()
+}
+
+#[test]
+fn worker_serves_probes_and_reports_status() {
+    let rig = Rig::new();
+    assert_eq!(rig.primary.sql("SHOW wal_level"), "logical");
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    let s = wait_phase(&replica, "serving");
+    assert_eq!(s["ready"], true);
+    assert_eq!(
+        Some(s["worker_pid"].as_i64().unwrap()),
+        worker_pid(&replica)
+    );
+    assert_eq!(
+        s["listen"],
+        serde_json::json!([format!("127.0.0.1:{}", rig.http_port)])
+    );
+    assert_eq!(s["config_ignored"], serde_json::json!(["storage"]));
+    assert_eq!(s["storage_dir"], store_dir(&replica).display().to_string());
+    assert!(s["last_error"].is_null());
+
+    let live = http_get(rig.http_port, "/probes/liveness").expect("HTTP answers");
+    assert_eq!(live.status, 200, "{}", live.body);
+    let body: Value = serde_json::from_str(&live.body).unwrap();
+    assert_eq!(body["ready"], true);
+    assert_eq!(
+        http_get(rig.http_port, "/probes/readiness").unwrap().status,
+        200
+    );
+    let missing = http_get(rig.http_port, "/no/such/path").unwrap();
+    assert_eq!(missing.status, 404);
+    let body: Value = serde_json::from_str(&missing.body).unwrap();
+    assert_eq!(body["error"]["code"], "PSM_H1404");
+
+    let meta = std::fs::metadata(store_dir(&replica)).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    let replica_owner = std::fs::metadata(replica.data_dir()).unwrap().uid();
+    assert_eq!(meta.uid(), replica_owner);
+
+    // Only superusers (not PUBLIC) may reset.
+    replica.sql("CREATE ROLE app LOGIN");
+    let err = replica
+        .try_sql("SET ROLE app; SELECT powersync_mdbx.reset()")
+        .unwrap_err();
+    assert!(err.contains("permission denied"), "{err}");
+}
+
+#[test]
+fn bad_config_is_reported_and_a_reload_recovers() {
+    let rig = Rig::new();
+    let replica = rig.replica("replication:\n  connections: [ {uri: \n", &[]);
+    let s = wait_phase(&replica, "config_error");
+    let error = &s["last_error"];
+    assert_eq!(error["code"], "PSM_C1003", "{s}");
+    assert!(
+        error["message"].as_str().unwrap().contains("config.yaml"),
+        "{s}"
+    );
+    assert_eq!(error["needs_operator"], true);
+    assert_eq!(s["ready"], false);
+    assert!(
+        http_get(rig.http_port, "/probes/liveness").is_none(),
+        "no server without config"
+    );
+
+    // No crash loop: the same worker keeps waiting and logs the error once.
+    let pid = worker_pid(&replica).expect("worker runs");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(worker_pid(&replica), Some(pid));
+    let log = replica.log_text();
+    assert_eq!(log.matches("PSM_C1003").count(), 1, "{log}");
+    assert!(!log.contains("exited with exit code"), "{log}");
+
+    rig.dir.write("config.yaml", &rig.config_yaml());
+    replica.sql("SELECT pg_reload_conf()");
+    let s = wait_phase(&replica, "serving");
+    assert!(s["last_error"].is_null());
+    assert_eq!(
+        worker_pid(&replica),
+        Some(pid),
+        "a reload does not restart the worker"
+    );
+    assert_eq!(
+        http_get(rig.http_port, "/probes/readiness").unwrap().status,
+        200
+    );
+}
+
+#[test]
+fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
+    let rig = Rig::new();
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    let s = wait_phase(&replica, "serving");
+    let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
+    let pid = worker_pid(&replica).unwrap();
+
+    // SAFETY: signalling the worker process of our own test cluster.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let second = wait_until(WAIT, "a restarted worker", || {
+        worker_pid(&replica).filter(|p| *p != pid)
+    });
+    let s = wait_phase(&replica, "serving");
+    assert_eq!(s["worker_pid"].as_i64(), Some(second));
+    assert_eq!(
+        s["store"]["store_id"],
+        store_id.as_str(),
+        "storage reused across restarts"
+    );
+
+    assert_eq!(
+        replica.sql(&format!("SELECT pg_terminate_backend({second})")),
+        "t"
+    );
+    let third = wait_until(WAIT, "a restarted worker", || {
+        worker_pid(&replica).filter(|p| *p != second)
+    });
+    let s = wait_phase(&replica, "serving");
+    assert_eq!(s["worker_pid"].as_i64(), Some(third));
+    assert_eq!(s["store"]["store_id"], store_id.as_str());
+    assert_eq!(
+        http_get(rig.http_port, "/probes/liveness").unwrap().status,
+        200
+    );
+    let log = replica.log_text();
+    assert_eq!(
+        log.matches("worker stopped, engine threads joined").count(),
+        2,
+        "{log}"
+    );
+}
+
+#[test]
+fn fast_stop_is_prompt_and_clean_and_storage_survives() {
+    let rig = Rig::new();
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    let s = wait_phase(&replica, "serving");
+    let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
+    let pid = worker_pid(&replica).unwrap();
+
+    let took = replica.stop_fast();
+    assert!(
+        took < Duration::from_secs(2),
+        "pg_ctl stop -m fast took {took:?}"
+    );
+    // SAFETY: kill(pid, 0) only checks for existence.
+    assert_ne!(
+        unsafe { libc::kill(pid as i32, 0) },
+        0,
+        "worker process gone"
+    );
+    let log = replica.log_text();
+    assert!(
+        log.contains("worker stopped, engine threads joined"),
+        "{log}"
+    );
+    for bad in [
+        "ERROR",
+        "PANIC",
+        "FATAL",
+        "WARNING",
+        "terminated by signal",
+        "rthc_",
+    ] {
+        assert!(!log.contains(bad), "log contains {bad}:\n{log}");
+    }
+    assert!(http_get(rig.http_port, "/probes/liveness").is_none());
+
+    replica.start();
+    let s = wait_phase(&replica, "serving");
+    assert_eq!(s["store"]["store_id"], store_id.as_str());
+    let mode = std::fs::metadata(store_dir(&replica))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn foreign_storage_is_refused_and_reset_rebuilds_our_own() {
+    let rig = Rig::new();
+    let foreign = rig.dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("PG_VERSION"), "16\n").unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o700)).unwrap();
+    if let Some(user) = rig.install.run_as() {
+        std::process::Command::new("chown")
+            .args(["-R", user])
+            .arg(&foreign)
+            .status()
+            .unwrap();
+    }
+    let replica = rig.replica(
+        &rig.config_yaml(),
+        &[format!(
+            "powersync_mdbx.storage_dir = '{}'",
+            foreign.display()
+        )],
+    );
+    let s = wait_phase(&replica, "failed");
+    assert_eq!(s["last_error"]["code"], "PSM_S1002", "{s}");
+    assert!(s["last_error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("PG_VERSION"));
+    assert!(http_get(rig.http_port, "/probes/readiness").is_none());
+    let reply: Value = serde_json::from_str(&replica.sql("SELECT powersync_mdbx.reset()")).unwrap();
+    assert_eq!(
+        reply["removed_files"],
+        serde_json::json!([]),
+        "foreign files are never removed"
+    );
+    assert!(foreign.join("PG_VERSION").exists());
+    assert_eq!(
+        wait_phase(&replica, "failed")["last_error"]["code"],
+        "PSM_S1002"
+    );
+
+    std::fs::remove_file(foreign.join("PG_VERSION")).unwrap();
+    replica.sql("SELECT pg_reload_conf()");
+    let s = wait_phase(&replica, "serving");
+    let first = s["store"]["store_id"].as_str().unwrap().to_owned();
+    let reply: Value = serde_json::from_str(&replica.sql("SELECT powersync_mdbx.reset()")).unwrap();
+    assert_eq!(reply["reset"], true, "{reply}");
+    assert_eq!(
+        reply["removed_files"],
+        serde_json::json!(["mdbx.dat", "mdbx.lck"])
+    );
+    let s = wait_phase(&replica, "serving");
+    assert_ne!(
+        s["store"]["store_id"],
+        first.as_str(),
+        "reset starts a new store"
+    );
+}
+
+#[test]
+fn functions_without_preload_explain_the_fix() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let plain = Cluster::start_new(&install, &dir, "plain", ClusterKind::Plain, &[]);
+    plain.sql("CREATE EXTENSION powersync_mdbx");
+    assert_eq!(
+        plain.sql("SELECT nspname FROM pg_namespace WHERE nspname = 'powersync_mdbx'"),
+        "powersync_mdbx"
+    );
+    for function in ["status", "reset"] {
+        let err = plain
+            .try_sql(&format!("SELECT powersync_mdbx.{function}()"))
+            .unwrap_err();
+        assert!(
+            err.contains("not loaded through shared_preload_libraries"),
+            "{err}"
+        );
+        assert!(
+            err.contains("HINT:") && err.contains("restart PostgreSQL"),
+            "{err}"
+        );
+    }
+    let started = Instant::now();
+    drop(plain);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}

@@ -1,0 +1,263 @@
+//! What a host process does around the engine: load the configuration, start the engine,
+//! restart it on a changed configuration, reset its storage, and decide what an engine
+//! failure means. The background worker drives it from its latch loop; tests drive it
+//! directly, so the same code runs in both.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{ConfigError, ServiceConfig};
+use crate::engine::{Engine, EngineConfig, EngineError, EngineHandle};
+use crate::status::{ErrorReport, Phase, StatusCell};
+use crate::store;
+
+/// While waiting for the operator, the host quietly retries this often (a fixed file or a
+/// freed port recovers without a reload).
+const RETRY_EVERY: Duration = Duration::from_secs(30);
+/// How long a stopping engine gets before the host gives up on joining it.
+pub const STOP_TIMEOUT: Duration = Duration::from_millis(900);
+
+/// The host's settings (the extension reads them from GUCs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSettings {
+    /// The service configuration file.
+    pub config_file: Option<PathBuf>,
+    /// Where the store lives.
+    pub storage_dir: PathBuf,
+    /// Hosts to listen on.
+    pub listen_addresses: Vec<String>,
+    /// Threads of the engine's runtime.
+    pub runtime_threads: usize,
+}
+
+/// What the host loop should do after a [`Host::tick`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tick {
+    /// Keep looping.
+    Continue,
+    /// Exit the process with this code so the supervisor (postmaster) restarts it.
+    Exit(i32),
+}
+
+/// Wraps the spawning of engine threads (the extension blocks all signals around it).
+pub type SpawnGuard = fn(&mut dyn FnMut());
+
+/// The engine's host.
+pub struct Host {
+    settings: HostSettings,
+    status: Arc<StatusCell>,
+    guard: SpawnGuard,
+    engine: Option<EngineHandle>,
+    running_config: Option<EngineConfig>,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+impl Host {
+    /// A host that has not started anything yet.
+    pub fn new(settings: HostSettings, status: Arc<StatusCell>, guard: SpawnGuard) -> Self {
+        status.update(|s| {
+            s.config_file = settings
+                .config_file
+                .as_ref()
+                .map(|p| p.display().to_string());
+            s.storage_dir = Some(settings.storage_dir.display().to_string());
+        });
+        Self {
+            settings,
+            status,
+            guard,
+            engine: None,
+            running_config: None,
+            retry_at: None,
+            last_error: None,
+        }
+    }
+
+    /// The status this host publishes.
+    pub fn status(&self) -> &Arc<StatusCell> {
+        &self.status
+    }
+
+    /// Loads the configuration and starts the engine, or records why it cannot.
+    pub fn start(&mut self) {
+        match self.load() {
+            Ok(config) => self.start_engine(config),
+            Err(e) => self.wait_for_operator(Phase::ConfigError, &EngineError::Config(e)),
+        }
+    }
+
+    /// Applies new settings (after SIGHUP). Restarts the engine when the settings or the
+    /// file's content changed, or when it was waiting for the operator.
+    pub fn reload(&mut self, settings: HostSettings) {
+        let changed_settings = settings != self.settings;
+        self.settings = settings;
+        self.status.update(|s| {
+            s.config_file = self
+                .settings
+                .config_file
+                .as_ref()
+                .map(|p| p.display().to_string());
+        });
+        match self.load() {
+            Err(e) => {
+                if self.engine.is_some() {
+                    // Keep serving with the configuration that works; show the problem.
+                    let report = ErrorReport::new(e.to_string(), true);
+                    self.log_once(&report.message);
+                    self.status.update(|s| s.last_error = Some(report));
+                } else {
+                    self.wait_for_operator(Phase::ConfigError, &EngineError::Config(e));
+                }
+            }
+            Ok(config) => {
+                let same = self.engine.is_some()
+                    && !changed_settings
+                    && self
+                        .running_config
+                        .as_ref()
+                        .is_some_and(|c| c.service == config.service);
+                if same {
+                    tracing::info!("configuration reloaded, nothing changed");
+                    return;
+                }
+                tracing::info!("configuration changed, restarting the engine");
+                self.stop_engine();
+                self.start_engine(config);
+            }
+        }
+    }
+
+    /// Checks the engine; call it from the host loop. Returns [`Tick::Exit`] when the
+    /// engine failed in a way a process restart may fix.
+    pub fn tick(&mut self) -> Tick {
+        if let Some(result) = self.engine.as_ref().and_then(EngineHandle::finished) {
+            self.engine = None;
+            self.running_config = None;
+            match result {
+                Ok(()) => {}
+                Err(e) if e.needs_operator() => self.wait_for_operator(Phase::Failed, &e),
+                Err(e) => {
+                    self.status
+                        .fail(Phase::Failed, ErrorReport::new(e.to_string(), false));
+                    return Tick::Exit(1);
+                }
+            }
+        }
+        if self.engine.is_none() && self.retry_at.is_some_and(|at| Instant::now() >= at) {
+            self.start();
+        }
+        Tick::Continue
+    }
+
+    /// Stops the engine, removes the store's files and starts again. Returns what it did,
+    /// for `powersync_mdbx.reset()`.
+    pub fn reset(&mut self) -> serde_json::Value {
+        tracing::info!("reset requested");
+        let was_running = self.engine.is_some();
+        self.stop_engine();
+        self.status.update(|s| {
+            s.phase = Phase::Resetting;
+            s.ready = false;
+        });
+        let dir = self.settings.storage_dir.clone();
+        let removed = store::remove_store_files(&dir);
+        let (removed_files, error) = match removed {
+            Ok(files) => (files, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        self.start();
+        serde_json::json!({
+            "reset": error.is_none(),
+            "storage_dir": dir.display().to_string(),
+            "removed_files": removed_files,
+            "engine_was_running": was_running,
+            "error": error,
+            "engine_restarted": self.engine.is_some(),
+        })
+    }
+
+    /// Stops the engine for good (process exit). Returns false if its threads did not end
+    /// within [`STOP_TIMEOUT`].
+    pub fn shutdown(&mut self) -> bool {
+        let joined = self.stop_engine();
+        self.status.update(|s| {
+            s.phase = Phase::Stopped;
+            s.ready = false;
+        });
+        joined
+    }
+
+    fn load(&self) -> Result<EngineConfig, ConfigError> {
+        let path = self
+            .settings
+            .config_file
+            .as_ref()
+            .ok_or(ConfigError::NotConfigured)?;
+        let service = ServiceConfig::load(path)?;
+        Ok(EngineConfig {
+            service,
+            storage_dir: self.settings.storage_dir.clone(),
+            listen_addresses: self.settings.listen_addresses.clone(),
+            runtime_threads: self.settings.runtime_threads,
+        })
+    }
+
+    fn start_engine(&mut self, config: EngineConfig) {
+        self.retry_at = None;
+        if !config.service.ignored.is_empty() {
+            tracing::info!(keys = %config.service.ignored.join(", "), "configuration keys not used by powersync_mdbx");
+        }
+        let mut started = None;
+        let status = self.status.clone();
+        let engine_config = config.clone();
+        (self.guard)(&mut || {
+            started = Some(Engine::start(engine_config.clone(), status.clone()));
+        });
+        match started {
+            Some(Ok(handle)) => {
+                self.engine = Some(handle);
+                self.running_config = Some(config);
+                self.last_error = None;
+            }
+            Some(Err(e)) => self.wait_for_operator(Phase::Failed, &e),
+            None => {}
+        }
+    }
+
+    fn stop_engine(&mut self) -> bool {
+        self.running_config = None;
+        match self.engine.take() {
+            Some(engine) => {
+                let joined = engine.shutdown(STOP_TIMEOUT);
+                if !joined {
+                    tracing::warn!("engine threads did not stop within {STOP_TIMEOUT:?}");
+                }
+                joined
+            }
+            None => true,
+        }
+    }
+
+    fn wait_for_operator(&mut self, phase: Phase, error: &EngineError) {
+        let report = ErrorReport::new(error.to_string(), true);
+        self.log_once(&report.message);
+        self.status.fail(phase, report);
+        self.retry_at = Some(Instant::now() + RETRY_EVERY);
+    }
+
+    /// Logs an operator-facing error once, not on every quiet retry.
+    fn log_once(&mut self, message: &str) {
+        if self.last_error.as_deref() != Some(message) {
+            tracing::error!(
+                "{message}; waiting for the configuration to be fixed (reload) or a reset"
+            );
+            self.last_error = Some(message.to_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "host_tests.rs"]
+mod tests;
