@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The one test command: prepares the machine (idempotent), then runs the format check,
+# clippy with warnings denied, the unit tests, installs the extension into PostgreSQL 16
+# and runs the live tests against real clusters.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+step() { printf '\n==> %s\n' "$*"; }
+
+"$root/scripts/setup.sh"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings denied)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "install the extension into PostgreSQL 16 ($PSM_PG16_BIN)"
+(cd extension && cargo pgrx install --pg-config "$PSM_PG16_BIN/pg_config" >/dev/null)
+
+step "tests: unit, in-process engine, live clusters"
+cargo test --workspace --no-fail-fast
+
+step "all checks passed"
