@@ -115,7 +115,6 @@ impl Cluster {
             "listen_addresses = '127.0.0.1'".to_owned(),
             format!("unix_socket_directories = '{}'", socket_dir.display()),
             "fsync = off".to_owned(),
-            "synchronous_commit = off".to_owned(),
             "full_page_writes = off".to_owned(),
             "max_connections = 30".to_owned(),
             "shared_buffers = 32MB".to_owned(),

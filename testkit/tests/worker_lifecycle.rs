@@ -346,3 +346,27 @@ fn functions_without_preload_explain_the_fix() {
     drop(plain);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn a_crashed_worker_comes_back_and_reopens_its_store() {
+    let rig = Rig::new();
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    let s = wait_phase(&replica, "serving");
+    let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
+    let pid = worker_pid(&replica).unwrap();
+
+    // SIGKILL: the postmaster treats it as a crash, reinitialises shared memory and
+    // restarts every process, the worker included; MDBX recovers its stale reader lock.
+    // SAFETY: signalling the worker process of our own test cluster.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let s = wait_until(WAIT, "the worker serving again after a crash", || {
+        let s = replica.try_sql("SELECT powersync_mdbx.status()").ok()?;
+        let s: Value = serde_json::from_str(&s).ok()?;
+        (s["phase"] == "serving" && s["worker_pid"].as_i64() != Some(pid)).then_some(s)
+    });
+    assert_eq!(s["store"]["store_id"], store_id.as_str());
+    assert_eq!(
+        http_get(rig.http_port, "/probes/readiness").unwrap().status,
+        200
+    );
+}
