@@ -9,5 +9,6 @@ pub mod host;
 pub mod http;
 pub mod logging;
 pub mod rules;
+pub mod source;
 pub mod status;
 pub mod store;

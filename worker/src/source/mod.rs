@@ -1,0 +1,20 @@
+//! The replication source: the primary PostgreSQL server.
+//!
+//! Ordinary connections (validation, snapshot COPY, later write checkpoints) use
+//! `tokio-postgres` with rustls; the replication connection (slot, pgoutput stream) uses
+//! `pg_walstream`. Both follow the configured `sslmode`, and a certificate that fails
+//! verification is a configuration error, never retried.
+
+mod client;
+mod copy_text;
+mod error;
+mod tls;
+mod validate;
+
+pub use client::{connect, replication_uri};
+pub use copy_text::{CopyFields, CopyTextError};
+pub use error::SourceError;
+pub use tls::install_crypto_provider;
+pub use validate::{
+    validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo, PUBLICATION,
+};

@@ -1,0 +1,307 @@
+//! Checks on the primary before anything is created there. Each failure is a
+//! [`SourceError::Setup`] with a stable code and the statement that fixes it.
+
+use tokio_postgres::Client;
+
+use super::SourceError;
+
+/// The publication the rules read through (the official service uses the same name).
+pub const PUBLICATION: &str = "powersync";
+/// PostgreSQL 13 is the oldest primary supported.
+const MIN_SERVER_VERSION: i32 = 130_000;
+
+/// A table the sync rules read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceTable {
+    /// Schema name.
+    pub schema: String,
+    /// Table name.
+    pub name: String,
+}
+
+impl std::fmt::Display for SourceTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}.{}",
+            quote_ident(&self.schema),
+            quote_ident(&self.name)
+        )
+    }
+}
+
+/// How rows of a table are identified in UPDATE and DELETE messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaIdentity {
+    /// The primary key.
+    Default,
+    /// A unique index chosen with `REPLICA IDENTITY USING INDEX`.
+    Index,
+    /// Every column.
+    Full,
+}
+
+/// What validation learned about one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInfo {
+    /// The table.
+    pub table: SourceTable,
+    /// Its relation OID on the primary.
+    pub oid: u32,
+    /// Its replica identity.
+    pub identity: ReplicaIdentity,
+    /// The identity columns (all columns for FULL).
+    pub identity_columns: Vec<String>,
+}
+
+/// What validation learned about the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrimaryInfo {
+    /// `server_version_num`.
+    pub server_version: i32,
+    /// `pg_control_system().system_identifier`, which ties storage to this cluster.
+    pub system_identifier: String,
+    /// The tables, in the order asked.
+    pub tables: Vec<TableInfo>,
+}
+
+/// Validates the primary for replicating `tables` through [`PUBLICATION`].
+pub async fn validate_primary(
+    client: &Client,
+    tables: &[SourceTable],
+) -> Result<PrimaryInfo, SourceError> {
+    let version: i32 = scalar(client, "SHOW server_version_num", "server version")
+        .await?
+        .parse()
+        .unwrap_or(0);
+    if version < MIN_SERVER_VERSION {
+        return Err(SourceError::setup(
+            "PSM_R1001",
+            format!("the primary runs PostgreSQL {version}; version 13 or later is required"),
+        ));
+    }
+    let wal_level = scalar(client, "SHOW wal_level", "wal_level").await?;
+    if wal_level != "logical" {
+        return Err(SourceError::setup(
+            "PSM_R1002",
+            format!(
+                "the primary has wal_level = {wal_level}; set wal_level = logical in its \
+                 postgresql.conf and restart it"
+            ),
+        ));
+    }
+    let can_replicate = scalar(
+        client,
+        "SELECT (rolreplication OR rolsuper)::text FROM pg_roles WHERE rolname = current_user",
+        "role attributes",
+    )
+    .await?;
+    if can_replicate != "true" {
+        return Err(SourceError::setup(
+            "PSM_R1003",
+            "the configured user lacks the REPLICATION attribute; run ALTER ROLE <user> REPLICATION \
+             on the primary",
+        ));
+    }
+    check_publication(client).await?;
+    let system_identifier = scalar(
+        client,
+        "SELECT system_identifier::text FROM pg_control_system()",
+        "system identifier",
+    )
+    .await?;
+    let mut infos = Vec::with_capacity(tables.len());
+    for table in tables {
+        infos.push(check_table(client, table, version).await?);
+    }
+    Ok(PrimaryInfo {
+        server_version: version,
+        system_identifier,
+        tables: infos,
+    })
+}
+
+async fn scalar(client: &Client, sql: &str, context: &'static str) -> Result<String, SourceError> {
+    let row = client
+        .query_one(sql, &[])
+        .await
+        .map_err(SourceError::query(context))?;
+    row.try_get::<_, String>(0)
+        .map_err(SourceError::query(context))
+}
+
+async fn check_publication(client: &Client) -> Result<(), SourceError> {
+    let row = client
+        .query_opt(
+            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot \
+             FROM pg_publication WHERE pubname = $1",
+            &[&PUBLICATION],
+        )
+        .await
+        .map_err(SourceError::query("publication"))?;
+    let Some(row) = row else {
+        return Err(SourceError::setup(
+            "PSM_R1004",
+            format!(
+                "publication \"{PUBLICATION}\" does not exist on the primary; create it, e.g. \
+                 CREATE PUBLICATION {PUBLICATION} FOR ALL TABLES"
+            ),
+        ));
+    };
+    let flag = |i: usize| row.try_get::<_, bool>(i).unwrap_or(false);
+    let missing: Vec<&str> = ["insert", "update", "delete", "truncate"]
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !flag(*i))
+        .map(|(_, op)| *op)
+        .collect();
+    if !missing.is_empty() {
+        return Err(SourceError::setup(
+            "PSM_R1005",
+            format!(
+                "publication \"{PUBLICATION}\" does not publish {}; run ALTER PUBLICATION \
+                 {PUBLICATION} SET (publish = 'insert, update, delete, truncate')",
+                missing.join(", ")
+            ),
+        ));
+    }
+    if flag(4) {
+        return Err(SourceError::setup(
+            "PSM_R1006",
+            format!(
+                "publication \"{PUBLICATION}\" has publish_via_partition_root = true, which is not \
+                 supported; run ALTER PUBLICATION {PUBLICATION} SET (publish_via_partition_root = false)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn check_table(
+    client: &Client,
+    table: &SourceTable,
+    version: i32,
+) -> Result<TableInfo, SourceError> {
+    let row = client
+        .query_opt(
+            "SELECT c.oid, c.relreplident::text, c.relkind::text FROM pg_class c \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+            &[&table.schema, &table.name],
+        )
+        .await
+        .map_err(SourceError::query("table lookup"))?;
+    let Some(row) = row else {
+        return Err(SourceError::setup(
+            "PSM_R1007",
+            format!("the sync rules read {table}, which does not exist on the primary; create it or fix the rules"),
+        ));
+    };
+    let oid: u32 = row.try_get(0).map_err(SourceError::query("table lookup"))?;
+    let replident: String = row.try_get(1).map_err(SourceError::query("table lookup"))?;
+    let relkind: String = row.try_get(2).map_err(SourceError::query("table lookup"))?;
+    if relkind != "r" && relkind != "p" {
+        return Err(SourceError::setup(
+            "PSM_R1012",
+            format!("{table} is not a table (relkind {relkind}); sync rules can read tables only"),
+        ));
+    }
+    // Row filters and column lists exist since PostgreSQL 15.
+    let publication_sql = if version >= 150_000 {
+        "SELECT rowfilter IS NOT NULL, \
+                attnames IS NOT NULL AND cardinality(attnames) < \
+                  (SELECT count(*) FROM pg_attribute WHERE attrelid = $3 AND attnum > 0 AND NOT attisdropped) \
+         FROM pg_publication_tables WHERE pubname = $4 AND schemaname = $1 AND tablename = $2"
+    } else {
+        "SELECT false, false FROM pg_publication_tables \
+         WHERE $3::oid IS NOT NULL AND pubname = $4 AND schemaname = $1 AND tablename = $2"
+    };
+    let published = client
+        .query_opt(
+            publication_sql,
+            &[&table.schema, &table.name, &oid, &PUBLICATION],
+        )
+        .await
+        .map_err(SourceError::query("publication tables"))?;
+    let Some(published) = published else {
+        return Err(SourceError::setup(
+            "PSM_R1008",
+            format!(
+                "the sync rules read {table}, but publication \"{PUBLICATION}\" does not include it; \
+                 run ALTER PUBLICATION {PUBLICATION} ADD TABLE {table}"
+            ),
+        ));
+    };
+    if published.try_get::<_, bool>(0).unwrap_or(true) {
+        return Err(SourceError::setup(
+            "PSM_R1009",
+            format!(
+                "publication \"{PUBLICATION}\" has a row filter (WHERE) on {table}; filtered rows would \
+                 be missing or stale in buckets. Remove it (ALTER PUBLICATION {PUBLICATION} SET TABLE \
+                 {table}) and filter in the sync rules instead"
+            ),
+        ));
+    }
+    if published.try_get::<_, bool>(1).unwrap_or(true) {
+        return Err(SourceError::setup(
+            "PSM_R1010",
+            format!(
+                "publication \"{PUBLICATION}\" publishes only some columns of {table}; publish all \
+                 columns (ALTER PUBLICATION {PUBLICATION} SET TABLE {table}) and choose columns in \
+                 the sync rules"
+            ),
+        ));
+    }
+    let (identity, identity_sql) = match replident.as_str() {
+        "d" => (ReplicaIdentity::Default, "SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1 AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)"),
+        "i" => (ReplicaIdentity::Index, "SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1 AND i.indisreplident ORDER BY array_position(i.indkey, a.attnum)"),
+        "f" => (ReplicaIdentity::Full, "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum"),
+        _ => {
+            return Err(SourceError::setup(
+                "PSM_R1011",
+                format!(
+                    "{table} has REPLICA IDENTITY NOTHING, so updates and deletes cannot be matched to \
+                     rows; run ALTER TABLE {table} REPLICA IDENTITY DEFAULT (with a primary key) or FULL"
+                ),
+            ))
+        }
+    };
+    let columns: Vec<String> = client
+        .query(identity_sql, &[&oid])
+        .await
+        .map_err(SourceError::query("replica identity"))?
+        .iter()
+        .filter_map(|r| r.try_get(0).ok())
+        .collect();
+    if columns.is_empty() {
+        return Err(SourceError::setup(
+            "PSM_R1011",
+            format!(
+                "{table} has no primary key, so its default replica identity cannot match updates and \
+                 deletes to rows; add a primary key or run ALTER TABLE {table} REPLICA IDENTITY FULL"
+            ),
+        ));
+    }
+    Ok(TableInfo {
+        table: table.clone(),
+        oid,
+        identity,
+        identity_columns: columns,
+    })
+}
+
+/// Quotes an identifier the way PostgreSQL's `quote_ident` does for display and SQL.
+pub(crate) fn quote_ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
