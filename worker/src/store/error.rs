@@ -57,6 +57,26 @@ pub enum StoreError {
         /// Format this build reads.
         expected: &'static str,
     },
+    /// Stored bytes do not decode.
+    #[error(
+        "PSM_S1006 storage {path} is damaged ({what}); run SELECT powersync_mdbx.reset() \
+             to rebuild it from the primary"
+    )]
+    Corrupt {
+        /// The directory.
+        path: PathBuf,
+        /// Which record.
+        what: &'static str,
+    },
+    /// A commit failed earlier; the store refuses writes until the worker restarts.
+    #[error(
+        "PSM_S1007 storage {path}: an earlier commit failed, writes are refused until the \
+             worker restarts"
+    )]
+    Poisoned {
+        /// The directory.
+        path: PathBuf,
+    },
     /// libmdbx reported an error.
     #[error("PSM_S1005 storage {path}: cannot {action}: {source}")]
     Mdbx {
@@ -82,6 +102,13 @@ impl StoreError {
         }
     }
 
+    pub(crate) fn corrupt(path: &std::path::Path, what: &'static str) -> Self {
+        Self::Corrupt {
+            path: path.to_owned(),
+            what,
+        }
+    }
+
     pub(crate) fn io(path: &std::path::Path, action: &'static str, source: std::io::Error) -> Self {
         Self::Io {
             path: path.to_owned(),
@@ -92,6 +119,6 @@ impl StoreError {
 
     /// True when only the operator can fix it (restarting will not help).
     pub fn needs_operator(&self) -> bool {
-        !matches!(self, Self::Mdbx { .. })
+        !matches!(self, Self::Mdbx { .. } | Self::Poisoned { .. })
     }
 }

@@ -4,12 +4,12 @@ use std::path::Path;
 
 use libmdbx::{Database, NoWriteMap, TableFlags, WriteFlags};
 
+use super::tables::{META as META_TABLE, TABLES};
 use super::StoreError;
 
 /// The on-disk format this build reads and writes. A change of layout changes it.
-pub const FORMAT: &str = "powersync_mdbx/store/1";
+pub const FORMAT: &str = "powersync_mdbx/store/2";
 
-const META_TABLE: &str = "meta";
 const KEY_FORMAT: &[u8] = b"format";
 const KEY_STORE_ID: &[u8] = b"store_id";
 const KEY_CREATED_AT: &[u8] = b"created_at";
@@ -75,9 +75,13 @@ pub(super) fn load_or_init(
             .map_or(0, |d| d.as_secs()),
     };
     let txn = db.begin_rw_txn().map_err(mdbx("begin a write"))?;
+    for (name, flags) in TABLES {
+        txn.create_table(Some(name), *flags)
+            .map_err(mdbx("create a table"))?;
+    }
     let table = txn
         .create_table(Some(META_TABLE), TableFlags::default())
-        .map_err(mdbx("create the meta table"))?;
+        .map_err(mdbx("open the meta table"))?;
     let created_at = identity.created_at.to_string();
     for (key, value) in [
         (KEY_FORMAT, identity.format.as_bytes()),

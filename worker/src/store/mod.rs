@@ -3,17 +3,28 @@
 //! This stage holds the environment, its directory discipline and the store's identity
 //! (format and id). Bucket tables arrive with the snapshot stage.
 
+mod codec;
 mod dir;
 mod error;
 mod meta;
+mod op;
+mod reader;
+mod record;
+mod tables;
+mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, ReadWriteOptions, SyncMode};
 
 pub use dir::{remove_store_files, STORE_FILES};
 pub use error::StoreError;
 pub use meta::{StoreIdentity, FORMAT};
+pub use op::{BucketState, OpKind};
+pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
+pub use record::remove_checksum;
+pub use writer::{LookupPut, RowPut, WriteTxn};
 
 /// Named tables the environment reserves slots for.
 const MAX_TABLES: u64 = 32;
@@ -38,6 +49,33 @@ pub struct Store {
     dir: PathBuf,
     identity: StoreIdentity,
     created: bool,
+    poisoned: AtomicBool,
+}
+
+/// A consistent point clients can sync to: every op up to `op_id` is committed, and the
+/// source is applied up to `lsn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Checkpoint {
+    /// Last op id committed.
+    pub op_id: u64,
+    /// Source LSN applied.
+    pub lsn: u64,
+}
+
+impl Checkpoint {
+    fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
+        out[8..].copy_from_slice(&self.lsn.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        Some(Self {
+            op_id: u64::from_le_bytes(codec::fixed(bytes, 0, "checkpoint").ok()?),
+            lsn: u64::from_le_bytes(codec::fixed(bytes, 8, "checkpoint").ok()?),
+        })
+    }
 }
 
 impl Store {
@@ -67,6 +105,7 @@ impl Store {
             dir: dir.to_owned(),
             identity,
             created,
+            poisoned: AtomicBool::new(false),
         })
     }
 
@@ -90,9 +129,48 @@ impl Store {
         std::fs::metadata(self.dir.join(dir::DATA_FILE)).map_or(0, |m| m.len())
     }
 
-    /// The environment, for the stages that read and write it.
-    pub fn database(&self) -> &Database<NoWriteMap> {
-        &self.db
+    /// Applies `changes` in one read-write transaction and commits it durably with the
+    /// checkpoint `(last op id, lsn)`. An error from `changes` aborts the transaction; a
+    /// failed commit poisons the store (every later write fails and the worker restarts).
+    pub fn write<R>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<(R, Checkpoint), StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        let (result, checkpoint) = {
+            let tables = tables::Tables::open(&txn, &self.dir)?;
+            let mut write = WriteTxn::begin(&txn, &tables, &self.dir)?;
+            let result = changes(&mut write)?;
+            (result, write.finish(lsn)?)
+        };
+        if let Err(e) = txn.commit() {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        Ok((result, checkpoint))
+    }
+
+    /// Runs `read` in a short read-only transaction (a consistent view).
+    pub fn read<R>(
+        &self,
+        read: impl FnOnce(&ReadTxn<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let txn = self
+            .db
+            .begin_ro_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let tables = tables::Tables::open(&txn, &self.dir)?;
+        let view = ReadTxn::new(&txn, &tables, &self.dir);
+        read(&view)
     }
 }
 

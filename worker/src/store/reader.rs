@@ -1,0 +1,182 @@
+//! The read side: short read-only transactions that answer checkpoints, bucket
+//! accumulators and pages of ops after a client's position.
+
+use std::path::Path;
+
+use libmdbx::{NoWriteMap, Transaction, RO};
+
+use super::op::{BucketState, OpKind, StoredOp};
+use super::record::{subkey, RowRecord, Tombstone};
+use super::tables::Tables;
+use super::writer::KEY_CHECKPOINT;
+use super::{Checkpoint, StoreError};
+
+/// An op as a client receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpRead {
+    /// Global op id.
+    pub op_id: u64,
+    /// PUT, REMOVE, MOVE or CLEAR.
+    pub kind: OpKind,
+    /// The op's checksum.
+    pub checksum: u32,
+    /// PUT and REMOVE: what the op is about.
+    pub object: Option<ObjectRead>,
+}
+
+/// The row side of a PUT or REMOVE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRead {
+    /// Output table name.
+    pub object_type: String,
+    /// Row id text.
+    pub object_id: String,
+    /// The source row's subkey.
+    pub subkey: String,
+    /// PUT: the data JSON.
+    pub data: Option<String>,
+}
+
+/// A page of a bucket's ops.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OpsPage {
+    /// Ops with `after < op_id ≤ until`, ascending.
+    pub ops: Vec<OpRead>,
+    /// More ops ≤ `until` follow.
+    pub has_more: bool,
+    /// The largest MOVE/CLEAR target among the ops: above the checkpoint being served,
+    /// the page reflects changes newer than it, and that checkpoint must not complete.
+    pub max_target: u64,
+}
+
+/// An open read. Build it with [`super::Store::read`].
+pub struct ReadTxn<'t, 'db> {
+    txn: &'t Transaction<'db, RO, NoWriteMap>,
+    tables: &'t Tables<'t>,
+    dir: &'t Path,
+}
+
+impl<'t, 'db> ReadTxn<'t, 'db> {
+    pub(super) fn new(
+        txn: &'t Transaction<'db, RO, NoWriteMap>,
+        tables: &'t Tables<'t>,
+        dir: &'t Path,
+    ) -> Self {
+        Self { txn, tables, dir }
+    }
+
+    fn mdbx(&self, action: &'static str) -> impl Fn(libmdbx::Error) -> StoreError + '_ {
+        move |e| StoreError::mdbx(self.dir, action, e)
+    }
+
+    /// The last committed checkpoint (op id 0 and LSN 0 for an empty store).
+    pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
+        let bytes: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.meta, KEY_CHECKPOINT)
+            .map_err(self.mdbx("read the checkpoint"))?;
+        match bytes {
+            None => Ok(Checkpoint::default()),
+            Some(bytes) => Checkpoint::decode(&bytes)
+                .ok_or_else(|| StoreError::corrupt(self.dir, "checkpoint")),
+        }
+    }
+
+    /// A bucket's accumulators; `None` for a bucket that never had an op.
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketState>, StoreError> {
+        let bytes: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.buckets, name.as_bytes())
+            .map_err(self.mdbx("read a bucket"))?;
+        bytes
+            .map(|b| BucketState::decode(&b).map_err(|c| StoreError::corrupt(self.dir, c.what)))
+            .transpose()
+    }
+
+    /// Up to `limit` ops of bucket `bucket_id` with `after < op_id ≤ until`.
+    pub fn ops(
+        &self,
+        bucket_id: u32,
+        after: u64,
+        until: u64,
+        limit: usize,
+    ) -> Result<OpsPage, StoreError> {
+        let mut page = OpsPage::default();
+        if after >= until {
+            return Ok(page);
+        }
+        let key = bucket_id.to_ne_bytes();
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.ops)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut next: Option<Vec<u8>> = cursor
+            .get_both_range(&key, &StoredOp::seek_key(after.saturating_add(1)))
+            .map_err(self.mdbx("seek ops"))?;
+        while let Some(bytes) = next {
+            let op = StoredOp::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+            if op.op_id > until {
+                break;
+            }
+            if page.ops.len() == limit {
+                page.has_more = true;
+                break;
+            }
+            page.ops.push(self.resolve(&op)?);
+            if matches!(op.kind, OpKind::Move | OpKind::Clear) {
+                page.max_target = page.max_target.max(op.reference);
+            }
+            next = cursor
+                .next_dup::<(), Vec<u8>>()
+                .map_err(self.mdbx("read ops"))?
+                .map(|(_, v)| v);
+        }
+        Ok(page)
+    }
+
+    fn resolve(&self, op: &StoredOp) -> Result<OpRead, StoreError> {
+        let object = match op.kind {
+            OpKind::Put => {
+                let bytes: Vec<u8> = self
+                    .txn
+                    .get(&self.tables.rows, op.reference.to_ne_bytes())
+                    .map_err(self.mdbx("read a row"))?
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "row of a PUT"))?;
+                let record =
+                    RowRecord::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                let output = record
+                    .outputs
+                    .get(usize::from(op.output))
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "output of a PUT"))?;
+                Some(ObjectRead {
+                    object_type: output.object_type.clone(),
+                    object_id: output.object_id.clone(),
+                    subkey: subkey(record.table_id, op.reference),
+                    data: Some(output.data.clone()),
+                })
+            }
+            OpKind::Remove => {
+                let bytes: Vec<u8> = self
+                    .txn
+                    .get(&self.tables.tombstones, op.op_id.to_ne_bytes())
+                    .map_err(self.mdbx("read a tombstone"))?
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "tombstone of a REMOVE"))?;
+                let t =
+                    Tombstone::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                Some(ObjectRead {
+                    object_type: t.object_type,
+                    object_id: t.object_id,
+                    subkey: t.subkey,
+                    data: None,
+                })
+            }
+            OpKind::Move | OpKind::Clear => None,
+        };
+        Ok(OpRead {
+            op_id: op.op_id,
+            kind: op.kind,
+            checksum: op.checksum,
+            object,
+        })
+    }
+}

@@ -1,0 +1,82 @@
+//! The named tables of the environment and how each is keyed (see `docs/storage.md`).
+
+use libmdbx::{Table, TableFlags, Transaction, TransactionKind};
+
+use super::StoreError;
+
+/// Table names and flags, created together with the store.
+pub(super) const TABLES: &[(&str, TableFlags)] = &[
+    (META, TableFlags::empty()),
+    (BUCKETS, TableFlags::empty()),
+    (BUCKET_NAMES, TableFlags::INTEGER_KEY),
+    (
+        OPS,
+        TableFlags::INTEGER_KEY
+            .union(TableFlags::DUP_SORT)
+            .union(TableFlags::DUP_FIXED),
+    ),
+    (ROWS, TableFlags::INTEGER_KEY),
+    (ROW_KEYS, TableFlags::empty()),
+    (TOMBSTONES, TableFlags::INTEGER_KEY),
+    (LOOKUPS, TableFlags::DUP_SORT),
+];
+
+/// Store metadata: format, identity, counters, checkpoint.
+pub(super) const META: &str = "meta";
+/// Bucket name → accumulators ([`super::op::BucketState`]).
+const BUCKETS: &str = "buckets";
+/// Bucket id (u32) → name.
+const BUCKET_NAMES: &str = "bucket_names";
+/// Bucket id (u32) → ops, DUPFIXED 24-byte records sorted by op id.
+const OPS: &str = "ops";
+/// Row id (u64) → row record.
+const ROWS: &str = "rows";
+/// Table id (u32 BE) + replica identity → row id.
+const ROW_KEYS: &str = "row_keys";
+/// REMOVE op id (u64) → tombstone.
+const TOMBSTONES: &str = "tombstones";
+/// Lookup key → row id (u64 BE) + lookup outputs, one dup per row.
+const LOOKUPS: &str = "lookups";
+
+/// Handles of every table, valid for one transaction.
+pub(super) struct Tables<'t> {
+    pub meta: Table<'t>,
+    pub buckets: Table<'t>,
+    pub bucket_names: Table<'t>,
+    pub ops: Table<'t>,
+    pub rows: Table<'t>,
+    pub row_keys: Table<'t>,
+    pub tombstones: Table<'t>,
+    pub lookups: Table<'t>,
+}
+
+impl<'t> Tables<'t> {
+    /// Opens every table in `txn`.
+    pub fn open<K: TransactionKind>(
+        txn: &'t Transaction<'_, K, libmdbx::NoWriteMap>,
+        dir: &std::path::Path,
+    ) -> Result<Self, StoreError> {
+        let open = |name: &str| {
+            txn.open_table(Some(name))
+                .map_err(|e| StoreError::mdbx(dir, "open a table", e))
+        };
+        Ok(Self {
+            meta: open(META)?,
+            buckets: open(BUCKETS)?,
+            bucket_names: open(BUCKET_NAMES)?,
+            ops: open(OPS)?,
+            rows: open(ROWS)?,
+            row_keys: open(ROW_KEYS)?,
+            tombstones: open(TOMBSTONES)?,
+            lookups: open(LOOKUPS)?,
+        })
+    }
+}
+
+/// `row_keys` key: table id big-endian, then the identity bytes.
+pub(super) fn row_key(table_id: u32, identity: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(4 + identity.len());
+    key.extend_from_slice(&table_id.to_be_bytes());
+    key.extend_from_slice(identity);
+    key
+}

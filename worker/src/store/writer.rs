@@ -1,0 +1,505 @@
+//! The write side: one read-write transaction applies row changes as ops and commits
+//! them together with the bucket accumulators, the counters and the checkpoint.
+//!
+//! Superseding happens at write time: when a row's membership in a bucket is replaced
+//! (a new PUT) or ended (a REMOVE), its previous PUT becomes a MOVE whose target is the
+//! new op. PUT records therefore always point at a row's current data, which each row
+//! record stores once however many buckets it is in.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
+
+use super::codec::fixed;
+use super::op::{BucketState, OpKind, StoredOp};
+use super::record::{remove_checksum, subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
+use super::tables::{row_key, Tables};
+use super::{Checkpoint, StoreError};
+
+const KEY_COUNTERS: &[u8] = b"counters";
+pub(super) const KEY_CHECKPOINT: &[u8] = b"checkpoint";
+
+/// One bucket membership a row produces (what the rules evaluated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowPut<'a> {
+    /// Bucket name.
+    pub bucket: &'a str,
+    /// Output table name.
+    pub object_type: &'a str,
+    /// Row id text.
+    pub object_id: &'a str,
+    /// The exact data JSON.
+    pub data: &'a str,
+    /// PUT checksum.
+    pub checksum: u32,
+}
+
+/// One parameter-lookup entry a row produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupPut<'a> {
+    /// Encoded lookup key.
+    pub key: &'a [u8],
+    /// Encoded outputs.
+    pub outputs: &'a [u8],
+}
+
+/// Id allocators, persisted with every commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Counters {
+    pub next_op: u64,
+    pub next_row: u64,
+    pub next_bucket: u32,
+}
+
+impl Counters {
+    const INITIAL: Self = Self {
+        next_op: 1,
+        next_row: 1,
+        next_bucket: 1,
+    };
+
+    fn encode(&self) -> [u8; 20] {
+        let mut out = [0u8; 20];
+        out[..8].copy_from_slice(&self.next_op.to_le_bytes());
+        out[8..16].copy_from_slice(&self.next_row.to_le_bytes());
+        out[16..20].copy_from_slice(&self.next_bucket.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        const W: &str = "counters";
+        Some(Self {
+            next_op: u64::from_le_bytes(fixed(bytes, 0, W).ok()?),
+            next_row: u64::from_le_bytes(fixed(bytes, 8, W).ok()?),
+            next_bucket: u32::from_le_bytes(fixed(bytes, 16, W).ok()?),
+        })
+    }
+}
+
+/// An open write. Build it with [`super::Store::write`].
+pub struct WriteTxn<'t, 'db> {
+    txn: &'t Transaction<'db, RW, NoWriteMap>,
+    tables: &'t Tables<'t>,
+    dir: &'t Path,
+    counters: Counters,
+    dirty: HashMap<String, BucketState>,
+    new_names: Vec<(u32, String)>,
+}
+
+impl<'t, 'db> WriteTxn<'t, 'db> {
+    pub(super) fn begin(
+        txn: &'t Transaction<'db, RW, NoWriteMap>,
+        tables: &'t Tables<'t>,
+        dir: &'t Path,
+    ) -> Result<Self, StoreError> {
+        let counters = match txn
+            .get::<Vec<u8>>(&tables.meta, KEY_COUNTERS)
+            .map_err(|e| StoreError::mdbx(dir, "read counters", e))?
+        {
+            None => Counters::INITIAL,
+            Some(bytes) => {
+                Counters::decode(&bytes).ok_or_else(|| StoreError::corrupt(dir, "counters"))?
+            }
+        };
+        Ok(Self {
+            txn,
+            tables,
+            dir,
+            counters,
+            dirty: HashMap::new(),
+            new_names: Vec::new(),
+        })
+    }
+
+    fn mdbx(&self, action: &'static str) -> impl Fn(libmdbx::Error) -> StoreError + '_ {
+        move |e| StoreError::mdbx(self.dir, action, e)
+    }
+
+    /// Applies an inserted or updated source row: a PUT in every bucket of `puts`,
+    /// a REMOVE in every bucket it left, and its lookup entries replaced.
+    pub fn upsert_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+    ) -> Result<(), StoreError> {
+        let key = row_key(table_id, identity);
+        let existing = self.row_id(&key)?;
+        let (row_id, old) = match existing {
+            Some(row_id) => (row_id, Some(self.load_row(row_id)?)),
+            None => {
+                let row_id = self.counters.next_row;
+                self.counters.next_row += 1;
+                (row_id, None)
+            }
+        };
+        let mut record = RowRecord {
+            table_id,
+            identity: identity.to_vec(),
+            ..RowRecord::default()
+        };
+        for put in puts {
+            let output = record.output_index(put).ok_or_else(|| {
+                StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
+            })?;
+            let bucket = self.bucket(put.bucket)?;
+            let op_id = self.append(
+                put.bucket,
+                bucket,
+                OpKind::Put,
+                output,
+                put.checksum,
+                row_id,
+            )?;
+            if let Some(previous) = old
+                .as_ref()
+                .and_then(|old| old.membership_of(bucket.id, put.object_type, put.object_id))
+            {
+                self.supersede(bucket.id, previous.op_id, op_id)?;
+            }
+            record.memberships.push(Membership {
+                bucket_id: bucket.id,
+                op_id,
+                output,
+            });
+        }
+        if let Some(old) = &old {
+            for gone in old.memberships.iter().filter(|m| {
+                let o = old.output(m);
+                record
+                    .membership_of(m.bucket_id, &o.object_type, &o.object_id)
+                    .is_none()
+            }) {
+                self.remove_membership(old, gone, row_id)?;
+            }
+            for stale in &old.lookups {
+                if !lookups.iter().any(|l| {
+                    l.key == stale.key.as_slice() && lookup_value(row_id, l.outputs) == stale.value
+                }) {
+                    self.txn
+                        .del(&self.tables.lookups, &stale.key, Some(&stale.value))
+                        .map_err(self.mdbx("remove a lookup"))?;
+                }
+            }
+        }
+        for lookup in lookups {
+            let value = lookup_value(row_id, lookup.outputs);
+            let known = old.as_ref().is_some_and(|o| {
+                o.lookups
+                    .iter()
+                    .any(|l| l.key == lookup.key && l.value == value)
+            });
+            if !known {
+                self.txn
+                    .put(&self.tables.lookups, lookup.key, &value, WriteFlags::UPSERT)
+                    .map_err(self.mdbx("write a lookup"))?;
+            }
+            record.lookups.push(LookupRef {
+                key: lookup.key.to_vec(),
+                value,
+            });
+        }
+        if record.memberships.is_empty() && record.lookups.is_empty() {
+            // The row feeds nothing now: forget it (its REMOVEs were written above).
+            if existing.is_some() {
+                self.forget_row(&key, row_id)?;
+            }
+            return Ok(());
+        }
+        self.txn
+            .put(
+                &self.tables.rows,
+                row_id.to_ne_bytes(),
+                record.encode(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write a row"))?;
+        if existing.is_none() {
+            self.txn
+                .put(
+                    &self.tables.row_keys,
+                    &key,
+                    row_id.to_le_bytes(),
+                    WriteFlags::UPSERT,
+                )
+                .map_err(self.mdbx("write a row key"))?;
+        }
+        Ok(())
+    }
+
+    /// Applies a deleted source row: a REMOVE in each of its buckets, lookups dropped.
+    /// Returns false when the row was not stored (a redelivered delete).
+    pub fn delete_row(&mut self, table_id: u32, identity: &[u8]) -> Result<bool, StoreError> {
+        let key = row_key(table_id, identity);
+        let Some(row_id) = self.row_id(&key)? else {
+            return Ok(false);
+        };
+        let old = self.load_row(row_id)?;
+        for membership in &old.memberships {
+            self.remove_membership(&old, membership, row_id)?;
+        }
+        for lookup in &old.lookups {
+            self.txn
+                .del(&self.tables.lookups, &lookup.key, Some(&lookup.value))
+                .map_err(self.mdbx("remove a lookup"))?;
+        }
+        self.forget_row(&key, row_id)?;
+        Ok(true)
+    }
+
+    /// Persists accumulators, counters and the checkpoint `(last op id, lsn)`.
+    pub(super) fn finish(self, lsn: u64) -> Result<Checkpoint, StoreError> {
+        for (name, state) in &self.dirty {
+            self.txn
+                .put(
+                    &self.tables.buckets,
+                    name.as_bytes(),
+                    state.encode(),
+                    WriteFlags::UPSERT,
+                )
+                .map_err(self.mdbx("write a bucket"))?;
+        }
+        for (id, name) in &self.new_names {
+            self.txn
+                .put(
+                    &self.tables.bucket_names,
+                    id.to_ne_bytes(),
+                    name.as_bytes(),
+                    WriteFlags::UPSERT,
+                )
+                .map_err(self.mdbx("write a bucket name"))?;
+        }
+        self.txn
+            .put(
+                &self.tables.meta,
+                KEY_COUNTERS,
+                self.counters.encode(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write counters"))?;
+        let checkpoint = Checkpoint {
+            op_id: self.counters.next_op - 1,
+            lsn,
+        };
+        self.txn
+            .put(
+                &self.tables.meta,
+                KEY_CHECKPOINT,
+                checkpoint.encode(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write the checkpoint"))?;
+        Ok(checkpoint)
+    }
+
+    fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+        let value: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.row_keys, key)
+            .map_err(self.mdbx("read a row key"))?;
+        value
+            .map(|v| {
+                fixed::<8>(&v, 0, "row key")
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| StoreError::corrupt(self.dir, "row key"))
+            })
+            .transpose()
+    }
+
+    fn load_row(&self, row_id: u64) -> Result<RowRecord, StoreError> {
+        let bytes: Vec<u8> = self
+            .txn
+            .get(&self.tables.rows, row_id.to_ne_bytes())
+            .map_err(self.mdbx("read a row"))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "row (key without record)"))?;
+        RowRecord::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
+    }
+
+    fn forget_row(&self, key: &[u8], row_id: u64) -> Result<(), StoreError> {
+        self.txn
+            .del(&self.tables.rows, row_id.to_ne_bytes(), None)
+            .map_err(self.mdbx("remove a row"))?;
+        self.txn
+            .del(&self.tables.row_keys, key, None)
+            .map_err(self.mdbx("remove a row key"))?;
+        Ok(())
+    }
+
+    /// The accumulators of `name`, created (with a new id) on first use.
+    fn bucket(&mut self, name: &str) -> Result<BucketState, StoreError> {
+        if let Some(state) = self.dirty.get(name) {
+            return Ok(*state);
+        }
+        let stored: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.buckets, name.as_bytes())
+            .map_err(self.mdbx("read a bucket"))?;
+        let state = match stored {
+            Some(bytes) => {
+                BucketState::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?
+            }
+            None => {
+                let id = self.counters.next_bucket;
+                self.counters.next_bucket = id
+                    .checked_add(1)
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "bucket id space exhausted"))?;
+                self.new_names.push((id, name.to_owned()));
+                BucketState {
+                    id,
+                    ..BucketState::default()
+                }
+            }
+        };
+        self.dirty.insert(name.to_owned(), state);
+        Ok(state)
+    }
+
+    fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
+        if let Some((_, name)) = self.new_names.iter().find(|(i, _)| *i == id) {
+            return Ok(name.clone());
+        }
+        let name: Vec<u8> = self
+            .txn
+            .get(&self.tables.bucket_names, id.to_ne_bytes())
+            .map_err(self.mdbx("read a bucket name"))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket name"))?;
+        String::from_utf8(name).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))
+    }
+
+    /// Appends an op with the next op id to a bucket and updates its accumulators.
+    fn append(
+        &mut self,
+        name: &str,
+        mut bucket: BucketState,
+        kind: OpKind,
+        output: u8,
+        checksum: u32,
+        reference: u64,
+    ) -> Result<u64, StoreError> {
+        let op_id = self.counters.next_op;
+        self.counters.next_op += 1;
+        let op = StoredOp {
+            op_id,
+            kind,
+            output,
+            checksum,
+            reference,
+        };
+        self.txn
+            .put(
+                &self.tables.ops,
+                bucket.id.to_ne_bytes(),
+                op.encode(),
+                WriteFlags::APPEND_DUP,
+            )
+            .map_err(self.mdbx("append an op"))?;
+        bucket.add(op_id, checksum);
+        self.dirty.insert(name.to_owned(), bucket);
+        Ok(op_id)
+    }
+
+    /// Turns op `op_id` of a bucket into a MOVE that points at `target`.
+    fn supersede(&self, bucket_id: u32, op_id: u64, target: u64) -> Result<(), StoreError> {
+        let key = bucket_id.to_ne_bytes();
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.ops)
+            .map_err(self.mdbx("open a cursor"))?;
+        let found: Option<Vec<u8>> = cursor
+            .get_both_range(&key, &StoredOp::seek_key(op_id))
+            .map_err(self.mdbx("find an op"))?;
+        let old = found
+            .map(|bytes| {
+                StoredOp::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
+            })
+            .transpose()?
+            .filter(|op| op.op_id == op_id)
+            .ok_or_else(|| StoreError::corrupt(self.dir, "superseded op missing"))?;
+        let moved = StoredOp {
+            kind: OpKind::Move,
+            output: 0,
+            reference: target,
+            ..old
+        };
+        drop(cursor);
+        self.txn
+            .del(&self.tables.ops, key, Some(&old.encode()))
+            .map_err(self.mdbx("supersede an op"))?;
+        self.txn
+            .put(&self.tables.ops, key, moved.encode(), WriteFlags::UPSERT)
+            .map_err(self.mdbx("supersede an op"))?;
+        Ok(())
+    }
+
+    fn remove_membership(
+        &mut self,
+        old: &RowRecord,
+        membership: &Membership,
+        row_id: u64,
+    ) -> Result<(), StoreError> {
+        let output = old.output(membership);
+        let tombstone = Tombstone {
+            object_type: output.object_type.clone(),
+            object_id: output.object_id.clone(),
+            subkey: subkey(old.table_id, row_id),
+        };
+        let name = self.bucket_name(membership.bucket_id)?;
+        let bucket = self.bucket(&name)?;
+        let checksum = remove_checksum(&tombstone.subkey);
+        let op_id = self.append(&name, bucket, OpKind::Remove, 0, checksum, row_id)?;
+        self.txn
+            .put(
+                &self.tables.tombstones,
+                op_id.to_ne_bytes(),
+                tombstone.encode(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write a tombstone"))?;
+        self.supersede(membership.bucket_id, membership.op_id, op_id)
+    }
+}
+
+/// A lookup dup value: the row id (so each row's entry is distinct) then the outputs.
+fn lookup_value(row_id: u64, outputs: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + outputs.len());
+    value.extend_from_slice(&row_id.to_be_bytes());
+    value.extend_from_slice(outputs);
+    value
+}
+
+impl RowRecord {
+    /// The index of `put`'s output, added if new (outputs are stored once per row).
+    fn output_index(&mut self, put: &RowPut<'_>) -> Option<u8> {
+        let position = self.outputs.iter().position(|o| {
+            o.object_type == put.object_type && o.object_id == put.object_id && o.data == put.data
+        });
+        let index = position.unwrap_or_else(|| {
+            self.outputs.push(Output {
+                object_type: put.object_type.to_owned(),
+                object_id: put.object_id.to_owned(),
+                data: put.data.to_owned(),
+            });
+            self.outputs.len() - 1
+        });
+        u8::try_from(index).ok()
+    }
+
+    fn output(&self, membership: &Membership) -> &Output {
+        // Decoding guarantees the index is in range.
+        &self.outputs[usize::from(membership.output)]
+    }
+
+    fn membership_of(
+        &self,
+        bucket_id: u32,
+        object_type: &str,
+        object_id: &str,
+    ) -> Option<&Membership> {
+        self.memberships.iter().find(|m| {
+            let o = self.output(m);
+            m.bucket_id == bucket_id && o.object_type == object_type && o.object_id == object_id
+        })
+    }
+}

@@ -1,0 +1,243 @@
+//! Storage laws as properties: for random row changes across buckets, a client at any
+//! earlier position that downloads the ops after it up to the current checkpoint ends
+//! with exactly the current rows and the announced checksum and count.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use powersync_mdbx_worker::store::{OpKind, RowPut, Store};
+
+const BUCKETS: [&str; 5] = ["b0", "b1", "b2[\"x\"]", "b3", "b4"];
+const ROWS: u64 = 16;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What a client holds per bucket.
+#[derive(Clone, Default)]
+struct Client {
+    after: BTreeMap<&'static str, u64>,
+    checksum: BTreeMap<&'static str, u32>,
+    rows: BTreeMap<&'static str, BTreeMap<String, String>>,
+}
+
+impl Client {
+    /// Downloads everything after its positions up to the store's checkpoint, in pages.
+    fn sync(&mut self, store: &Store, truth: &BTreeMap<&'static str, BTreeMap<String, String>>) {
+        store
+            .read(|view| {
+                let cp = view.checkpoint()?.op_id;
+                for bucket in BUCKETS {
+                    let Some(state) = view.bucket(bucket)? else {
+                        continue;
+                    };
+                    let mut after = *self.after.get(bucket).unwrap_or(&0);
+                    loop {
+                        let page = view.ops(state.id, after, cp, 3)?;
+                        assert!(page.max_target <= cp, "a single read view is consistent");
+                        for op in &page.ops {
+                            assert!(op.op_id > after && op.op_id <= cp);
+                            let sum = self.checksum.entry(bucket).or_default();
+                            *sum = sum.wrapping_add(op.checksum);
+                            let rows = self.rows.entry(bucket).or_default();
+                            match op.kind {
+                                OpKind::Put => {
+                                    let o = op.object.as_ref().unwrap();
+                                    rows.insert(o.object_id.clone(), o.data.clone().unwrap());
+                                }
+                                OpKind::Remove => {
+                                    rows.remove(&op.object.as_ref().unwrap().object_id);
+                                }
+                                OpKind::Move | OpKind::Clear => assert!(op.object.is_none()),
+                            }
+                            after = op.op_id;
+                        }
+                        if !page.has_more {
+                            break;
+                        }
+                    }
+                    self.after.insert(bucket, cp);
+                    assert_eq!(
+                        self.checksum.get(bucket).copied().unwrap_or(0),
+                        state.checksum,
+                        "checksum of {bucket}"
+                    );
+                    let empty = BTreeMap::new();
+                    assert_eq!(
+                        self.rows.get(bucket).unwrap_or(&empty),
+                        truth.get(bucket).unwrap_or(&empty),
+                        "rows of {bucket}"
+                    );
+                    // Count: every op ever added and still stored.
+                    let all = view.ops(state.id, 0, cp, usize::MAX)?;
+                    assert_eq!(all.ops.len() as u64, state.count, "count of {bucket}");
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+fn checksum_of(data: &str) -> u32 {
+    data.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn run(seed: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let mut rng = Rng(seed);
+    // row → (buckets, data)
+    let mut model: BTreeMap<u64, (Vec<&'static str>, String)> = BTreeMap::new();
+    let mut clients: Vec<Client> = vec![Client::default()];
+    let mut last_cp = 0;
+    for commit in 0..60u64 {
+        let lsn = 100 + commit;
+        let (_, cp) = store
+            .write(lsn, |w| {
+                for _ in 0..=rng.below(4) {
+                    let row = rng.below(ROWS);
+                    let identity = row.to_be_bytes();
+                    if rng.below(5) == 0 {
+                        let was = model.remove(&row).is_some();
+                        assert_eq!(w.delete_row(1, &identity)?, was);
+                    } else {
+                        let buckets: Vec<&'static str> = BUCKETS
+                            .iter()
+                            .copied()
+                            .filter(|_| rng.below(3) == 0)
+                            .collect();
+                        let data = format!("{{\"id\":\"r{row}\",\"v\":{}}}", rng.below(1000));
+                        let object_id = format!("r{row}");
+                        let puts: Vec<RowPut<'_>> = buckets
+                            .iter()
+                            .map(|b| RowPut {
+                                bucket: b,
+                                object_type: "items",
+                                object_id: &object_id,
+                                data: &data,
+                                checksum: checksum_of(&data),
+                            })
+                            .collect();
+                        w.upsert_row(1, &identity, &puts, &[])?;
+                        if buckets.is_empty() {
+                            model.remove(&row);
+                        } else {
+                            model.insert(row, (buckets, data));
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert!(cp.op_id >= last_cp, "checkpoints never go back");
+        assert_eq!(cp.lsn, lsn);
+        last_cp = cp.op_id;
+        let mut truth: BTreeMap<&'static str, BTreeMap<String, String>> = BTreeMap::new();
+        for (row, (buckets, data)) in &model {
+            for b in buckets {
+                truth
+                    .entry(b)
+                    .or_default()
+                    .insert(format!("r{row}"), data.clone());
+            }
+        }
+        // Some clients sync at this checkpoint, some stay behind; a new client joins.
+        for client in clients.iter_mut() {
+            if rng.below(3) != 0 {
+                client.sync(&store, &truth);
+            }
+        }
+        if commit % 7 == 0 {
+            clients.push(Client::default());
+        }
+        if commit == 59 {
+            for client in clients.iter_mut() {
+                client.sync(&store, &truth);
+            }
+            let mut fresh = Client::default();
+            fresh.sync(&store, &truth);
+        }
+    }
+    drop(store);
+    // Reopened, the store serves the same state.
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    assert_eq!(store.read(|v| v.checkpoint()).unwrap().op_id, last_cp);
+}
+
+#[test]
+fn every_position_syncs_to_the_current_checkpoint() {
+    for seed in [1, 7, 42, 1234, 99991, 0x5eed_f00d] {
+        run(seed);
+    }
+}
+
+#[test]
+fn unchanged_memberships_keep_a_single_copy_of_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let data = "{\"id\":\"t1\",\"title\":\"x\"}";
+    let puts: Vec<RowPut<'_>> = BUCKETS[..3]
+        .iter()
+        .map(|b| RowPut {
+            bucket: b,
+            object_type: "tasks",
+            object_id: "t1",
+            data,
+            checksum: 5,
+        })
+        .collect();
+    let (_, cp) = store
+        .write(1, |w| w.upsert_row(9, b"t1", &puts, &[]))
+        .unwrap();
+    assert_eq!(cp.op_id, 3);
+    store
+        .read(|v| {
+            for b in &BUCKETS[..3] {
+                let state = v.bucket(b)?.unwrap();
+                assert_eq!(
+                    (state.count, state.checksum, state.last_op),
+                    (1, 5, state.last_op)
+                );
+                let page = v.ops(state.id, 0, cp.op_id, 10)?;
+                assert_eq!(
+                    page.ops[0].object.as_ref().unwrap().data.as_deref(),
+                    Some(data)
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    // The delete removes it from all three; a redelivered delete is a no-op.
+    let (removed, cp) = store.write(2, |w| w.delete_row(9, b"t1")).unwrap();
+    assert!(removed);
+    assert_eq!(cp.op_id, 6);
+    let (again, cp2) = store.write(3, |w| w.delete_row(9, b"t1")).unwrap();
+    assert!(!again);
+    assert_eq!(cp2.op_id, 6);
+    assert_eq!(cp2.lsn, 3);
+    store
+        .read(|v| {
+            let state = v.bucket(BUCKETS[0])?.unwrap();
+            let page = v.ops(state.id, 0, cp.op_id, 10)?;
+            assert_eq!(
+                page.ops.iter().map(|o| o.kind).collect::<Vec<_>>(),
+                vec![OpKind::Move, OpKind::Remove]
+            );
+            assert_eq!(page.max_target, page.ops[1].op_id);
+            Ok(())
+        })
+        .unwrap();
+}
