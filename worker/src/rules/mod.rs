@@ -33,6 +33,6 @@ pub use request::{
     BucketReason, InMemoryLookups, LookupReader, RequestContext, Resolution, ResolvedBucket,
     Subscription, SubscriptionError,
 };
-pub use row::{PgType, SourceColumn, SourceRow};
+pub use row::{OwnedSourceRow, PgType, SourceColumn, SourceRow};
 pub use sync_rules::{BucketSource, SourceKind, SyncRules, TableUsage, DEFAULT_PRIORITY};
 pub use value::{OwnedValue, Value};
