@@ -1,5 +1,6 @@
 //! Golden tests: bucket names, `data` strings and checksums equal to the official service's
 //! (spec §3.5 worked examples, spec §2.4, and the captured vectors of the benchmark fixture).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod rules_support;
 

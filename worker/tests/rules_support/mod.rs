@@ -1,5 +1,5 @@
 //! Shared helpers for the rules tests: fixture rows rebuilt from the shared data.sql formulas.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use md5::{Digest, Md5};
 use powersync_mdbx_worker::rules::{OwnedSourceRow, PgType, RowEvaluation, SyncRules};
@@ -60,11 +60,11 @@ fn md5_hex(s: &str) -> String {
 
 /// Generated task `p.t` of data.sql (PostgreSQL prints the timestamptz as `+00`).
 pub fn generated_task(p: u32, t: u32, users: u32) -> OwnedSourceRow {
-    let status = if t % 7 == 0 {
+    let status = if t.is_multiple_of(7) {
         "blocked"
-    } else if t % 5 == 0 {
+    } else if t.is_multiple_of(5) {
         "done"
-    } else if t % 3 == 0 {
+    } else if t.is_multiple_of(3) {
         "in_progress"
     } else {
         "todo"
