@@ -3,4 +3,5 @@
 //! The PostgreSQL extension starts it from its background worker; tests start it in-process.
 #![warn(missing_docs)]
 
+pub mod cli;
 pub mod rules;
