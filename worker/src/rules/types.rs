@@ -376,12 +376,15 @@ fn array_to_json(s: &str, elem: u32, compat: &Compatibility) -> Result<String, S
         src: body,
         i: 0,
     };
-    p.parse_level(&mut out, elem, compat)?;
+    p.parse_level(&mut out, elem, compat, 1)?;
     if p.i != p.s.len() {
         return Err(format!("`{s}` has text after the array"));
     }
     Ok(out)
 }
+
+/// PostgreSQL's MAXDIM.
+const MAX_ARRAY_DEPTH: usize = 6;
 
 struct ArrayParser<'s> {
     s: &'s [u8],
@@ -395,7 +398,14 @@ impl ArrayParser<'_> {
         out: &mut String,
         elem: u32,
         compat: &Compatibility,
+        depth: usize,
     ) -> Result<(), String> {
+        if depth > MAX_ARRAY_DEPTH {
+            return Err(format!(
+                "`{}` nests arrays deeper than PostgreSQL allows",
+                self.src
+            ));
+        }
         if self.s.get(self.i) != Some(&b'{') {
             return Err(format!("`{}` is not an array literal", self.src));
         }
@@ -408,7 +418,7 @@ impl ArrayParser<'_> {
         }
         loop {
             match self.s.get(self.i) {
-                Some(b'{') => self.parse_level(out, elem, compat)?,
+                Some(b'{') => self.parse_level(out, elem, compat, depth + 1)?,
                 Some(b'"') => {
                     self.i += 1;
                     let mut v = String::new();

@@ -6,7 +6,7 @@
 //! back into an `IN` over a JSON array. A user-written `<@` is rejected up front, so every
 //! `<@` in the tree is one of ours.
 
-use sqlparser::ast::{Query, Select, SetExpr, Statement};
+use sqlparser::ast::{Query, Select, SetExpr, Spanned, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
@@ -89,8 +89,9 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
         ));
     }
     if q.limit_clause.is_some() || q.fetch.is_some() {
+        let at = q.limit_clause.as_ref().map(|l| l.span()).unwrap_or(span);
         return Err(ctx.err(
-            span,
+            pick(at, span),
             "LIMIT / OFFSET / FETCH are not supported",
             "remove them; every matching row is synced",
         ));
@@ -121,8 +122,12 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
             "remove DISTINCT; rows are keyed by `id`",
         ));
     }
-    if select.having.is_some() {
-        return Err(ctx.err(sspan, "HAVING is not supported", "remove HAVING"));
+    if let Some(h) = &select.having {
+        return Err(ctx.err(
+            pick(h.span(), sspan),
+            "HAVING is not supported",
+            "remove HAVING",
+        ));
     }
     match &select.group_by {
         sqlparser::ast::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
@@ -207,4 +212,13 @@ fn position_in_message(msg: &str) -> (u64, u64) {
             .unwrap_or(0)
     };
     (grab("Line: "), grab("Column: "))
+}
+
+/// `preferred` unless it is empty (some nodes carry no position).
+fn pick(preferred: Span, fallback: Span) -> Span {
+    if preferred == Span::empty() {
+        fallback
+    } else {
+        preferred
+    }
 }
