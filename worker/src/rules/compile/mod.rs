@@ -159,7 +159,15 @@ pub(crate) fn data_projection(
                 continue;
             }
             SelectItem::QualifiedWildcard(kind, _) => {
-                let q = kind.to_string().to_lowercase();
+                let q = match kind {
+                    sqlparser::ast::SelectItemQualifiedWildcardKind::ObjectName(n) => {
+                        match n.0.as_slice() {
+                            [ObjectNamePart::Identifier(id)] => ident_name(id),
+                            _ => n.to_string(),
+                        }
+                    }
+                    other => other.to_string(),
+                };
                 if !scope.table_qualifiers.contains(&q) {
                     return Err(ctx.err(
                         item.span(),
