@@ -81,9 +81,13 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
             "define common table expressions under the stream's `with:` key (edition 3)",
         ));
     }
-    if q.order_by.is_some() {
+    if let Some(o) = &q.order_by {
+        let at = match &o.kind {
+            sqlparser::ast::OrderByKind::Expressions(e) => e.first().map(|x| x.expr.span()),
+            _ => None,
+        };
         return Err(ctx.err(
-            span,
+            pick(at.unwrap_or(span), span),
             "ORDER BY is not supported",
             "remove ORDER BY; clients order rows locally",
         ));
@@ -131,12 +135,16 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
     }
     match &select.group_by {
         sqlparser::ast::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
-        _ => {
+        g => {
+            let at = match g {
+                sqlparser::ast::GroupByExpr::Expressions(e, _) => e.first().map(|x| x.span()),
+                _ => None,
+            };
             return Err(ctx.err(
-                sspan,
+                pick(at.unwrap_or(sspan), sspan),
                 "GROUP BY is not supported",
                 "remove GROUP BY; rows sync one by one",
-            ))
+            ));
         }
     }
     if select.top.is_some()
