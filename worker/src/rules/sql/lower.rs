@@ -152,6 +152,15 @@ pub fn fix_in_precedence(ast: &Ast) -> Ast {
 }
 
 fn unsupported(ctx: &QueryCtx<'_>, ast: &Ast, what: &str, hint: &str) -> RulesError {
+    // Unsupported nodes were not depth-checked; never walk a deep one.
+    if super::parse::too_deep(ast, 0) {
+        return ctx.err_at(
+            1,
+            1,
+            format!("{what} is not supported (deeply nested)"),
+            hint,
+        );
+    }
     ctx.err(
         ast.span(),
         format!("{what} is not supported: `{ast}`"),

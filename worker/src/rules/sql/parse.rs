@@ -6,7 +6,10 @@
 //! back into an `IN` over a JSON array. A user-written `<@` is rejected up front, so every
 //! `<@` in the tree is one of ours.
 
-use sqlparser::ast::{Query, Select, SetExpr, Spanned, Statement};
+use sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, InTarget, Query, Select, SelectItem,
+    SetExpr, Spanned, Statement,
+};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
@@ -14,6 +17,14 @@ use sqlparser::tokenizer::{Span, Token, Tokenizer};
 
 use super::QueryCtx;
 use crate::rules::error::RulesError;
+
+/// Token limit per query: keeps every AST shallow enough for sqlparser's own recursive
+/// span, clone and display code (about 250 levels at most) on a 2 MiB thread stack.
+const MAX_TOKENS: usize = 500;
+
+/// Expression nesting limit after parsing (binary operator chains are not bounded by the
+/// parser's recursion limit).
+const MAX_DEPTH: usize = 64;
 
 /// Nesting limit for the parser, so hostile input cannot exhaust the stack.
 const RECURSION_LIMIT: usize = 40;
@@ -31,7 +42,29 @@ pub fn parse_select(ctx: &QueryCtx<'_>, sql: &str) -> Result<Select, RulesError>
                 "a single SELECT statement in PostgreSQL syntax",
             )
         })?;
+    let count = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+        .count();
+    if count > MAX_TOKENS {
+        return Err(ctx.err_at(
+            1,
+            1,
+            format!("the query is too long ({count} tokens; the limit is {MAX_TOKENS})"),
+            "split it into several queries",
+        ));
+    }
     rewrite_bare_in(ctx, &mut tokens)?;
+    // Positions taken from tokens, because computing spans of a deep tree recurses.
+    let mut significant = tokens
+        .iter()
+        .filter(|t| !matches!(t.token, Token::Whitespace(_)));
+    let start = significant.next().map(|t| t.span).unwrap_or(Span::empty());
+    let second = tokens
+        .iter()
+        .skip_while(|t| t.token != Token::SemiColon)
+        .find(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon))
+        .map(|t| t.span);
     let mut parser = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
         .with_tokens_with_locations(tokens);
@@ -45,22 +78,18 @@ pub fn parse_select(ctx: &QueryCtx<'_>, sql: &str) -> Result<Select, RulesError>
             "a single SELECT statement in PostgreSQL syntax",
         )
     })?;
-    let mut it = statements.into_iter();
-    let first = it.next();
-    if let Some(second) = it.next() {
-        let span = sqlparser::ast::Spanned::span(&second);
+    if statements.len() > 1 {
         return Err(ctx.err(
-            span,
+            second.unwrap_or(start),
             "more than one SQL statement in one query",
             "one SELECT per query; list several queries as separate YAML entries",
         ));
     }
-    let query = match first {
+    let query = match statements.into_iter().next() {
         Some(Statement::Query(q)) => q,
-        Some(other) => {
-            let span = sqlparser::ast::Spanned::span(&other);
+        Some(_) => {
             return Err(ctx.err(
-                span,
+                start,
                 "only SELECT statements are allowed",
                 "a SELECT statement",
             ));
@@ -69,11 +98,26 @@ pub fn parse_select(ctx: &QueryCtx<'_>, sql: &str) -> Result<Select, RulesError>
             return Err(ctx.err(Span::empty(), "the query is empty", "a SELECT statement"));
         }
     };
-    check_query(ctx, *query)
+    check_query(ctx, *query, start)
 }
 
-fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
-    let span = sqlparser::ast::Spanned::span(&q);
+/// The span of `e`, or `fallback` when `e` is too deep to walk safely.
+pub(crate) fn safe_span(e: &Expr, fallback: Span) -> Span {
+    if too_deep(e, 0) {
+        fallback
+    } else {
+        pick(e.span(), fallback)
+    }
+}
+
+fn check_query(ctx: &QueryCtx<'_>, q: Query, span: Span) -> Result<Select, RulesError> {
+    if query_too_deep(&q, 0) {
+        return Err(ctx.err(
+            span,
+            format!("an expression nests deeper than {MAX_DEPTH} levels"),
+            "simplify the expression or split the query",
+        ));
+    }
     if q.with.is_some() {
         return Err(ctx.err(
             span,
@@ -83,19 +127,26 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
     }
     if let Some(o) = &q.order_by {
         let at = match &o.kind {
-            sqlparser::ast::OrderByKind::Expressions(e) => e.first().map(|x| x.expr.span()),
+            sqlparser::ast::OrderByKind::Expressions(e) => {
+                e.first().map(|x| safe_span(&x.expr, span))
+            }
             _ => None,
         };
         return Err(ctx.err(
-            pick(at.unwrap_or(span), span),
+            at.unwrap_or(span),
             "ORDER BY is not supported",
             "remove ORDER BY; clients order rows locally",
         ));
     }
     if q.limit_clause.is_some() || q.fetch.is_some() {
-        let at = q.limit_clause.as_ref().map(|l| l.span()).unwrap_or(span);
+        let at = match &q.limit_clause {
+            Some(sqlparser::ast::LimitClause::LimitOffset { limit: Some(l), .. }) => {
+                safe_span(l, span)
+            }
+            _ => span,
+        };
         return Err(ctx.err(
-            pick(at, span),
+            at,
             "LIMIT / OFFSET / FETCH are not supported",
             "remove them; every matching row is synced",
         ));
@@ -109,8 +160,7 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
     }
     let select = match *q.body {
         SetExpr::Select(s) => *s,
-        other => {
-            let span = sqlparser::ast::Spanned::span(&other);
+        _ => {
             return Err(ctx.err(
                 span,
                 "only a plain SELECT is supported (no UNION, VALUES or nested query)",
@@ -128,7 +178,7 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
     }
     if let Some(h) = &select.having {
         return Err(ctx.err(
-            pick(h.span(), sspan),
+            safe_span(h, sspan),
             "HAVING is not supported",
             "remove HAVING",
         ));
@@ -137,11 +187,13 @@ fn check_query(ctx: &QueryCtx<'_>, q: Query) -> Result<Select, RulesError> {
         sqlparser::ast::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
         g => {
             let at = match g {
-                sqlparser::ast::GroupByExpr::Expressions(e, _) => e.first().map(|x| x.span()),
+                sqlparser::ast::GroupByExpr::Expressions(e, _) => {
+                    e.first().map(|x| safe_span(x, sspan))
+                }
                 _ => None,
             };
             return Err(ctx.err(
-                pick(at.unwrap_or(sspan), sspan),
+                at.unwrap_or(sspan),
                 "GROUP BY is not supported",
                 "remove GROUP BY; rows sync one by one",
             ));
@@ -228,5 +280,114 @@ fn pick(preferred: Span, fallback: Span) -> Span {
         fallback
     } else {
         preferred
+    }
+}
+
+/// True when a query's expressions (including subqueries and FROM items) nest deeper than
+/// [`MAX_DEPTH`]. Checked before anything walks the tree (spans, clones, lowering).
+fn query_too_deep(q: &Query, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    let d = depth + 1;
+    if let Some(o) = &q.order_by {
+        if let sqlparser::ast::OrderByKind::Expressions(e) = &o.kind {
+            if e.iter().any(|x| too_deep(&x.expr, d)) {
+                return true;
+            }
+        }
+    }
+    if let Some(sqlparser::ast::LimitClause::LimitOffset { limit: Some(l), .. }) = &q.limit_clause {
+        if too_deep(l, d) {
+            return true;
+        }
+    }
+    let select = match q.body.as_ref() {
+        SetExpr::Select(s) => s,
+        SetExpr::Query(inner) => return query_too_deep(inner, d),
+        _ => return false,
+    };
+    let mut exprs: Vec<&Expr> = select.selection.iter().collect();
+    for item in &select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => exprs.push(e),
+            _ => {}
+        }
+    }
+    if let sqlparser::ast::GroupByExpr::Expressions(g, _) = &select.group_by {
+        exprs.extend(g.iter());
+    }
+    exprs.extend(select.having.iter());
+    if exprs.iter().any(|e| too_deep(e, d)) {
+        return true;
+    }
+    select.from.iter().any(|twj| {
+        factor_too_deep(&twj.relation, d)
+            || twj.joins.iter().any(|j| factor_too_deep(&j.relation, d))
+    })
+}
+
+fn factor_too_deep(f: &sqlparser::ast::TableFactor, depth: usize) -> bool {
+    match f {
+        sqlparser::ast::TableFactor::Derived { subquery, .. } => {
+            query_too_deep(subquery, depth + 1)
+        }
+        sqlparser::ast::TableFactor::Table { args: Some(a), .. } => {
+            a.args.iter().any(|x| match x {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => too_deep(e, depth + 1),
+                _ => false,
+            })
+        }
+        _ => false,
+    }
+}
+
+/// True when `e` nests deeper than [`MAX_DEPTH`]; never recurses past the limit itself.
+pub(crate) fn too_deep(e: &Expr, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    let d = depth + 1;
+    match e {
+        Expr::BinaryOp { left, right, .. } => too_deep(left, d) || too_deep(right, d),
+        Expr::UnaryOp { expr, .. }
+        | Expr::Nested(expr)
+        | Expr::IsNull(expr)
+        | Expr::IsNotNull(expr)
+        | Expr::Cast { expr, .. } => too_deep(expr, d),
+        Expr::In { expr, target, .. } => {
+            too_deep(expr, d)
+                || match target {
+                    InTarget::List(l) => l.iter().any(|x| too_deep(x, d)),
+                    InTarget::Subquery(q) => query_too_deep(q, d),
+                    _ => false,
+                }
+        }
+        Expr::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            too_deep(expr, d)
+                || substring_from.as_ref().is_some_and(|x| too_deep(x, d))
+                || substring_for.as_ref().is_some_and(|x| too_deep(x, d))
+        }
+        Expr::Function(f) => match &f.args {
+            FunctionArguments::List(l) => l.args.iter().any(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => too_deep(x, d),
+                _ => false,
+            }),
+            _ => false,
+        },
+        Expr::Subquery(q) | Expr::Exists { subquery: q, .. } => query_too_deep(q, d),
+        Expr::JsonAccess { value, .. } => too_deep(value, d),
+        Expr::Between {
+            expr, low, high, ..
+        } => too_deep(expr, d) || too_deep(low, d) || too_deep(high, d),
+        Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } => {
+            too_deep(expr, d) || too_deep(pattern, d)
+        }
+        _ => false,
     }
 }
