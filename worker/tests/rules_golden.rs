@@ -443,3 +443,107 @@ fn generation_changes_bucket_names() {
         r#"7#tasks_by_auth_project|0["project-org-001-0001"]"#
     );
 }
+
+/// The examples of spec §7.3, §7.4 and §7.6 in one file: static parameter queries over
+/// token values, an output-table alias, and every bucket-name shape.
+const SPEC_SECTION_7: &str = r#"
+bucket_definitions:
+  global:
+    data:
+      - SELECT * FROM lists
+  by_user:
+    parameters: SELECT request.user_id() AS user_id
+    data:
+      - SELECT * FROM tasks AS todos WHERE owner_id = bucket.user_id
+  by_token_user:
+    parameters: SELECT token_parameters.user_id
+    data:
+      - SELECT id FROM tasks WHERE owner_id = bucket.user_id
+  admin_org:
+    parameters: SELECT token_parameters.org_id AS org_id WHERE token_parameters.is_admin
+    data:
+      - SELECT id FROM lists WHERE org_id = bucket.org_id
+  by_org:
+    parameters: SELECT id AS org FROM orgs WHERE owner = request.user_id()
+    data:
+      - SELECT id FROM lists WHERE org_num = bucket.org
+  pair:
+    parameters: SELECT request.jwt() ->> 'k' AS a, request.jwt() ->> 'n' AS b
+    data:
+      - SELECT id FROM lists WHERE kind = bucket.a AND num = bucket.b
+  x:
+    parameters: SELECT request.jwt() ->> 'missing' AS v
+    data:
+      - SELECT id FROM lists WHERE maybe = bucket.v
+"#;
+
+#[test]
+fn spec_section_7_examples() {
+    let rules = SyncRules::parse_with_version(SPEC_SECTION_7, BucketVersion::Unversioned).unwrap();
+    let task = OwnedSourceRow::new("public", "tasks")
+        .column("id", ty("text"), Some("t1"))
+        .column("owner_id", ty("text"), Some("u1"));
+    let out = eval(&rules, &task);
+    let got: Vec<_> = out
+        .buckets
+        .iter()
+        .map(|b| (b.bucket.as_str(), b.object_type.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (r#"by_user["u1"]"#, "todos"),
+            (r#"by_token_user["u1"]"#, "tasks")
+        ]
+    );
+
+    let list = OwnedSourceRow::new("public", "lists")
+        .column("id", ty("text"), Some("l1"))
+        .column("org_id", ty("text"), Some("o1"))
+        .column("org_num", ty("int8"), Some("42"))
+        .column("kind", ty("text"), Some("a"))
+        .column("num", ty("float8"), Some("1"))
+        .column("maybe", ty("text"), None);
+    let names: Vec<_> = eval(&rules, &list)
+        .buckets
+        .into_iter()
+        .map(|b| b.bucket)
+        .collect();
+    // `maybe` is NULL: NULL never matches, so no `x[null]` membership from the row side.
+    assert_eq!(
+        names,
+        [
+            "global[]",
+            r#"admin_org["o1"]"#,
+            "by_org[42]",
+            r#"pair["a",1]"#
+        ]
+    );
+
+    let mut store = InMemoryLookups::new();
+    let org = OwnedSourceRow::new("public", "orgs")
+        .column("id", ty("int4"), Some("42"))
+        .column("owner", ty("text"), Some("u1"));
+    store.insert(eval(&rules, &org).lookups);
+    let req = RequestContext::from_claims(json!({
+        "sub": "u1", "k": "a", "n": 1.0, "parameters": {"org_id": "o1", "is_admin": true}
+    }));
+    let res = rules.resolve_request(&req, &store).unwrap();
+    let names: Vec<_> = res.buckets.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "global[]",
+            r#"by_user["u1"]"#,
+            r#"by_token_user["u1"]"#,
+            r#"admin_org["o1"]"#,
+            "by_org[42]",
+            r#"pair["a",1]"#,
+            "x[null]",
+        ]
+    );
+    // Not an admin: the static query's WHERE is false, so no admin_org bucket.
+    let plain = RequestContext::from_claims(json!({"sub": "u1", "parameters": {"org_id": "o1"}}));
+    let res = rules.resolve_request(&plain, &store).unwrap();
+    assert!(!res.buckets.iter().any(|b| b.name.starts_with("admin_org")));
+}
