@@ -11,6 +11,7 @@ pub mod bucket;
 pub mod checksum;
 pub mod compile;
 pub mod error;
+pub mod eval;
 pub mod expr;
 pub mod functions;
 pub mod json;
