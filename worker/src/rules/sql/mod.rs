@@ -4,6 +4,7 @@
 pub mod filter;
 pub mod lower;
 pub mod parse;
+pub mod request_fn;
 
 use sqlparser::tokenizer::Span;
 
