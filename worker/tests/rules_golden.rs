@@ -547,3 +547,11 @@ fn spec_section_7_examples() {
     let res = rules.resolve_request(&plain, &store).unwrap();
     assert!(!res.buckets.iter().any(|b| b.name.starts_with("admin_org")));
 }
+
+#[test]
+fn compiled_rules_are_shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SyncRules>();
+    assert_send_sync::<powersync_mdbx_worker::rules::TablePlan>();
+    assert_send_sync::<InMemoryLookups>();
+}

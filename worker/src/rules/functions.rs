@@ -37,6 +37,10 @@ pub enum Func {
     JsonArrayLength,
     /// `json_valid(x)`
     JsonValid,
+    /// `instr(x, y)`: 1-based character position of `y` in `x`, 0 when absent.
+    Instr,
+    /// `json_keys(json[, '$.path'])`: the object's keys as a JSON array text.
+    JsonKeys,
 }
 
 /// Names accepted by the compiler, with their argument counts (min, max).
@@ -54,6 +58,8 @@ pub const FUNCTIONS: &[(&str, Func, usize, usize)] = &[
     ("json_extract", Func::JsonExtract, 2, 2),
     ("json_array_length", Func::JsonArrayLength, 1, 2),
     ("json_valid", Func::JsonValid, 1, 1),
+    ("instr", Func::Instr, 2, 2),
+    ("json_keys", Func::JsonKeys, 1, 2),
 ];
 
 /// Look up a function by its lower-case name.
@@ -147,7 +153,18 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             }
         }
         Func::TypeOf => Value::text(arg(args, 0, env).type_name()),
-        Func::JsonExtract | Func::JsonArrayLength => {
+        Func::Instr => {
+            let (hay, needle) = (arg(args, 0, env), arg(args, 1, env));
+            match (hay.to_text(), needle.to_text()) {
+                (Some(h), Some(n)) => Value::Integer(
+                    h.find(n.as_ref())
+                        .map(|i| h[..i].chars().count() as i64 + 1)
+                        .unwrap_or(0),
+                ),
+                _ => Value::Null,
+            }
+        }
+        Func::JsonExtract | Func::JsonArrayLength | Func::JsonKeys => {
             let doc = arg(args, 0, env);
             let path = if args.len() > 1 {
                 arg(args, 1, env)
@@ -166,6 +183,11 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             match (f, follow(&parsed, &steps)) {
                 (_, None) => Value::Null,
                 (Func::JsonExtract, Some(found)) => json_to_value(found),
+                (Func::JsonKeys, Some(serde_json::Value::Object(m))) => {
+                    let keys: Vec<&String> = m.keys().collect();
+                    Value::Text(Cow::Owned(serde_json::to_string(&keys).unwrap_or_default()))
+                }
+                (Func::JsonKeys, Some(_)) => Value::Null,
                 (_, Some(serde_json::Value::Array(a))) => Value::Integer(a.len() as i64),
                 (_, Some(_)) => Value::Integer(0),
             }

@@ -153,14 +153,13 @@ fn ctes(v: &Y, rule: &str) -> Result<Vec<(String, String)>, RulesError> {
 /// Parse and check the YAML outline.
 pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
     let root: Y = serde_norway::from_str(yaml).map_err(|e| {
-        let at = e
-            .location()
-            .map(|l| format!(" at line {}, column {}", l.line(), l.column()))
-            .unwrap_or_default();
-        yaml_err(
-            format!("{e}{at}"),
-            "valid YAML with `bucket_definitions:` or `streams:` at the top level",
-        )
+        let message = e.to_string();
+        let hint = if message.contains("duplicate entry") {
+            "give each bucket definition, stream and CTE a unique name"
+        } else {
+            "valid YAML with `bucket_definitions:` or `streams:` at the top level"
+        };
+        yaml_err(message, hint)
     })?;
     let mut compat = Compatibility::default();
     let mut defs_v = None;
