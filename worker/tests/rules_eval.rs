@@ -392,6 +392,7 @@ fn bad_values_are_row_errors_naming_table_and_column() {
         ("bool", "maybe"),
         ("float8", "abc"),
         ("timestamptz", "yesterday"),
+        ("timestamptz", "2024-05-01 10:00:0ü+00"),
         ("int4[]", "{1,2"),
     ] {
         let row = OwnedSourceRow::new("public", "t")

@@ -50,7 +50,7 @@ pub(super) fn timestamptz(s: &str, compat: &Compatibility) -> Result<String, Str
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let rest = &s[19..];
+    let rest = s.get(19..).ok_or_else(bad)?;
     let (frac, tz) = match rest.strip_prefix('.') {
         Some(r) => {
             let end = r.find(['+', '-']).unwrap_or(r.len());
