@@ -33,10 +33,12 @@ pub(crate) fn compile(
         lookups: Vec::new(),
         params: Vec::new(),
     };
-    let queries: Vec<String> = if def.parameters.is_empty() {
-        vec!["SELECT".to_string()]
+    // No `parameters`: one static query without outputs, i.e. the single bucket `name[]`.
+    let global = [String::new()];
+    let queries: &[String] = if def.parameters.is_empty() {
+        &global
     } else {
-        def.parameters.clone()
+        &def.parameters
     };
     let mut first = true;
     for (i, sql) in queries.iter().enumerate() {
@@ -47,7 +49,7 @@ pub(crate) fn compile(
             sql,
             compat,
         };
-        let q = if sql == "SELECT" && def.parameters.is_empty() {
+        let q = if def.parameters.is_empty() {
             super::LookupQuery {
                 creator: None,
                 group: crate::rules::request::LookupGroup::Static {
