@@ -66,6 +66,15 @@ fn static_parameter_queries_read_every_request_value() {
         ),
         ("SELECT upper(request.user_id()) AS p", vec![r#"1#d["U1"]"#]),
         ("SELECT request.jwt() ->> 'missing' AS p", vec!["1#d[null]"]),
+        (
+            "SELECT value AS p FROM json_each(request.parameters() ->> 'ids')",
+            vec![r#"1#d["a"]"#, r#"1#d["b"]"#],
+        ),
+        (
+            "SELECT upper(json_each.value) AS p FROM json_each(request.parameters() ->> 'ids') WHERE value != 'a'",
+            vec![r#"1#d["B"]"#],
+        ),
+        ("SELECT value AS p FROM json_each(request.jwt() ->> 'org')", vec![]),
     ];
     for (q, want) in cases {
         assert_eq!(names(&legacy(q), &request(), &store), want, "{q}");
@@ -343,4 +352,32 @@ fn streams_request_side() {
         .unwrap()
         .buckets
         .is_empty());
+}
+
+#[test]
+fn streams_json_each_cte() {
+    let rules = SyncRules::parse(
+        r#"
+config:
+  edition: 3
+streams:
+  by_each:
+    auto_subscribe: true
+    with:
+      mine: SELECT value AS project FROM json_each(auth.parameter('projects'))
+    query: SELECT * FROM items, mine WHERE items.project = mine.project
+"#,
+    )
+    .unwrap();
+    let got: Vec<_> = eval(&rules, &item("p1", "acme", "t9"))
+        .buckets
+        .into_iter()
+        .map(|b| b.bucket)
+        .collect();
+    assert_eq!(got, [r#"1#by_each|0["p1"]"#]);
+    let req = RequestContext::from_claims(json!({"sub": "u", "projects": ["p1", "p2", "p1"]}));
+    assert_eq!(
+        names(&rules, &req, &InMemoryLookups::new()),
+        [r#"1#by_each|0["p1"]"#, r#"1#by_each|0["p2"]"#]
+    );
 }

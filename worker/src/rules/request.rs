@@ -247,6 +247,12 @@ pub(crate) enum LookupGroup {
         outputs: Vec<Expr>,
         filter: Vec<Expr>,
     },
+    /// `FROM json_each(<request array>)`: one row per array element (slot 0 = `value`).
+    Each {
+        array: Expr,
+        outputs: Vec<Expr>,
+        filter: Vec<Expr>,
+    },
     /// A table query: rows from the lookup reader; `request_outputs` fill output columns
     /// that come from the request rather than the row (by position in `row_width + i`).
     Table {
@@ -364,6 +370,34 @@ fn group_rows_for(
                 return Ok(Vec::new());
             }
             Ok(vec![row])
+        }
+        LookupGroup::Each {
+            array,
+            outputs,
+            filter,
+        } => {
+            let items = json_array_values(&array.eval(env)).unwrap_or_default();
+            let mut rows: Vec<Vec<OwnedValue>> = Vec::new();
+            for item in items {
+                let slots = [item];
+                let row_env = Env {
+                    row: &slots,
+                    request: env.request,
+                };
+                if !filter.iter().all(|f| f.eval(row_env).is_truthy()) {
+                    continue;
+                }
+                let row: Vec<OwnedValue> = outputs
+                    .iter()
+                    .map(|e| e.eval(row_env).into_owned())
+                    .collect();
+                if !row.iter().any(|v| matches!(v, Value::Blob(_)))
+                    && !rows.iter().any(|r| same_row(r, &row))
+                {
+                    rows.push(row);
+                }
+            }
+            Ok(rows)
         }
         LookupGroup::Table {
             source,

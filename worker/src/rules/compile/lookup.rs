@@ -33,6 +33,9 @@ pub(crate) fn lookup_query(
     query_id: &str,
     style: RequestStyle,
 ) -> Result<LookupQuery, RulesError> {
+    if let Some(each) = json_each(ctx, select, style)? {
+        return Ok(each);
+    }
     let from = from_items(ctx, select)?;
     if from.len() > 1 {
         return Err(ctx.err(
@@ -94,37 +97,7 @@ pub(crate) fn lookup_query(
             }
         };
         if name == "_priority" {
-            if priority.is_some() {
-                return Err(ctx.err(e.span(), "`_priority` is set twice", "set `_priority` once"));
-            }
-            priority = Some(match e {
-                Ast::Value(v) => match &v.value {
-                    sqlparser::ast::Value::Number(n, _) => match n.parse::<u8>() {
-                        Ok(p) if p <= 3 => p,
-                        _ => {
-                            return Err(ctx.err(
-                                e.span(),
-                                "`_priority` must be 0..3",
-                                "`1 AS _priority`",
-                            ))
-                        }
-                    },
-                    _ => {
-                        return Err(ctx.err(
-                            e.span(),
-                            "`_priority` must be an integer literal",
-                            "`1 AS _priority`",
-                        ))
-                    }
-                },
-                _ => {
-                    return Err(ctx.err(
-                        e.span(),
-                        "`_priority` must be an integer literal",
-                        "`1 AS _priority`",
-                    ))
-                }
-            });
+            priority = Some(priority_literal(ctx, e, priority)?);
             continue;
         }
         if row_outputs
@@ -268,4 +241,135 @@ pub(crate) fn lookup_query(
         outputs,
         priority,
     })
+}
+
+/// `SELECT <exprs of value> FROM json_each(<request array>) [WHERE ...]`: expands a JSON
+/// array from the request into one parameter row per element. `None` when the query does
+/// not read `json_each`.
+fn json_each(
+    ctx: &QueryCtx<'_>,
+    select: &Select,
+    style: RequestStyle,
+) -> Result<Option<LookupQuery>, RulesError> {
+    let [twj] = select.from.as_slice() else {
+        return Ok(None);
+    };
+    let sqlparser::ast::TableFactor::Table {
+        name,
+        alias,
+        args: Some(args),
+        ..
+    } = &twj.relation
+    else {
+        return Ok(None);
+    };
+    let is_each = matches!(name.0.as_slice(), [sqlparser::ast::ObjectNamePart::Identifier(id)] if ident_name(id) == "json_each");
+    if !is_each || !twj.joins.is_empty() {
+        return Ok(None);
+    }
+    let span = twj.relation.span();
+    let [sqlparser::ast::FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(arg))] =
+        args.args.as_slice()
+    else {
+        return Err(ctx.err(
+            span,
+            "json_each takes exactly one argument",
+            "`json_each(<request JSON array>)`",
+        ));
+    };
+    let mut request_scope = Scope {
+        table_qualifiers: Vec::new(),
+        has_table: false,
+        ref_qualifiers: Vec::new(),
+        request: style,
+        slots: Vec::new(),
+    };
+    let array = lower(ctx, &mut request_scope, &fix_in_precedence(arg))?;
+    let mut scope = Scope {
+        table_qualifiers: ["json_each".to_string()]
+            .into_iter()
+            .chain(alias.as_ref().map(|a| ident_name(&a.name)))
+            .collect(),
+        has_table: true,
+        ref_qualifiers: Vec::new(),
+        request: style,
+        slots: vec!["value".to_string()],
+    };
+    let mut names = Vec::new();
+    let mut outputs = Vec::new();
+    let mut priority = None;
+    for item in &select.projection {
+        let (e, name) = match item {
+            SelectItem::UnnamedExpr(e) => match implicit_name(e) {
+                Some(n) => (e, n),
+                None => {
+                    return Err(ctx.err(
+                        e.span(),
+                        format!("expression `{e}` needs a name"),
+                        format!("`{e} AS <name>`"),
+                    ))
+                }
+            },
+            SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
+            other => {
+                return Err(ctx.err(
+                    other.span(),
+                    "this SELECT item form is not supported here",
+                    "`value AS <name>`",
+                ))
+            }
+        };
+        if name == "_priority" {
+            priority = Some(priority_literal(ctx, e, priority)?);
+            continue;
+        }
+        outputs.push(lower(ctx, &mut scope, &fix_in_precedence(e))?);
+        names.push(name);
+    }
+    let mut filter = Vec::new();
+    if let Some(w) = &select.selection {
+        filter.push(lower(ctx, &mut scope, &fix_in_precedence(w))?);
+    }
+    if let Some(extra) = scope.slots.get(1) {
+        return Err(ctx.err(
+            span,
+            format!("json_each has no column `{extra}`"),
+            "`value` (the array element)",
+        ));
+    }
+    Ok(Some(LookupQuery {
+        creator: None,
+        group: LookupGroup::Each {
+            array,
+            outputs,
+            filter,
+        },
+        outputs: names,
+        priority,
+    }))
+}
+
+/// `_priority`: an integer literal 0..3, set once.
+fn priority_literal(ctx: &QueryCtx<'_>, e: &Ast, previous: Option<u8>) -> Result<u8, RulesError> {
+    if previous.is_some() {
+        return Err(ctx.err(e.span(), "`_priority` is set twice", "set `_priority` once"));
+    }
+    match e {
+        Ast::Value(v) => match &v.value {
+            sqlparser::ast::Value::Number(n, _) => match n.parse::<u8>() {
+                Ok(p) if p <= 3 => Ok(p),
+                _ => Err(ctx.err(e.span(), "`_priority` must be 0..3", "`1 AS _priority`")),
+            },
+            _ => Err(ctx.err(
+                e.span(),
+                "`_priority` must be an integer literal",
+                "`1 AS _priority`",
+            )),
+        },
+        _ => Err(ctx.err(
+            e.span(),
+            "`_priority` must be an integer literal",
+            "`1 AS _priority`",
+        )),
+    }
 }
