@@ -38,7 +38,26 @@ fn exercise(yaml: &str) {
                 .column("c", ty("text"), None);
             let cols = row.source_columns();
             if let Some(plan) = rules.plan_for(&t.schema, &t.name) {
-                let _ = plan.evaluate(&row.view(&cols));
+                if let Ok(out) = plan.evaluate(&row.view(&cols)) {
+                    for b in out.buckets {
+                        // Names are `<generation>#<source>[<JSON array>]`; data is a JSON object.
+                        let source = rules
+                            .sources()
+                            .iter()
+                            .map(|s| format!("1#{}", s.name))
+                            .filter(|p| b.bucket.starts_with(p.as_str()))
+                            .max_by_key(|p| p.len())
+                            .unwrap_or_else(|| panic!("{} has no source prefix", b.bucket));
+                        let rest = &b.bucket[source.len()..];
+                        let open = rest.find('[').unwrap_or_else(|| panic!("{}", b.bucket));
+                        let params: serde_json::Value = serde_json::from_str(&rest[open..])
+                            .unwrap_or_else(|e| panic!("{}: {e}", b.bucket));
+                        assert!(params.is_array(), "{}", b.bucket);
+                        let data: serde_json::Value =
+                            serde_json::from_str(&b.data).expect("data JSON");
+                        assert!(data.is_object(), "{}", b.data);
+                    }
+                }
             }
         }
         let req =

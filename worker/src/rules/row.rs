@@ -37,7 +37,8 @@ pub struct SourceColumn<'a> {
     pub name: &'a str,
     /// The column's type.
     pub pg_type: PgType,
-    /// The text representation, or `None` for NULL.
+    /// The text representation, or `None` for NULL. For an unchanged TOASTed value in an
+    /// UPDATE, the caller passes the value from its stored previous row image.
     pub value: Option<&'a [u8]>,
 }
 
