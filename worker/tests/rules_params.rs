@@ -381,3 +381,19 @@ streams:
         [r#"1#by_each|0["p1"]"#, r#"1#by_each|0["p2"]"#]
     );
 }
+
+#[test]
+fn bucket_count_is_limited() {
+    let rules = SyncRules::parse(STREAMS).unwrap();
+    let ids: Vec<String> = (0..1500).map(|i| format!("p{i}")).collect();
+    let mut req = RequestContext::from_claims(json!({"sub": "u1"}));
+    req.subscriptions = vec![sub("by_list", json!({ "projects": ids }))];
+    let store = InMemoryLookups::new();
+    let err = rules.resolve_request(&req, &store).unwrap_err();
+    assert_eq!(err.code(), "PSM_RULES_REQUEST");
+    assert!(err.to_string().contains("more than 1000 buckets"), "{err}");
+    let res = rules
+        .resolve_request_with_limit(&req, &store, 5000)
+        .unwrap();
+    assert_eq!(res.buckets.len(), 1501); // 1500 subscribed + the default by_claim bucket
+}

@@ -35,5 +35,7 @@ pub use request::{
     Subscription, SubscriptionError,
 };
 pub use row::{OwnedSourceRow, PgType, SourceColumn, SourceRow};
-pub use sync_rules::{BucketSource, SourceKind, SyncRules, TableUsage, DEFAULT_PRIORITY};
+pub use sync_rules::{
+    BucketSource, SourceKind, SyncRules, TableUsage, DEFAULT_MAX_BUCKETS, DEFAULT_PRIORITY,
+};
 pub use value::{OwnedValue, Value};

@@ -281,6 +281,7 @@ impl BucketResolver {
         data: &RequestData,
         reader: &dyn LookupReader,
         read: &mut Vec<LookupKey>,
+        max: usize,
     ) -> Result<Vec<String>, RulesError> {
         let env = Env {
             row: &[],
@@ -293,22 +294,19 @@ impl BucketResolver {
         for g in &self.groups {
             group_rows.push(group_rows_for(g, env, reader, read)?);
         }
-        // Cross product over groups (rows of one group stay together) and request params.
-        let mut partial: Vec<Vec<OwnedValue>> = vec![Vec::new()];
+        // Cross product over groups (rows of one group stay together), then request params.
         let mut choice: Vec<Vec<usize>> = vec![Vec::new()];
         for rows in &group_rows {
-            let mut np = Vec::new();
-            let mut nc = Vec::new();
-            for (p, c) in partial.iter().zip(&choice) {
-                for (i, _) in rows.iter().enumerate() {
-                    np.push(p.clone());
+            let mut next = Vec::with_capacity(choice.len() * rows.len());
+            for c in &choice {
+                for i in 0..rows.len() {
                     let mut c2 = c.clone();
                     c2.push(i);
-                    nc.push(c2);
+                    next.push(c2);
                 }
             }
-            partial = np;
-            choice = nc;
+            choice = next;
+            check_limit(choice.len(), max)?;
         }
         let mut names = Vec::new();
         for c in &choice {
@@ -340,17 +338,33 @@ impl BucketResolver {
                     }
                 }
                 tuples = next;
+                check_limit(tuples.len(), max)?;
             }
             for t in tuples {
                 if let Some(n) = bucket_name(&self.prefix, &t) {
                     if !names.contains(&n) {
                         names.push(n);
+                        check_limit(names.len(), max)?;
                     }
                 }
             }
         }
         Ok(names)
     }
+}
+
+/// Fail a request whose bucket set (or an intermediate product) exceeds `max`, so hostile
+/// parameters cannot make the server build millions of names.
+pub(crate) fn check_limit(n: usize, max: usize) -> Result<(), RulesError> {
+    if n > max {
+        return Err(RulesError::Request {
+            message: format!(
+                "the request resolves to more than {max} buckets; reduce its parameters or subscriptions \
+                 (or raise the engine's bucket limit)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn group_rows_for(

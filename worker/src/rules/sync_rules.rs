@@ -10,13 +10,16 @@ use super::error::RulesError;
 use super::options::Compatibility;
 use super::plan::{DataEvaluator, LookupCreator, TablePlan, TableRef};
 use super::request::{
-    BucketReason, BucketResolver, LookupReader, RequestContext, RequestData, Resolution,
-    SubscriptionError,
+    check_limit, BucketReason, BucketResolver, LookupReader, RequestContext, RequestData,
+    Resolution, SubscriptionError,
 };
 use super::yaml;
 
 /// The default bucket priority when neither the rule nor the request sets one.
 pub const DEFAULT_PRIORITY: u8 = 3;
+
+/// Most buckets one request may resolve to (the official service's default limit).
+pub const DEFAULT_MAX_BUCKETS: usize = 1000;
 
 /// Whether a bucket source came from `bucket_definitions` or `streams`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,11 +201,22 @@ impl SyncRules {
 
     /// Resolve a request's bucket set: default definitions/streams (unless
     /// `include_defaults` is false) and explicit subscriptions. Lookups are read through
-    /// `reader` at the checkpoint the caller serves.
+    /// `reader` at the checkpoint the caller serves. At most [`DEFAULT_MAX_BUCKETS`].
     pub fn resolve_request(
         &self,
         ctx: &RequestContext,
         reader: &dyn LookupReader,
+    ) -> Result<Resolution, RulesError> {
+        self.resolve_request_with_limit(ctx, reader, DEFAULT_MAX_BUCKETS)
+    }
+
+    /// [`Self::resolve_request`] with an explicit bucket limit; exceeding it is a
+    /// `RulesError::Request`.
+    pub fn resolve_request_with_limit(
+        &self,
+        ctx: &RequestContext,
+        reader: &dyn LookupReader,
+        max: usize,
     ) -> Result<Resolution, RulesError> {
         let mut res = Resolution::default();
         if ctx.include_defaults {
@@ -213,8 +227,9 @@ impl SyncRules {
                 }
                 for r in &s.resolvers {
                     let prio = r.priority.unwrap_or(s.priority);
-                    for name in r.resolve(&data, reader, &mut res.lookups_read)? {
+                    for name in r.resolve(&data, reader, &mut res.lookups_read, max)? {
                         res.add(name, prio, BucketReason::Default(i), &s.name);
+                        check_limit(res.buckets.len(), max)?;
                     }
                 }
             }
@@ -247,8 +262,9 @@ impl SyncRules {
                 .unwrap_or(s.priority)
                 .min(DEFAULT_PRIORITY);
             for r in &s.resolvers {
-                for name in r.resolve(&data, reader, &mut res.lookups_read)? {
+                for name in r.resolve(&data, reader, &mut res.lookups_read, max)? {
                     res.add(name, prio, BucketReason::Subscription(j), &s.name);
+                    check_limit(res.buckets.len(), max)?;
                 }
             }
         }
