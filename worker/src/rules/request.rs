@@ -292,7 +292,7 @@ impl BucketResolver {
         }
         let mut group_rows: Vec<Vec<Vec<OwnedValue>>> = Vec::with_capacity(self.groups.len());
         for g in &self.groups {
-            group_rows.push(group_rows_for(g, env, reader, read)?);
+            group_rows.push(group_rows_for(g, env, reader, read, max)?);
         }
         // Cross product over groups (rows of one group stay together), then request params.
         let mut choice: Vec<Vec<usize>> = vec![Vec::new()];
@@ -372,6 +372,7 @@ fn group_rows_for(
     env: Env<'_>,
     reader: &dyn LookupReader,
     read: &mut Vec<LookupKey>,
+    max: usize,
 ) -> Result<Vec<Vec<OwnedValue>>, RulesError> {
     match g {
         LookupGroup::Static { outputs, filter } => {
@@ -391,6 +392,7 @@ fn group_rows_for(
             filter,
         } => {
             let items = json_array_values(&array.eval(env)).unwrap_or_default();
+            check_limit(items.len(), max)?;
             let mut rows: Vec<Vec<OwnedValue>> = Vec::new();
             for item in items {
                 let slots = [item];
@@ -448,6 +450,7 @@ fn group_rows_for(
                         }
                     }
                     tuples = next;
+                    check_limit(tuples.len(), max)?;
                 }
                 for t in tuples {
                     let Some(key) = lookup_key(source, &b.query_id, &t) else {
