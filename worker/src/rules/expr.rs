@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 
 use super::functions::{self, Func};
-use super::json::{follow, json_to_value, parse_dollar_path, value_to_json_text, PathStep};
+use super::json::{follow, json_to_value, parse_dollar_path, PathStep};
 use super::request::RequestData;
 use super::value::{numeric_prefix, OwnedValue, Value};
 
@@ -448,9 +448,4 @@ pub fn cast(v: Value<'_>, t: CastType) -> Value<'_> {
             other => other,
         },
     }
-}
-
-/// JSON text of a value for the `->` family when the input is already a SQL value.
-pub fn json_text(v: &Value<'_>) -> Option<String> {
-    value_to_json_text(v)
 }

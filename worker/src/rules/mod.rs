@@ -1,7 +1,7 @@
 //! Sync rules: the YAML front end, the SQL subset compiler and the row evaluator.
 //!
-//! Flow: [`SyncRules::parse`] checks the YAML ([`yaml`]), parses every query with a real SQL
-//! parser ([`sql`]) and compiles it ([`compile`]) into per-table [`TablePlan`]s (replication
+//! Flow: [`SyncRules::parse`] checks the YAML (`yaml`), parses every query with a real SQL
+//! parser (`sql`) and compiles it (`compile`) into per-table [`TablePlan`]s (replication
 //! time: row → bucket memberships and lookup entries) and request resolvers (sync time:
 //! token, parameters, subscriptions → bucket names). Values follow the official service's
 //! SQLite model ([`value`], [`types`]) so `data` strings, bucket names and checksums
@@ -9,21 +9,21 @@
 
 pub mod bucket;
 pub mod checksum;
-pub mod compile;
+pub(crate) mod compile;
 pub mod error;
-pub mod eval;
-pub mod expr;
-pub mod functions;
+pub(crate) mod eval;
+pub(crate) mod expr;
+pub(crate) mod functions;
 pub mod json;
 pub mod options;
 pub mod plan;
 pub mod request;
 pub mod row;
-pub mod sql;
+pub(crate) mod sql;
 pub mod sync_rules;
 pub mod types;
 pub mod value;
-pub mod yaml;
+pub(crate) mod yaml;
 
 pub use bucket::{bucket_name, BucketVersion};
 pub use checksum::{add_checksums, put_checksum, remove_checksum};

@@ -3,7 +3,7 @@
 //! A [`TablePlan`] holds everything the rules do with rows of one source table: the data
 //! queries that put the row into buckets and the parameter queries that turn it into lookup
 //! entries. Evaluating a row converts its columns once, then writes each `data` JSON string
-//! directly (see [`super::eval`]). Subkeys are not assigned here; the store does that per
+//! directly (see the `eval` module). Subkeys are not assigned here; the store does that per
 //! source row.
 
 use super::bucket::bucket_name;
