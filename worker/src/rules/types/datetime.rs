@@ -19,7 +19,19 @@ pub(super) fn pad_fraction(s: &str, digits: usize) -> String {
     out
 }
 
+/// BC dates and years past 9999 have no fixed-width form; they are passed through as
+/// PostgreSQL printed them rather than stopping replication.
+fn exotic(s: &str) -> bool {
+    s.ends_with(" BC")
+        || s.as_bytes()
+            .get(..5)
+            .is_some_and(|p| p.iter().all(u8::is_ascii_digit))
+}
+
 pub(super) fn timestamp<'a>(s: &'a str, compat: &Compatibility) -> Cow<'a, str> {
+    if exotic(s) {
+        return Cow::Borrowed(s);
+    }
     match (s, compat.timestamps_iso8601) {
         ("infinity", false) => Cow::Borrowed("9999-12-31 23:59:59"),
         ("-infinity", false) => Cow::Borrowed("0000-01-01 00:00:00"),
@@ -38,6 +50,7 @@ pub(super) fn timestamptz(s: &str, compat: &Compatibility) -> Result<String, Str
         "infinity" => return Ok("9999-12-31 23:59:59Z".into()),
         "-infinity" if iso => return Ok("0000-01-01T00:00:00.000000Z".into()),
         "-infinity" => return Ok("0000-01-01 00:00:00Z".into()),
+        _ if exotic(s) => return Ok(s.to_string()),
         _ => {}
     }
     let bad = || format!("`{s}` is not a timestamptz in ISO DateStyle");
