@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 use super::functions::{self, Func};
 use super::json::{follow, json_to_value, parse_dollar_path, PathStep};
 use super::request::RequestData;
-use super::value::{numeric_prefix, OwnedValue, Value};
+use super::value::{js_parse_bigint, js_parse_numeric, numeric_prefix, OwnedValue, Value};
 
 /// Binary operators of the supported subset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,14 +136,8 @@ impl Expr {
                 Some(req) => req.value(r),
                 None => Value::Null,
             },
-            Expr::Not(x) => {
-                let v = x.eval(env);
-                if v.is_null() {
-                    Value::Null
-                } else {
-                    bool_value(!v.is_truthy())
-                }
-            }
+            // Two-valued like the official evaluator: NOT NULL is 1.
+            Expr::Not(x) => bool_value(!x.eval(env).is_truthy()),
             Expr::Neg(x) => match x.eval(env) {
                 Value::Integer(i) => i
                     .checked_neg()
@@ -237,36 +231,9 @@ pub fn bool_value(b: bool) -> Value<'static> {
 
 fn binary<'e>(op: BinOp, a: &'e Expr, b: &'e Expr, env: Env<'e>) -> Value<'e> {
     match op {
-        BinOp::And => {
-            let x = a.eval(env);
-            if !x.is_null() && !x.is_truthy() {
-                return bool_value(false);
-            }
-            let y = b.eval(env);
-            if !y.is_null() && !y.is_truthy() {
-                return bool_value(false);
-            }
-            if x.is_null() || y.is_null() {
-                Value::Null
-            } else {
-                bool_value(true)
-            }
-        }
-        BinOp::Or => {
-            let x = a.eval(env);
-            if x.is_truthy() {
-                return bool_value(true);
-            }
-            let y = b.eval(env);
-            if y.is_truthy() {
-                return bool_value(true);
-            }
-            if x.is_null() || y.is_null() {
-                Value::Null
-            } else {
-                bool_value(false)
-            }
-        }
+        // Two-valued like the official evaluator (`sqliteBool(a) && sqliteBool(b)`).
+        BinOp::And => bool_value(a.eval(env).is_truthy() && b.eval(env).is_truthy()),
+        BinOp::Or => bool_value(a.eval(env).is_truthy() || b.eval(env).is_truthy()),
         _ => {
             let x = a.eval(env);
             let y = b.eval(env);
@@ -320,15 +287,15 @@ pub fn compare(x: &Value<'_>, y: &Value<'_>) -> Option<Ordering> {
     }
 }
 
-/// A value as a number (SQLite's numeric conversion for arithmetic): text by its numeric
-/// prefix (or 0), NULL stays NULL.
+/// A value as a number (`CAST(x AS numeric)`, used by arithmetic): text by the official
+/// evaluator's unsigned-prefix rule (or 0), NULL stays NULL.
 pub fn to_number(v: &Value<'_>) -> Value<'static> {
     match v {
         Value::Null => Value::Null,
         Value::Integer(i) => Value::Integer(*i),
         Value::Real(f) => Value::Real(*f),
-        Value::Text(t) => numeric_prefix(t).unwrap_or(Value::Integer(0)),
-        Value::Blob(b) => numeric_prefix(&String::from_utf8_lossy(b)).unwrap_or(Value::Integer(0)),
+        Value::Text(t) => js_parse_numeric(t),
+        Value::Blob(b) => js_parse_numeric(&String::from_utf8_lossy(b)),
     }
 }
 
@@ -435,17 +402,24 @@ pub fn cast(v: Value<'_>, t: CastType) -> Value<'_> {
                 other.to_text().unwrap_or_default().as_bytes().to_vec(),
             )),
         },
-        CastType::Integer => match to_number(&v) {
-            Value::Real(f) => Value::Integer(f as i64),
-            other => other,
+        // The official casts: integer takes leading digits of text and floors reals; real
+        // parses a float prefix (0.0 when none); numeric keeps numbers as they are.
+        CastType::Integer => match v {
+            Value::Integer(i) => Value::Integer(i),
+            Value::Real(f) => Value::Integer(f.floor() as i64),
+            Value::Text(t) => js_parse_bigint(&t),
+            Value::Blob(b) => js_parse_bigint(&String::from_utf8_lossy(&b)),
+            Value::Null => Value::Null,
         },
-        CastType::Real => match to_number(&v) {
+        CastType::Real => match v {
             Value::Integer(i) => Value::Real(i as f64),
-            other => other,
+            Value::Real(f) => Value::Real(f),
+            other => match numeric_prefix(&other.to_text().unwrap_or_default()) {
+                Some(Value::Integer(i)) => Value::Real(i as f64),
+                Some(Value::Real(f)) => Value::Real(f),
+                _ => Value::Real(0.0),
+            },
         },
-        CastType::Numeric => match to_number(&v) {
-            Value::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Value::Integer(f as i64),
-            other => other,
-        },
+        CastType::Numeric => to_number(&v),
     }
 }

@@ -39,7 +39,7 @@ pub enum Func {
     JsonValid,
     /// `instr(x, y)`: 1-based character position of `y` in `x`, 0 when absent.
     Instr,
-    /// `json_keys(json[, '$.path'])`: the object's keys as a JSON array text.
+    /// `json_keys(json)`: the object's keys as a JSON array text.
     JsonKeys,
 }
 
@@ -59,7 +59,7 @@ pub const FUNCTIONS: &[(&str, Func, usize, usize)] = &[
     ("json_array_length", Func::JsonArrayLength, 1, 2),
     ("json_valid", Func::JsonValid, 1, 1),
     ("instr", Func::Instr, 2, 2),
-    ("json_keys", Func::JsonKeys, 1, 2),
+    ("json_keys", Func::JsonKeys, 1, 1),
 ];
 
 /// Look up a function by its lower-case name.
@@ -106,10 +106,13 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
                 })),
             }
         }
+        // JavaScript string length (UTF-16 units), as the official evaluator counts.
         Func::Length => match arg(args, 0, env) {
             Value::Null => Value::Null,
             Value::Blob(b) => Value::Integer(b.len() as i64),
-            other => Value::Integer(other.to_text().unwrap_or_default().chars().count() as i64),
+            other => {
+                Value::Integer(other.to_text().unwrap_or_default().encode_utf16().count() as i64)
+            }
         },
         Func::Substring => {
             let v = arg(args, 0, env);
@@ -171,7 +174,7 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             } else {
                 Value::text("$")
             };
-            let (Value::Text(doc), Value::Text(path)) = (doc, path) else {
+            let (Some(doc), Some(path)) = (doc.to_text(), path.to_text()) else {
                 return Value::Null;
             };
             let (Some(steps), Ok(parsed)) = (
@@ -192,91 +195,55 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
                 (_, Some(_)) => Value::Integer(0),
             }
         }
-        Func::JsonValid => match arg(args, 0, env) {
-            Value::Text(t) => bool_value(serde_json::from_str::<serde_json::Value>(&t).is_ok()),
-            Value::Null => Value::Null,
-            _ => bool_value(false),
-        },
+        Func::JsonValid => {
+            let v = arg(args, 0, env);
+            let text = v.to_text();
+            bool_value(text.is_some_and(|t| serde_json::from_str::<serde_json::Value>(&t).is_ok()))
+        }
     }
 }
 
-fn as_int(v: &Value<'_>) -> Option<i64> {
-    match super::expr::to_number(v) {
-        Value::Integer(i) => Some(i),
-        Value::Real(f) => Some(f as i64),
-        _ => None,
-    }
-}
-
-/// SQLite `substr`: 1-based; a negative start counts from the end; a negative length takes
-/// characters before the start.
+/// `substring(x, start[, len])` exactly as the official evaluator computes it: text (blobs
+/// are decoded), 1-based `start`, a negative start counts from the end, start 0 shortens the
+/// length by one, a negative length takes characters before the start; positions are
+/// JavaScript UTF-16 units.
 fn substring<'e>(v: &Value<'e>, start: &Value<'_>, len: Option<&Value<'_>>) -> Value<'e> {
-    if v.is_null() || start.is_null() || len.is_some_and(|l| l.is_null()) {
-        return Value::Null;
-    }
-    let (Some(mut p1), mut p2) = (as_int(start), len.map(as_int)) else {
+    let Some(text) = v.to_text() else {
         return Value::Null;
     };
-    let chars: Vec<char>;
-    let bytes: &[u8];
-    let is_blob = matches!(v, Value::Blob(_));
-    let text = v.to_text().unwrap_or_default();
-    if let Value::Blob(b) = v {
-        bytes = b.as_ref();
-        chars = Vec::new();
-    } else {
-        bytes = &[];
-        chars = text.chars().collect();
-    }
-    let total = if is_blob { bytes.len() } else { chars.len() } as i64;
-    let mut neg = false;
-    let mut n = match p2.take() {
-        Some(Some(l)) => {
-            if l < 0 {
-                neg = true;
-                l.saturating_neg()
-            } else {
-                l
-            }
-        }
-        Some(None) => return Value::Null,
-        None => i64::MAX / 2,
+    let Value::Integer(start) = super::expr::cast(start.borrowed(), super::expr::CastType::Integer)
+    else {
+        return Value::Null;
     };
-    if p1 < 0 {
-        p1 += total;
-        if p1 < 0 {
-            n += p1;
-            if n < 0 {
-                n = 0;
-            }
-            p1 = 0;
-        }
-    } else if p1 > 0 {
-        p1 -= 1;
-    } else if n > 0 {
-        n -= 1;
-    }
-    if neg {
-        p1 -= n;
-        if p1 < 0 {
-            n += p1;
-            p1 = 0;
-        }
-    }
-    if p1.saturating_add(n) > total {
-        n = (total - p1).max(0);
-    }
-    let (a, b) = (
-        p1.clamp(0, total) as usize,
-        (p1 + n).clamp(0, total) as usize,
-    );
-    if is_blob {
-        Value::Blob(Cow::Owned(bytes.get(a..b).unwrap_or_default().to_vec()))
+    let units: Vec<u16> = text.encode_utf16().collect();
+    let n = units.len() as i64;
+    let mut length = match len {
+        None => n + 1,
+        Some(Value::Null) => return Value::Null,
+        Some(l) => match super::expr::cast(l.borrowed(), super::expr::CastType::Integer) {
+            Value::Integer(i) => i,
+            _ => return Value::Null,
+        },
+    };
+    let begin = if start < 0 {
+        (n + start).max(0)
+    } else if start == 0 {
+        length -= 1;
+        0
     } else {
-        Value::Text(Cow::Owned(
-            chars.get(a..b).unwrap_or_default().iter().collect(),
-        ))
-    }
+        start - 1
+    };
+    let (a, b) = if length < 0 {
+        (begin.saturating_add(length), begin)
+    } else {
+        (begin, begin.saturating_add(length))
+    };
+    // JavaScript `String.prototype.substring`: clamp to [0, n], swap when reversed.
+    let (a, b) = (a.clamp(0, n) as usize, b.clamp(0, n) as usize);
+    let (a, b) = if a > b { (b, a) } else { (a, b) };
+    Value::Text(Cow::Owned(String::from_utf16_lossy(
+        units.get(a..b).unwrap_or_default(),
+    )))
 }
 
 /// Standard base64 with padding.

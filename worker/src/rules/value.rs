@@ -68,18 +68,15 @@ impl<'a> Value<'a> {
         }
     }
 
-    /// SQLite truthiness: non-zero numbers are true; text counts by its numeric prefix;
-    /// NULL and blobs are false. Filters and `iif` use this.
+    /// Truthiness as the official evaluator computes it (`sqliteBool`): non-zero numbers are
+    /// true (NaN is false); text is true when JavaScript's `parseInt` gives a non-zero
+    /// number (`"12abc"` true, `"0.5"` and `"abc"` false); NULL and blobs are false.
     pub fn is_truthy(&self) -> bool {
         match self {
             Value::Null | Value::Blob(_) => false,
             Value::Integer(i) => *i != 0,
-            Value::Real(f) => *f != 0.0,
-            Value::Text(t) => match numeric_prefix(t) {
-                Some(Value::Integer(i)) => i != 0,
-                Some(Value::Real(f)) => f != 0.0,
-                _ => false,
-            },
+            Value::Real(f) => *f != 0.0 && !f.is_nan(),
+            Value::Text(t) => js_parse_int_nonzero(t),
         }
     }
 
@@ -146,4 +143,73 @@ pub(crate) fn numeric_prefix(s: &str) -> Option<Value<'static>> {
         }
     }
     num.parse::<f64>().ok().map(Value::Real)
+}
+
+/// Whether JavaScript's `parseInt(s)` (radix inferred) is a non-zero number.
+fn js_parse_int_nonzero(s: &str) -> bool {
+    let t = s.trim_start();
+    let t = t.strip_prefix(['+', '-']).unwrap_or(t);
+    let (digits, radix): (&str, u32) = match t.get(..2) {
+        Some("0x") | Some("0X") => (&t[2..], 16),
+        _ => (t, 10),
+    };
+    let run: Vec<u32> = digits.chars().map_while(|c| c.to_digit(radix)).collect();
+    run.iter().any(|d| *d != 0)
+}
+
+/// The official evaluator's text → number rule (`parseNumeric`): an unsigned decimal prefix
+/// (`^\s*(\d+)(\.\d*)?(e[+-]?\d+)?`); INTEGER unless it has a fraction or exponent;
+/// 0 when there is no such prefix.
+pub(crate) fn js_parse_numeric(s: &str) -> Value<'static> {
+    let t = s.trim_start();
+    let b = t.as_bytes();
+    let mut end = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if end == 0 {
+        return Value::Integer(0);
+    }
+    let int_end = end;
+    let mut is_real = false;
+    if b.get(end) == Some(&b'.') {
+        is_real = true;
+        end += 1;
+        end += b[end..].iter().take_while(|c| c.is_ascii_digit()).count();
+    }
+    if matches!(b.get(end), Some(b'e') | Some(b'E')) {
+        let mut e = end + 1;
+        if matches!(b.get(e), Some(b'+') | Some(b'-')) {
+            e += 1;
+        }
+        let digits = b[e.min(b.len())..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits > 0 {
+            is_real = true;
+            end = e + digits;
+        }
+    }
+    let text = t.get(..end).unwrap_or("0");
+    if !is_real {
+        if let Ok(i) = t[..int_end].parse::<i64>() {
+            return Value::Integer(i);
+        }
+    }
+    text.parse::<f64>()
+        .map(Value::Real)
+        .unwrap_or(Value::Integer(0))
+}
+
+/// The official evaluator's text → integer rule (`parseBigInt`): leading unsigned digits,
+/// 0 when there are none.
+pub(crate) fn js_parse_bigint(s: &str) -> Value<'static> {
+    let t = s.trim_start();
+    let n = t.bytes().take_while(u8::is_ascii_digit).count();
+    match t[..n].parse::<i64>() {
+        Ok(i) => Value::Integer(i),
+        Err(_) if n > 0 => t[..n]
+            .parse::<f64>()
+            .map(Value::Real)
+            .unwrap_or(Value::Integer(0)),
+        Err(_) => Value::Integer(0),
+    }
 }
