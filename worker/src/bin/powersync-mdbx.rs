@@ -1,6 +1,9 @@
-//! `powersync-mdbx`: the operator's command-line tool.
+//! `powersync-mdbx`: the operator's command-line tool. All logic lives in
+//! `powersync_mdbx_worker::cli` so it is tested like the rest of the engine.
 
 fn main() {
-    eprintln!("usage: powersync-mdbx rules check FILE");
-    std::process::exit(2);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code =
+        powersync_mdbx_worker::cli::run(&args, &mut std::io::stdout(), &mut std::io::stderr());
+    std::process::exit(code);
 }

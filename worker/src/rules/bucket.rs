@@ -1,0 +1,78 @@
+//! Bucket naming (spec §7.6): `<prefix>` + the JSON array of bucket parameter values.
+//!
+//! The data side (values from a row) and the parameter side (values from a token or a
+//! lookup) both go through [`bucket_name`], so equal values always give byte-identical names.
+
+use super::json::write_key_value;
+use super::value::Value;
+
+/// How bucket names are prefixed.
+///
+/// The version prefix must change whenever buckets are rebuilt from scratch (new rules,
+/// re-snapshot), otherwise clients holding old positions get checksum mismatches. The engine
+/// owns that number and passes it in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketVersion {
+    /// `<generation>#<definition>[...]` (official storage v2 and `versioned_bucket_ids`).
+    Versioned(u64),
+    /// `<definition>[...]` (official storage v1, edition 1 only). Only for tests and tooling
+    /// that compare with old captures; do not serve it.
+    Unversioned,
+}
+
+impl Default for BucketVersion {
+    fn default() -> Self {
+        BucketVersion::Versioned(1)
+    }
+}
+
+impl BucketVersion {
+    /// The name prefix for a definition or stream source (`"1#by_user"`, `"1#tasks|0"`).
+    pub fn prefix(&self, source: &str) -> String {
+        match self {
+            BucketVersion::Versioned(g) => format!("{g}#{source}"),
+            BucketVersion::Unversioned => source.to_string(),
+        }
+    }
+}
+
+/// Build `<prefix>[v1,v2,...]`. `None` when a value is a blob (blobs never match a bucket).
+pub fn bucket_name(prefix: &str, values: &[Value<'_>]) -> Option<String> {
+    let mut out = String::with_capacity(prefix.len() + 2 + values.len() * 16);
+    out.push_str(prefix);
+    out.push('[');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        if !write_key_value(&mut out, v) {
+            return None;
+        }
+    }
+    out.push(']');
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_spec_examples() {
+        let p = BucketVersion::Unversioned.prefix("pair");
+        assert_eq!(
+            bucket_name(&p, &[Value::text("a"), Value::Integer(1)]).as_deref(),
+            Some("pair[\"a\",1]")
+        );
+        assert_eq!(
+            bucket_name(&BucketVersion::Versioned(1).prefix("global"), &[]).as_deref(),
+            Some("1#global[]")
+        );
+        assert_eq!(bucket_name("x", &[Value::Null]).as_deref(), Some("x[null]"));
+        assert_eq!(
+            bucket_name("by_org", &[Value::Real(42.0)]).as_deref(),
+            Some("by_org[42]")
+        );
+        assert_eq!(bucket_name("b", &[Value::Blob(vec![1u8].into())]), None);
+    }
+}

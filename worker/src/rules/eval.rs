@@ -1,0 +1,305 @@
+//! Row evaluation: one source row → bucket memberships and lookup entries.
+//!
+//! Columns are converted once per row; each data query writes its `data` JSON string
+//! straight into a `String` and hashes it once, whatever the number of buckets.
+
+use std::collections::HashSet;
+
+use super::bucket::bucket_name;
+use super::checksum::put_checksum;
+use super::error::RulesError;
+use super::expr::{json_array_values, Env};
+use super::json::{write_data_value, write_json_string, write_key_value};
+use super::plan::{
+    lookup_key, BucketRow, DataEvaluator, LookupCreator, LookupEntry, LookupKey, ParamFilter,
+    Projection, RowEvaluation, TablePlan,
+};
+use super::row::SourceRow;
+use super::types::convert;
+use super::value::{OwnedValue, Value};
+
+impl TablePlan {
+    /// Evaluate one row: its bucket memberships and lookup entries. An error means a
+    /// column value could not be converted faithfully; the caller must not skip the row
+    /// silently.
+    pub fn evaluate(&self, row: &SourceRow<'_>) -> Result<RowEvaluation, RulesError> {
+        let mut values = Vec::with_capacity(row.columns.len());
+        for c in row.columns {
+            values.push(match c.value {
+                None => Value::Null,
+                Some(text) => {
+                    convert(c.pg_type, text, &self.compat).map_err(|message| RulesError::Row {
+                        table: format!("{}.{}", row.schema, row.table),
+                        column: c.name.to_string(),
+                        message,
+                    })?
+                }
+            });
+        }
+        let mut out = RowEvaluation::default();
+        let mut seen = HashSet::new();
+        for d in &self.data {
+            let slots = slot_values(&d.slots, row, &values);
+            self.evaluate_data(d, row, &values, &slots, &mut seen, &mut out.buckets);
+        }
+        let mut seen_keys = HashSet::new();
+        for l in &self.lookups {
+            let slots = slot_values(&l.slots, row, &values);
+            evaluate_lookup(l, &slots, &mut seen_keys, &mut out.lookups);
+        }
+        Ok(out)
+    }
+
+    fn evaluate_data(
+        &self,
+        d: &DataEvaluator,
+        row: &SourceRow<'_>,
+        values: &[Value<'_>],
+        slots: &[Value<'_>],
+        seen: &mut HashSet<(String, String, String)>,
+        out: &mut Vec<BucketRow>,
+    ) {
+        let env = Env {
+            row: slots,
+            request: None,
+        };
+        let tuples = param_tuples(&d.filter, env, d.params);
+        if tuples.is_empty() {
+            return;
+        }
+        let mut data = String::with_capacity(256);
+        data.push('{');
+        let mut first = true;
+        let mut star_id: Option<Value<'_>> = None;
+        for p in &d.projection {
+            match p {
+                Projection::Star => {
+                    for (c, v) in row.columns.iter().zip(values) {
+                        if c.name.starts_with('_') || d.explicit.iter().any(|e| e == c.name) {
+                            continue;
+                        }
+                        if c.name == "id" {
+                            star_id = Some(v.borrowed());
+                        }
+                        write_field(&mut data, &mut first, None, c.name, v);
+                    }
+                }
+                Projection::Column {
+                    name,
+                    key_json,
+                    expr,
+                } => {
+                    let v = expr.eval(env);
+                    write_field(&mut data, &mut first, Some(key_json), name, &v);
+                }
+            }
+        }
+        data.push('}');
+        let id_value = match &d.id {
+            Some(e) => e.eval(env),
+            None => star_id.unwrap_or(Value::Null),
+        };
+        let object_id = id_value
+            .to_text()
+            .map(|t| t.into_owned())
+            .unwrap_or_default();
+        let object_type = d
+            .object_type
+            .clone()
+            .unwrap_or_else(|| row.table.to_string());
+        let checksum = put_checksum(&object_type, &object_id, &data);
+        for t in tuples {
+            let Some(bucket) = bucket_name(&d.prefix, &t) else {
+                continue;
+            };
+            if seen.insert((bucket.clone(), object_type.clone(), object_id.clone())) {
+                out.push(BucketRow {
+                    bucket,
+                    object_type: object_type.clone(),
+                    object_id: object_id.clone(),
+                    data: data.clone(),
+                    checksum,
+                });
+            }
+        }
+    }
+}
+
+fn write_field(
+    out: &mut String,
+    first: &mut bool,
+    key_json: Option<&String>,
+    name: &str,
+    v: &Value<'_>,
+) {
+    if matches!(v, Value::Blob(_)) {
+        return;
+    }
+    if !*first {
+        out.push(',');
+    }
+    *first = false;
+    match key_json {
+        Some(k) => out.push_str(k),
+        None => {
+            write_json_string(out, name);
+            out.push(':');
+        }
+    }
+    write_data_value(out, v);
+}
+
+fn slot_values<'e>(
+    slots: &[String],
+    row: &SourceRow<'_>,
+    values: &'e [Value<'e>],
+) -> Vec<Value<'e>> {
+    slots
+        .iter()
+        .map(|s| {
+            row.columns
+                .iter()
+                .position(|c| c.name == s)
+                .and_then(|i| values.get(i))
+                .map(|v| v.borrowed())
+                .unwrap_or(Value::Null)
+        })
+        .collect()
+}
+
+/// The complete bucket-parameter tuples a row produces.
+fn param_tuples<'e>(f: &'e ParamFilter, env: Env<'e>, n: usize) -> Vec<Vec<Value<'e>>> {
+    let partial = assignments(f, env, n);
+    let mut out: Vec<Vec<Value<'e>>> = Vec::new();
+    for a in partial {
+        if a.iter().all(Option::is_some) {
+            let t: Vec<Value<'e>> = a.into_iter().flatten().collect();
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+type Assignment<'e> = Vec<Option<Value<'e>>>;
+
+fn assignments<'e>(f: &'e ParamFilter, env: Env<'e>, n: usize) -> Vec<Assignment<'e>> {
+    match f {
+        ParamFilter::Pred(e) => {
+            if e.eval(env).is_truthy() {
+                vec![vec![None; n]]
+            } else {
+                vec![]
+            }
+        }
+        ParamFilter::Param {
+            param,
+            row,
+            expands,
+        } => {
+            let v = row.eval(env);
+            let values: Vec<Value<'e>> = if *expands {
+                json_array_values(&v).unwrap_or_default()
+            } else {
+                vec![v]
+            };
+            values
+                .into_iter()
+                .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
+                .map(|v| {
+                    let mut a = vec![None; n];
+                    if let Some(slot) = a.get_mut(*param) {
+                        *slot = Some(v);
+                    }
+                    a
+                })
+                .collect()
+        }
+        ParamFilter::Or(items) => items.iter().flat_map(|i| assignments(i, env, n)).collect(),
+        ParamFilter::And(items) => {
+            let mut acc: Vec<Assignment<'e>> = vec![vec![None; n]];
+            for i in items {
+                let next = assignments(i, env, n);
+                let mut combined = Vec::new();
+                for a in &acc {
+                    'next: for b in &next {
+                        let mut m = a.clone();
+                        for (slot, v) in m.iter_mut().zip(b) {
+                            if let Some(v) = v {
+                                match slot {
+                                    Some(existing) if !same_key(existing, v) => continue 'next,
+                                    _ => *slot = Some(v.clone()),
+                                }
+                            }
+                        }
+                        combined.push(m);
+                    }
+                }
+                acc = combined;
+                if acc.is_empty() {
+                    break;
+                }
+            }
+            acc
+        }
+    }
+}
+
+fn same_key(a: &Value<'_>, b: &Value<'_>) -> bool {
+    let (mut x, mut y) = (String::new(), String::new());
+    write_key_value(&mut x, a) && write_key_value(&mut y, b) && x == y
+}
+
+fn evaluate_lookup(
+    l: &LookupCreator,
+    slots: &[Value<'_>],
+    seen: &mut HashSet<LookupKey>,
+    out: &mut Vec<LookupEntry>,
+) {
+    let env = Env {
+        row: slots,
+        request: None,
+    };
+    for b in &l.branches {
+        if !b.rows.iter().all(|e| e.eval(env).is_truthy()) {
+            continue;
+        }
+        let mut tuples: Vec<Vec<Value<'_>>> = vec![Vec::new()];
+        for (e, expands) in &b.links {
+            let v = e.eval(env);
+            let vals: Vec<Value<'_>> = if *expands {
+                json_array_values(&v).unwrap_or_default()
+            } else {
+                vec![v]
+            };
+            let vals: Vec<Value<'_>> = vals
+                .into_iter()
+                .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
+                .collect();
+            let mut next = Vec::new();
+            for t in &tuples {
+                for v in &vals {
+                    let mut t2 = t.clone();
+                    t2.push(v.clone());
+                    next.push(t2);
+                }
+            }
+            tuples = next;
+        }
+        if tuples.is_empty() {
+            continue;
+        }
+        let outputs: Vec<OwnedValue> = l.outputs.iter().map(|e| e.eval(env).into_owned()).collect();
+        for t in tuples {
+            if let Some(key) = lookup_key(&l.source, &b.query_id, &t) {
+                if seen.insert(key.clone()) {
+                    out.push(LookupEntry {
+                        key,
+                        outputs: outputs.clone(),
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Scalar SQL functions of the supported subset, with SQLite semantics.
+//!
+//! The list is closed on purpose: an unknown function is a compile error naming the
+//! supported ones, never a silent NULL.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use super::expr::{bool_value, Env, Expr};
+use super::json::{follow, json_to_value, parse_dollar_path};
+use super::value::Value;
+
+/// A supported scalar function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Func {
+    /// `upper(x)`
+    Upper,
+    /// `lower(x)`
+    Lower,
+    /// `length(x)`: characters of text, bytes of a blob.
+    Length,
+    /// `substring(x, start[, len])` / `substr`: 1-based, SQLite rules for negatives.
+    Substring,
+    /// `hex(x)`: upper-case hex of the bytes (`''` for NULL).
+    Hex,
+    /// `base64(x)`: standard base64 of the bytes (`''` for NULL).
+    Base64,
+    /// `ifnull(a, b)`
+    IfNull,
+    /// `iif(cond, a, b)`
+    Iif,
+    /// `typeof(x)`
+    TypeOf,
+    /// `json_extract(json, '$.path')`
+    JsonExtract,
+    /// `json_array_length(json[, '$.path'])`
+    JsonArrayLength,
+    /// `json_valid(x)`
+    JsonValid,
+    /// `instr(x, y)`: 1-based character position of `y` in `x`, 0 when absent.
+    Instr,
+    /// `json_keys(json)`: the object's keys as a JSON array text.
+    JsonKeys,
+}
+
+/// Names accepted by the compiler, with their argument counts (min, max).
+pub const FUNCTIONS: &[(&str, Func, usize, usize)] = &[
+    ("upper", Func::Upper, 1, 1),
+    ("lower", Func::Lower, 1, 1),
+    ("length", Func::Length, 1, 1),
+    ("substring", Func::Substring, 2, 3),
+    ("substr", Func::Substring, 2, 3),
+    ("hex", Func::Hex, 1, 1),
+    ("base64", Func::Base64, 1, 1),
+    ("ifnull", Func::IfNull, 2, 2),
+    ("iif", Func::Iif, 3, 3),
+    ("typeof", Func::TypeOf, 1, 1),
+    ("json_extract", Func::JsonExtract, 2, 2),
+    ("json_array_length", Func::JsonArrayLength, 1, 2),
+    ("json_valid", Func::JsonValid, 1, 1),
+    ("instr", Func::Instr, 2, 2),
+    ("json_keys", Func::JsonKeys, 1, 1),
+];
+
+/// Look up a function by its lower-case name.
+pub fn lookup(name: &str) -> Option<(Func, usize, usize)> {
+    FUNCTIONS
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .map(|(_, f, lo, hi)| (*f, *lo, *hi))
+}
+
+/// The comma-separated list of supported function names, for error hints.
+pub fn supported_list() -> String {
+    let mut names: Vec<&str> = FUNCTIONS.iter().map(|(n, ..)| *n).collect();
+    names.dedup();
+    names.join(", ")
+}
+
+fn arg<'e>(args: &'e [Expr], i: usize, env: Env<'e>) -> Value<'e> {
+    args.get(i).map(|a| a.eval(env)).unwrap_or(Value::Null)
+}
+
+fn bytes_of<'v>(v: &'v Value<'_>) -> Option<Cow<'v, [u8]>> {
+    match v {
+        Value::Null => None,
+        Value::Blob(b) => Some(Cow::Borrowed(b.as_ref())),
+        Value::Text(t) => Some(Cow::Borrowed(t.as_bytes())),
+        other => Some(Cow::Owned(
+            other.to_text().unwrap_or_default().as_bytes().to_vec(),
+        )),
+    }
+}
+
+/// Call `f` with already-checked argument count.
+pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
+    match f {
+        Func::Upper | Func::Lower => {
+            let v = arg(args, 0, env);
+            match v.to_text() {
+                None => Value::Null,
+                Some(t) => Value::Text(Cow::Owned(if f == Func::Upper {
+                    t.to_uppercase()
+                } else {
+                    t.to_lowercase()
+                })),
+            }
+        }
+        // JavaScript string length (UTF-16 units), as the official evaluator counts.
+        Func::Length => match arg(args, 0, env) {
+            Value::Null => Value::Null,
+            Value::Blob(b) => Value::Integer(b.len() as i64),
+            other => {
+                Value::Integer(other.to_text().unwrap_or_default().encode_utf16().count() as i64)
+            }
+        },
+        Func::Substring => {
+            let v = arg(args, 0, env);
+            let start = arg(args, 1, env);
+            let len = if args.len() > 2 {
+                Some(arg(args, 2, env))
+            } else {
+                None
+            };
+            substring(&v, &start, len.as_ref())
+        }
+        Func::Hex => {
+            let v = arg(args, 0, env);
+            let mut out = String::new();
+            if let Some(b) = bytes_of(&v) {
+                for byte in b.iter() {
+                    let _ = write!(out, "{byte:02X}");
+                }
+            }
+            Value::Text(Cow::Owned(out))
+        }
+        Func::Base64 => {
+            let v = arg(args, 0, env);
+            Value::Text(Cow::Owned(
+                bytes_of(&v).map(|b| base64(&b)).unwrap_or_default(),
+            ))
+        }
+        Func::IfNull => {
+            let a = arg(args, 0, env);
+            if a.is_null() {
+                arg(args, 1, env)
+            } else {
+                a
+            }
+        }
+        Func::Iif => {
+            if arg(args, 0, env).is_truthy() {
+                arg(args, 1, env)
+            } else {
+                arg(args, 2, env)
+            }
+        }
+        Func::TypeOf => Value::text(arg(args, 0, env).type_name()),
+        Func::Instr => {
+            let (hay, needle) = (arg(args, 0, env), arg(args, 1, env));
+            match (hay.to_text(), needle.to_text()) {
+                (Some(h), Some(n)) => Value::Integer(
+                    h.find(n.as_ref())
+                        .map(|i| h[..i].chars().count() as i64 + 1)
+                        .unwrap_or(0),
+                ),
+                _ => Value::Null,
+            }
+        }
+        Func::JsonExtract | Func::JsonArrayLength | Func::JsonKeys => {
+            let doc = arg(args, 0, env);
+            let path = if args.len() > 1 {
+                arg(args, 1, env)
+            } else {
+                Value::text("$")
+            };
+            let (Some(doc), Some(path)) = (doc.to_text(), path.to_text()) else {
+                return Value::Null;
+            };
+            let (Some(steps), Ok(parsed)) = (
+                parse_dollar_path(&path),
+                serde_json::from_str::<serde_json::Value>(&doc),
+            ) else {
+                return Value::Null;
+            };
+            match (f, follow(&parsed, &steps)) {
+                (_, None) => Value::Null,
+                (Func::JsonExtract, Some(found)) => json_to_value(found),
+                (Func::JsonKeys, Some(serde_json::Value::Object(m))) => {
+                    let keys: Vec<&String> = m.keys().collect();
+                    Value::Text(Cow::Owned(serde_json::to_string(&keys).unwrap_or_default()))
+                }
+                (Func::JsonKeys, Some(_)) => Value::Null,
+                (_, Some(serde_json::Value::Array(a))) => Value::Integer(a.len() as i64),
+                (_, Some(_)) => Value::Integer(0),
+            }
+        }
+        Func::JsonValid => {
+            let v = arg(args, 0, env);
+            let text = v.to_text();
+            bool_value(text.is_some_and(|t| serde_json::from_str::<serde_json::Value>(&t).is_ok()))
+        }
+    }
+}
+
+/// `substring(x, start[, len])` exactly as the official evaluator computes it: text (blobs
+/// are decoded), 1-based `start`, a negative start counts from the end, start 0 shortens the
+/// length by one, a negative length takes characters before the start; positions are
+/// JavaScript UTF-16 units.
+fn substring<'e>(v: &Value<'e>, start: &Value<'_>, len: Option<&Value<'_>>) -> Value<'e> {
+    let Some(text) = v.to_text() else {
+        return Value::Null;
+    };
+    let Value::Integer(start) = super::expr::cast(start.borrowed(), super::expr::CastType::Integer)
+    else {
+        return Value::Null;
+    };
+    let units: Vec<u16> = text.encode_utf16().collect();
+    let n = units.len() as i64;
+    let mut length = match len {
+        None => n + 1,
+        Some(Value::Null) => return Value::Null,
+        Some(l) => match super::expr::cast(l.borrowed(), super::expr::CastType::Integer) {
+            Value::Integer(i) => i,
+            _ => return Value::Null,
+        },
+    };
+    let begin = if start < 0 {
+        (n + start).max(0)
+    } else if start == 0 {
+        length -= 1;
+        0
+    } else {
+        start - 1
+    };
+    let (a, b) = if length < 0 {
+        (begin.saturating_add(length), begin)
+    } else {
+        (begin, begin.saturating_add(length))
+    };
+    // JavaScript `String.prototype.substring`: clamp to [0, n], swap when reversed.
+    let (a, b) = (a.clamp(0, n) as usize, b.clamp(0, n) as usize);
+    let (a, b) = if a > b { (b, a) } else { (a, b) };
+    Value::Text(Cow::Owned(String::from_utf16_lossy(
+        units.get(a..b).unwrap_or_default(),
+    )))
+}
+
+/// Standard base64 with padding.
+pub fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk.first().copied().unwrap_or(0),
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

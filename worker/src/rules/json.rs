@@ -1,0 +1,277 @@
+//! JSON text helpers: writing row `data` strings and bucket names without building a JSON
+//! tree, and reading JSON text for `->`, `->>` and `json_extract`.
+//!
+//! Number formatting follows JavaScript's `Number.prototype.toString`, because the official
+//! service (and therefore every existing client and checksum) uses it.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use super::value::Value;
+
+/// Format a double the way JavaScript's `Number.prototype.toString` does
+/// (`3.0` → `3`, `1e21` → `1e+21`, `1e-7` → `1e-7`). NaN and infinities print as JS does;
+/// callers that write JSON must map them to `null` first.
+pub fn js_number(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if f == 0.0 {
+        return "0".into();
+    }
+    // Shortest round-trip digits and decimal exponent from Rust's `{:e}`.
+    let sci = format!("{:e}", f.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let k = digits.len() as i32;
+    let n = exp + 1; // position of the decimal point relative to the digits
+    let mut out = String::new();
+    if f < 0.0 {
+        out.push('-');
+    }
+    if k <= n && n <= 21 {
+        out.push_str(&digits);
+        for _ in 0..(n - k) {
+            out.push('0');
+        }
+    } else if 0 < n && n <= 21 {
+        out.push_str(&digits[..n as usize]);
+        out.push('.');
+        out.push_str(&digits[n as usize..]);
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        for _ in 0..(-n) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else {
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if n > 0 { '+' } else { '-' });
+        let _ = write!(out, "{}", (n - 1).abs());
+    }
+    out
+}
+
+/// Append `s` as a JSON string literal: `"`, `\` and control characters escaped, non-ASCII
+/// and `/` left as they are (what `JSON.stringify` does).
+pub fn write_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Append a value as it appears in a row's `data` JSON. Returns `false` for blobs, which the
+/// caller omits from the row (the key is dropped, as in the official service).
+pub fn write_data_value(out: &mut String, v: &Value<'_>) -> bool {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Integer(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Real(f) => write_real(out, *f),
+        Value::Text(t) => write_json_string(out, t),
+        Value::Blob(_) => return false,
+    }
+    true
+}
+
+/// REAL in row data: integral values keep a `.0` so clients still see a REAL; NaN and
+/// infinities (invalid JSON) become `null`.
+fn write_real(out: &mut String, f: f64) {
+    if !f.is_finite() {
+        out.push_str("null");
+    } else if f.fract() == 0.0 && f.abs() < 1e21 {
+        let _ = write!(out, "{}.0", js_number(f));
+    } else {
+        out.push_str(&js_number(f));
+    }
+}
+
+/// Append a value the way bucket names and lookup keys serialize it
+/// ("JSONBucketNameSerialize"): REAL `3.0` and INTEGER `3` give the same text so a data
+/// row and a parameter row always agree. Returns `false` for blobs, which never match.
+pub fn write_key_value(out: &mut String, v: &Value<'_>) -> bool {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Integer(i) => {
+            let _ = write!(out, "{i}");
+        }
+        Value::Real(f) if f.is_finite() => out.push_str(&js_number(*f)),
+        Value::Real(_) => out.push_str("null"),
+        Value::Text(t) => write_json_string(out, t),
+        Value::Blob(_) => return false,
+    }
+    true
+}
+
+/// Convert a parsed JSON value to a SQLite value the way `->>`/`json_extract` do:
+/// strings → TEXT, integers → INTEGER, other numbers → REAL, booleans → 1/0, objects and
+/// arrays → their JSON text.
+pub fn json_to_value(v: &serde_json::Value) -> Value<'static> {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Integer(i64::from(*b)),
+        serde_json::Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::Integer(i)
+            } else {
+                Value::Real(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        serde_json::Value::String(s) => Value::Text(Cow::Owned(s.clone())),
+        other => Value::Text(Cow::Owned(other.to_string())),
+    }
+}
+
+/// Convert a SQLite value to JSON text, as `->` returns it and as `request.jwt()` renders.
+pub fn value_to_json_text(v: &Value<'_>) -> Option<String> {
+    let mut out = String::new();
+    match v {
+        Value::Text(t) => write_json_string(&mut out, t),
+        other => {
+            if !write_key_value(&mut out, other) {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// One step of a JSON path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PathStep {
+    /// An object member.
+    Key(String),
+    /// An array element.
+    Index(usize),
+}
+
+/// Parse a `json_extract` style path (`$`, `$.a.b`, `$.a[0]`, `$."a b"`).
+/// `None` for malformed paths (which yield NULL, as in SQLite).
+pub fn parse_dollar_path(path: &str) -> Option<Vec<PathStep>> {
+    let rest = path.strip_prefix('$')?;
+    let mut steps = Vec::new();
+    let mut chars = rest.char_indices().peekable();
+    let b = rest;
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '.' => {
+                if b[i + 1..].starts_with('"') {
+                    let start = i + 2;
+                    let end = b[start..].find('"')? + start;
+                    steps.push(PathStep::Key(b[start..end].to_string()));
+                    while let Some((j, _)) = chars.peek() {
+                        if *j <= end {
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                } else {
+                    let start = i + 1;
+                    let end = b[start..]
+                        .find(['.', '['])
+                        .map(|e| e + start)
+                        .unwrap_or(b.len());
+                    steps.push(PathStep::Key(b[start..end].to_string()));
+                    while let Some((j, _)) = chars.peek() {
+                        if *j < end {
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+            }
+            '[' => {
+                let start = i + 1;
+                let end = b[start..].find(']')? + start;
+                let idx: usize = b[start..end].trim().parse().ok()?;
+                steps.push(PathStep::Index(idx));
+                while let Some((j, _)) = chars.peek() {
+                    if *j <= end {
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(steps)
+}
+
+/// Follow `steps` in a parsed JSON document.
+pub fn follow<'j>(
+    mut v: &'j serde_json::Value,
+    steps: &[PathStep],
+) -> Option<&'j serde_json::Value> {
+    for s in steps {
+        v = match (s, v) {
+            (PathStep::Key(k), serde_json::Value::Object(m)) => m.get(k)?,
+            (PathStep::Index(i), serde_json::Value::Array(a)) => a.get(*i)?,
+            _ => return None,
+        };
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn js_number_matches_javascript() {
+        for (f, s) in [
+            (3.0, "3"),
+            (0.5, "0.5"),
+            (-2.25, "-2.25"),
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (1.5e-7, "1.5e-7"),
+            (0.000001, "0.000001"),
+            (123.456, "123.456"),
+            (0.1 + 0.2, "0.30000000000000004"),
+        ] {
+            assert_eq!(js_number(f), s, "{f}");
+        }
+    }
+
+    #[test]
+    fn dollar_paths() {
+        assert_eq!(
+            parse_dollar_path("$.a[1].b"),
+            Some(vec![
+                PathStep::Key("a".into()),
+                PathStep::Index(1),
+                PathStep::Key("b".into())
+            ])
+        );
+        assert_eq!(parse_dollar_path("$"), Some(vec![]));
+        assert_eq!(parse_dollar_path("a.b"), None);
+    }
+}

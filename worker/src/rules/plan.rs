@@ -1,0 +1,218 @@
+//! Per-table plans and row evaluation (replication time, spec §7.8).
+//!
+//! A [`TablePlan`] holds everything the rules do with rows of one source table: the data
+//! queries that put the row into buckets and the parameter queries that turn it into lookup
+//! entries. Evaluating a row converts its columns once, then writes each `data` JSON string
+//! directly (see the `eval` module). Subkeys are not assigned here; the store does that per
+//! source row.
+
+use super::bucket::bucket_name;
+use super::expr::Expr;
+use super::json::write_json_string;
+use super::options::Compatibility;
+use super::value::{OwnedValue, Value};
+
+/// A source table, as `SyncRules::tables` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableRef {
+    /// Schema (`public` when the query did not name one).
+    pub schema: String,
+    /// Table name.
+    pub name: String,
+}
+
+impl std::fmt::Display for TableRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.schema, self.name)
+    }
+}
+
+/// One output column of a data query.
+#[derive(Debug, Clone)]
+pub(crate) enum Projection {
+    /// `*`: every source column not starting with `_`, unless an explicit column has its name.
+    Star,
+    /// `expr AS name`.
+    Column {
+        /// The output name.
+        name: String,
+        /// `"name":`, escaped once at compile time.
+        key_json: String,
+        /// The value.
+        expr: Expr,
+    },
+}
+
+/// How a row's bucket-parameter values are found (data side).
+#[derive(Debug, Clone)]
+pub(crate) enum ParamFilter {
+    /// A row predicate: keeps the row (no parameters) when truthy.
+    Pred(Expr),
+    /// Parameter `param` takes the row value (or each element of a row JSON array).
+    Param {
+        /// Index in the bucket parameter list.
+        param: usize,
+        /// The row value.
+        row: Expr,
+        /// The row value is a JSON array: one bucket per element.
+        expands: bool,
+    },
+    /// Cross product of the children's assignments.
+    And(Vec<ParamFilter>),
+    /// Union of the children's assignments.
+    Or(Vec<ParamFilter>),
+}
+
+/// A data query (or a stream query's data side) compiled for one table.
+#[derive(Debug, Clone)]
+pub(crate) struct DataEvaluator {
+    /// Bucket name prefix including the version (`1#by_user`, `1#tasks|0`).
+    pub prefix: String,
+    /// The output table name; `None` means the source table name.
+    pub object_type: Option<String>,
+    /// Source columns read by slot.
+    pub slots: Vec<String>,
+    /// Output columns, in SELECT order.
+    pub projection: Vec<Projection>,
+    /// Names of explicit output columns (they win over `*`).
+    pub explicit: Vec<String>,
+    /// The `id` value: `None` means take `id` from `*`.
+    pub id: Option<Expr>,
+    /// Bucket parameters of the row.
+    pub filter: ParamFilter,
+    /// Number of bucket parameters.
+    pub params: usize,
+}
+
+/// One conjunction of a lookup-producing parameter query.
+#[derive(Debug, Clone)]
+pub(crate) struct LookupBranch {
+    /// The lookup's query id (query index, plus branch index when there are several).
+    pub query_id: String,
+    /// Row predicates that must hold.
+    pub rows: Vec<Expr>,
+    /// The row side of each link, and whether it is a JSON array to expand.
+    pub links: Vec<(Expr, bool)>,
+}
+
+/// A parameter query reading this table, compiled to produce lookup entries.
+#[derive(Debug, Clone)]
+pub(crate) struct LookupCreator {
+    /// The definition or stream (or `$with` for global CTEs) the lookup belongs to.
+    pub source: String,
+    /// Source columns read by slot.
+    pub slots: Vec<String>,
+    /// Row-derived output values, stored with each entry.
+    pub outputs: Vec<Expr>,
+    /// DNF branches.
+    pub branches: Vec<LookupBranch>,
+}
+
+/// Identifies a parameter lookup: which query, and the values the row side matched.
+///
+/// The store keys lookup entries by this (plus the source row); the request side builds the
+/// same key from token/parameter values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LookupKey {
+    /// Definition, stream or `$with` name.
+    pub source: String,
+    /// Query id within the source.
+    pub query: String,
+    /// The matched values, serialized like bucket parameters (`3` and `3.0` agree).
+    pub values: String,
+}
+
+impl LookupKey {
+    /// A stable byte encoding for storage: the JSON array `[source, query, ...values]`.
+    pub fn encode(&self) -> String {
+        let mut out =
+            String::with_capacity(self.source.len() + self.query.len() + self.values.len() + 8);
+        out.push('[');
+        write_json_string(&mut out, &self.source);
+        out.push(',');
+        write_json_string(&mut out, &self.query);
+        let inner = self.values.trim_start_matches('[').trim_end_matches(']');
+        if !inner.is_empty() {
+            out.push(',');
+            out.push_str(inner);
+        }
+        out.push(']');
+        out
+    }
+}
+
+/// Build a lookup key from its values; `None` if a value is a blob.
+pub(crate) fn lookup_key(source: &str, query: &str, values: &[Value<'_>]) -> Option<LookupKey> {
+    Some(LookupKey {
+        source: source.to_string(),
+        query: query.to_string(),
+        values: bucket_name("", values)?,
+    })
+}
+
+/// A row's membership in one bucket: what the store turns into a PUT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketRow {
+    /// The full bucket name (with version prefix).
+    pub bucket: String,
+    /// Output table name (`object_type` on the wire).
+    pub object_type: String,
+    /// Row id as text (`object_id` on the wire).
+    pub object_id: String,
+    /// The exact `data` JSON string.
+    pub data: String,
+    /// PUT checksum of `(object_type, object_id, data)`.
+    pub checksum: u32,
+}
+
+/// A lookup entry the row produces: key → the row's output values for the parameter query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LookupEntry {
+    /// The lookup key.
+    pub key: LookupKey,
+    /// Row-derived output values, in the parameter query's output order.
+    pub outputs: Vec<OwnedValue>,
+}
+
+/// Everything one source row produces.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowEvaluation {
+    /// Bucket memberships, unique by `(bucket, object_type, object_id)`.
+    pub buckets: Vec<BucketRow>,
+    /// Lookup entries, unique by key.
+    pub lookups: Vec<LookupEntry>,
+}
+
+/// What the rules do with rows of one source table.
+#[derive(Debug, Clone)]
+pub struct TablePlan {
+    pub(crate) table: TableRef,
+    pub(crate) compat: Compatibility,
+    pub(crate) data: Vec<DataEvaluator>,
+    pub(crate) lookups: Vec<LookupCreator>,
+}
+
+impl TablePlan {
+    /// The table this plan reads.
+    pub fn table(&self) -> &TableRef {
+        &self.table
+    }
+
+    /// True when rows of this table land in buckets (not only in lookups).
+    pub fn has_data(&self) -> bool {
+        !self.data.is_empty()
+    }
+
+    /// True when rows of this table feed parameter lookups.
+    pub fn has_lookups(&self) -> bool {
+        !self.lookups.is_empty()
+    }
+}
+
+/// `"name":` for an output column, computed once.
+pub(crate) fn key_json(name: &str) -> String {
+    let mut k = String::with_capacity(name.len() + 3);
+    write_json_string(&mut k, name);
+    k.push(':');
+    k
+}

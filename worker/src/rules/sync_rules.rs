@@ -1,0 +1,273 @@
+//! [`SyncRules`]: the compiled form of one sync-rules file, the entry point of the module.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::bucket::BucketVersion;
+use super::compile::{legacy, streams};
+use super::error::RulesError;
+use super::options::Compatibility;
+use super::plan::{DataEvaluator, LookupCreator, TablePlan, TableRef};
+use super::request::{
+    check_limit, BucketReason, BucketResolver, LookupReader, RequestContext, RequestData,
+    Resolution, SubscriptionError,
+};
+use super::yaml;
+
+/// The default bucket priority when neither the rule nor the request sets one.
+pub const DEFAULT_PRIORITY: u8 = 3;
+
+/// Most buckets one request may resolve to (the official service's default limit).
+pub const DEFAULT_MAX_BUCKETS: usize = 1000;
+
+/// Whether a bucket source came from `bucket_definitions` or `streams`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A legacy bucket definition (always synced).
+    Definition,
+    /// A sync stream.
+    Stream,
+}
+
+/// One entry of `checkpoint.streams`: a definition or stream, in file order.
+#[derive(Debug, Clone)]
+pub struct BucketSource {
+    /// Definition or stream name.
+    pub name: String,
+    /// Which section it came from.
+    pub kind: SourceKind,
+    /// Its priority (default 3).
+    pub priority: u8,
+    /// Synced without an explicit subscription (`is_default` on the wire).
+    pub is_default: bool,
+    /// Bucket parameter names (definitions) — empty for global buckets and streams.
+    pub parameters: Vec<String>,
+    resolvers: Vec<BucketResolver>,
+}
+
+/// How a table is used by the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableUsage {
+    /// Rows go into buckets.
+    pub data: bool,
+    /// Rows feed parameter lookups.
+    pub parameters: bool,
+}
+
+/// Compiled sync rules.
+#[derive(Debug, Clone)]
+pub struct SyncRules {
+    compat: Compatibility,
+    version: BucketVersion,
+    hash: [u8; 32],
+    sources: Vec<BucketSource>,
+    plans: BTreeMap<TableRef, TablePlan>,
+}
+
+impl SyncRules {
+    /// Parse and compile with bucket-name generation 1 (`1#...`).
+    pub fn parse(yaml: &str) -> Result<SyncRules, RulesError> {
+        Self::parse_with_version(yaml, BucketVersion::default())
+    }
+
+    /// Parse and compile with an explicit bucket-name version; the engine passes the
+    /// generation of the deployment so a redeploy gets fresh bucket names.
+    pub fn parse_with_version(
+        yaml_text: &str,
+        version: BucketVersion,
+    ) -> Result<SyncRules, RulesError> {
+        let raw = yaml::parse(yaml_text)?;
+        let compat = raw.compat;
+        let mut sources = Vec::new();
+        let mut data: Vec<(TableRef, DataEvaluator)> = Vec::new();
+        let mut lookups: Vec<(TableRef, LookupCreator)> = Vec::new();
+        for d in &raw.definitions {
+            let c = legacy::compile(d, compat, version)?;
+            data.extend(c.data);
+            lookups.extend(c.lookups);
+            sources.push(BucketSource {
+                name: d.name.clone(),
+                kind: SourceKind::Definition,
+                priority: d.priority.unwrap_or(DEFAULT_PRIORITY),
+                is_default: true,
+                parameters: c.params,
+                resolvers: c.resolvers,
+            });
+        }
+        for s in &raw.streams {
+            let c = streams::compile(s, &raw.with, compat, version)?;
+            data.extend(c.data);
+            lookups.extend(c.lookups);
+            sources.push(BucketSource {
+                name: s.name.clone(),
+                kind: SourceKind::Stream,
+                priority: s.priority.unwrap_or(DEFAULT_PRIORITY),
+                is_default: s.auto_subscribe,
+                parameters: Vec::new(),
+                resolvers: c.resolvers,
+            });
+        }
+        let mut plans: BTreeMap<TableRef, TablePlan> = BTreeMap::new();
+        let plan = |plans: &mut BTreeMap<TableRef, TablePlan>, t: &TableRef| -> TableRef {
+            plans.entry(t.clone()).or_insert_with(|| TablePlan {
+                table: t.clone(),
+                compat,
+                data: Vec::new(),
+                lookups: Vec::new(),
+            });
+            t.clone()
+        };
+        for (t, d) in data {
+            let key = plan(&mut plans, &t);
+            if let Some(p) = plans.get_mut(&key) {
+                p.data.push(d);
+            }
+        }
+        for (t, l) in lookups {
+            let key = plan(&mut plans, &t);
+            if let Some(p) = plans.get_mut(&key) {
+                // A global CTE used by several streams is materialized once.
+                let dup = p.lookups.iter().any(|x| {
+                    x.source == l.source
+                        && x.branches
+                            .iter()
+                            .map(|b| &b.query_id)
+                            .eq(l.branches.iter().map(|b| &b.query_id))
+                });
+                if !dup {
+                    p.lookups.push(l);
+                }
+            }
+        }
+        Ok(SyncRules {
+            compat,
+            version,
+            hash: Sha256::digest(yaml_text.as_bytes()).into(),
+            sources,
+            plans,
+        })
+    }
+
+    /// SHA-256 of the YAML text: identifies a deployment's rules content.
+    pub fn content_hash(&self) -> [u8; 32] {
+        self.hash
+    }
+
+    /// [`Self::content_hash`] as lower-case hex.
+    pub fn content_hash_hex(&self) -> String {
+        self.hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The edition options in force.
+    pub fn compatibility(&self) -> Compatibility {
+        self.compat
+    }
+
+    /// The bucket-name version these rules were compiled with.
+    pub fn bucket_version(&self) -> BucketVersion {
+        self.version
+    }
+
+    /// Definitions and streams in file order (`checkpoint.streams` order).
+    pub fn sources(&self) -> &[BucketSource] {
+        &self.sources
+    }
+
+    /// Every source table the rules read and how; the replication source checks the
+    /// publication covers them.
+    pub fn tables(&self) -> Vec<(TableRef, TableUsage)> {
+        self.plans
+            .iter()
+            .map(|(t, p)| {
+                (
+                    t.clone(),
+                    TableUsage {
+                        data: p.has_data(),
+                        parameters: p.has_lookups(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The plan for rows of `schema.table`, or `None` when the rules ignore that table.
+    pub fn plan_for(&self, schema: &str, table: &str) -> Option<&TablePlan> {
+        self.plans.get(&TableRef {
+            schema: schema.to_string(),
+            name: table.to_string(),
+        })
+    }
+
+    /// Resolve a request's bucket set: default definitions/streams (unless
+    /// `include_defaults` is false) and explicit subscriptions. Lookups are read through
+    /// `reader` at the checkpoint the caller serves. At most [`DEFAULT_MAX_BUCKETS`].
+    pub fn resolve_request(
+        &self,
+        ctx: &RequestContext,
+        reader: &dyn LookupReader,
+    ) -> Result<Resolution, RulesError> {
+        self.resolve_request_with_limit(ctx, reader, DEFAULT_MAX_BUCKETS)
+    }
+
+    /// [`Self::resolve_request`] with an explicit bucket limit; exceeding it is a
+    /// `RulesError::Request`.
+    pub fn resolve_request_with_limit(
+        &self,
+        ctx: &RequestContext,
+        reader: &dyn LookupReader,
+        max: usize,
+    ) -> Result<Resolution, RulesError> {
+        let mut res = Resolution::default();
+        if ctx.include_defaults {
+            let data = RequestData::new(ctx, None);
+            for (i, s) in self.sources.iter().enumerate() {
+                if !s.is_default {
+                    continue;
+                }
+                for r in &s.resolvers {
+                    let prio = r.priority.unwrap_or(s.priority);
+                    for name in r.resolve(&data, reader, &mut res.lookups_read, max)? {
+                        res.add(name, prio, BucketReason::Default(i), &s.name);
+                        check_limit(res.buckets.len(), max)?;
+                    }
+                }
+            }
+        }
+        for (j, sub) in ctx.subscriptions.iter().enumerate() {
+            let Some(s) = self
+                .sources
+                .iter()
+                .find(|s| s.name == sub.stream && s.kind == SourceKind::Stream)
+            else {
+                res.errors.push(SubscriptionError {
+                    subscription: j,
+                    message: format!("unknown stream `{}`", sub.stream),
+                });
+                continue;
+            };
+            if !sub.parameters.is_null() && !sub.parameters.is_object() {
+                res.errors.push(SubscriptionError {
+                    subscription: j,
+                    message: format!(
+                        "parameters of stream `{}` must be a JSON object",
+                        sub.stream
+                    ),
+                });
+                continue;
+            }
+            let data = RequestData::new(ctx, Some(sub));
+            let prio = sub
+                .override_priority
+                .unwrap_or(s.priority)
+                .min(DEFAULT_PRIORITY);
+            for r in &s.resolvers {
+                for name in r.resolve(&data, reader, &mut res.lookups_read, max)? {
+                    res.add(name, prio, BucketReason::Subscription(j), &s.name);
+                    check_limit(res.buckets.len(), max)?;
+                }
+            }
+        }
+        Ok(res)
+    }
+}
