@@ -158,6 +158,7 @@ fn functions() {
         ("j -> 'missing'", "null"),
         ("j ->> '$.a.b'", r#""[1,2]""#),
         ("arr ->> 0", "1"),
+        ("arr ->> '2'", "3"),
         ("json_array_length(arr)", "3"),
         ("json_valid(j)", "1"),
         ("json_valid(s)", "0"),
@@ -190,8 +191,22 @@ fn functions() {
 #[test]
 fn json_key_rules_differ_by_edition() {
     // Edition 1 splits `->>` keys on dots; edition 2 takes them literally.
-    check(1, &[("j ->> 'a.b'", r#""[1,2]""#), ("j ->> 'd.e'", "null")]);
-    check(2, &[("j ->> 'a.b'", "null"), ("j ->> 'd.e'", "7")]);
+    check(
+        1,
+        &[
+            ("j ->> 'a.b'", r#""[1,2]""#),
+            ("j ->> 'd.e'", "null"),
+            ("j ->> 'a.b.1'", "2"),
+        ],
+    );
+    check(
+        2,
+        &[
+            ("j ->> 'a.b'", "null"),
+            ("j ->> 'd.e'", "7"),
+            ("j ->> 'a.b.1'", "null"),
+        ],
+    );
 }
 
 #[test]

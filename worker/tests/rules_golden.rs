@@ -555,3 +555,50 @@ fn compiled_rules_are_shareable_across_threads() {
     assert_send_sync::<powersync_mdbx_worker::rules::TablePlan>();
     assert_send_sync::<InMemoryLookups>();
 }
+
+/// The rows rebuilt in `rules_support` have exactly the columns (order and types) of the
+/// fixture's schema.sql, so the golden data strings are built from the real table shapes.
+#[test]
+fn fixture_rows_match_schema_sql() {
+    use sqlparser::ast::Statement;
+    use sqlparser::dialect::PostgreSqlDialect;
+    // Only the CREATE TABLE statements (sqlparser does not know CREATE PUBLICATION).
+    let schema = fixture("schema.sql");
+    let statements: Vec<Statement> = schema
+        .split(';')
+        .map(str::trim)
+        .filter(|s| s.starts_with("CREATE TABLE"))
+        .flat_map(|sql| sqlparser::parser::Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap())
+        .collect();
+    let table = |name: &str| -> Vec<(String, String)> {
+        statements
+            .iter()
+            .find_map(|s| match s {
+                Statement::CreateTable(t) if t.name.to_string() == name => Some(
+                    t.columns
+                        .iter()
+                        .map(|c| (c.name.value.clone(), c.data_type.to_string().to_lowercase()))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let pg_name = |oid: u32| match oid {
+        25 => "text",
+        23 => "integer",
+        1184 => "timestamptz",
+        other => panic!("unexpected oid {other}"),
+    };
+    for (name, row) in [
+        ("tasks", generated_task(1, 1, U)),
+        ("user_project_access", access_row("a", "u", "p")),
+    ] {
+        let ours: Vec<(String, String)> = row
+            .columns
+            .iter()
+            .map(|(n, t, _)| (n.clone(), pg_name(t.oid).to_string()))
+            .collect();
+        assert_eq!(ours, table(name), "{name}");
+    }
+}

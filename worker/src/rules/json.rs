@@ -233,6 +233,8 @@ pub fn follow<'j>(
     for s in steps {
         v = match (s, v) {
             (PathStep::Key(k), serde_json::Value::Object(m)) => m.get(k)?,
+            // JavaScript indexing: `arr["0"]` is the first element.
+            (PathStep::Key(k), serde_json::Value::Array(a)) => a.get(k.parse::<usize>().ok()?)?,
             (PathStep::Index(i), serde_json::Value::Array(a)) => a.get(*i)?,
             _ => return None,
         };
