@@ -23,7 +23,6 @@ pub use error::StoreError;
 pub use meta::{StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
-pub use record::remove_checksum;
 pub use writer::{LookupPut, RowPut, WriteTxn};
 
 /// Named tables the environment reserves slots for.

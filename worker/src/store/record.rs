@@ -172,17 +172,6 @@ impl Tombstone {
     }
 }
 
-/// Checksum of a REMOVE: the first four bytes of `sha256("delete." + subkey)`, little
-/// endian (spec §3.1).
-pub fn remove_checksum(subkey: &str) -> u32 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(b"delete.")
-        .chain_update(subkey.as_bytes())
-        .finalize();
-    u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]])
-}
-
 /// The subkey of a source row: stable while the row exists, unique per source row.
 pub fn subkey(table_id: u32, row_id: u64) -> String {
     format!("{table_id}/{row_id}")

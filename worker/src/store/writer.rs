@@ -13,9 +13,10 @@ use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
 use super::op::{BucketState, OpKind, StoredOp};
-use super::record::{remove_checksum, subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
+use super::record::{subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
 use super::tables::{row_key, Tables};
 use super::{Checkpoint, StoreError};
+use crate::rules::remove_checksum;
 
 const KEY_COUNTERS: &[u8] = b"counters";
 pub(super) const KEY_CHECKPOINT: &[u8] = b"checkpoint";
