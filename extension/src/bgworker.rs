@@ -98,6 +98,7 @@ fn settings() -> HostSettings {
             .filter(|h| !h.is_empty())
             .collect(),
         runtime_threads: RUNTIME_THREADS,
+        slot_name: guc::get(&guc::SLOT_NAME).unwrap_or_else(|| "powersync_mdbx".into()),
     }
 }
 

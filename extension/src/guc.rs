@@ -8,6 +8,9 @@ use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
 pub static CONFIG_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `powersync_mdbx.storage_dir`: where the MDBX store lives.
 pub static STORAGE_DIR: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.slot_name`: the replication slot this sync replica owns on the primary.
+pub static SLOT_NAME: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(Some(c"powersync_mdbx"));
 /// `powersync_mdbx.listen_addresses`: hosts the HTTP server binds.
 pub static LISTEN_ADDRESSES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
@@ -30,6 +33,15 @@ pub fn define(preloading: bool) {
         c"Comma-separated hosts the sync HTTP server listens on ('*' for all).",
         c"The port comes from the configuration file's `port` (default 8080).",
         &LISTEN_ADDRESSES,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.slot_name",
+        c"Name of the logical replication slot this sync replica creates and owns on the primary.",
+        c"Each sync replica needs its own slot. A slot of this name that the replica did not \
+          create is refused.",
+        &SLOT_NAME,
         GucContext::Sighup,
         GucFlags::default(),
     );

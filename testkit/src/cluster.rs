@@ -235,6 +235,33 @@ impl Cluster {
         }
     }
 
+    /// Runs a SQL file with psql variables (`-v name=value`), panicking on an error.
+    pub fn sql_file(&self, path: &Path, vars: &[(&str, &str)]) -> String {
+        let mut cmd = Command::new(self.install.bin().join("psql"));
+        cmd.arg("-h")
+            .arg(&self.socket_dir)
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1"]);
+        for (name, value) in vars {
+            cmd.arg("-v").arg(format!("{name}={value}"));
+        }
+        let out = cmd.arg("-f").arg(path).output().expect("psql runs");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    }
+
     /// Runs SQL and panics on an error.
     pub fn sql(&self, sql: &str) -> String {
         self.try_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))

@@ -18,3 +18,8 @@ pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
 pub use ports::free_port;
 pub use wait::wait_until;
+
+/// The benchmark fixture kept in the repository (`fixture/`).
+pub fn fixture_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixture")
+}

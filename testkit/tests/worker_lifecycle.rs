@@ -24,6 +24,11 @@ impl Rig {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(
+            "CREATE TABLE lists (id text PRIMARY KEY, name text);
+             INSERT INTO lists VALUES ('l1', 'groceries'), ('l2', 'chores');
+             CREATE PUBLICATION powersync FOR ALL TABLES;",
+        );
         let http_port = free_port();
         Self {
             dir,
@@ -90,8 +95,29 @@ fn worker_serves_probes_and_reports_status() {
     let rig = Rig::new();
     assert_eq!(rig.primary.sql("SHOW wal_level"), "logical");
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     assert_eq!(s["ready"], true);
+    let replication = &s["replication"];
+    assert_eq!(replication["slot"], "powersync_mdbx", "{s}");
+    assert_eq!(
+        (
+            replication["rows"].as_u64(),
+            replication["tables_total"].as_u64()
+        ),
+        (Some(2), Some(1)),
+        "{s}"
+    );
+    assert!(
+        replication["consistent_point"]
+            .as_str()
+            .unwrap()
+            .contains('/'),
+        "{s}"
+    );
+    let slot = rig
+        .primary
+        .sql("SELECT slot_name || ' ' || plugin FROM pg_replication_slots");
+    assert_eq!(slot, "powersync_mdbx pgoutput");
     assert_eq!(
         Some(s["worker_pid"].as_i64().unwrap()),
         worker_pid(&replica)
@@ -158,7 +184,7 @@ fn bad_config_is_reported_and_a_reload_recovers() {
 
     rig.dir.write("config.yaml", &rig.config_yaml());
     replica.sql("SELECT pg_reload_conf()");
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     assert!(s["last_error"].is_null());
     assert_eq!(
         worker_pid(&replica),
@@ -175,7 +201,7 @@ fn bad_config_is_reported_and_a_reload_recovers() {
 fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
     let rig = Rig::new();
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
     let pid = worker_pid(&replica).unwrap();
 
@@ -184,7 +210,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
     let second = wait_until(WAIT, "a restarted worker", || {
         worker_pid(&replica).filter(|p| *p != pid)
     });
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     assert_eq!(s["worker_pid"].as_i64(), Some(second));
     assert_eq!(
         s["store"]["store_id"],
@@ -199,7 +225,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
     let third = wait_until(WAIT, "a restarted worker", || {
         worker_pid(&replica).filter(|p| *p != second)
     });
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     assert_eq!(s["worker_pid"].as_i64(), Some(third));
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     assert_eq!(
@@ -218,7 +244,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
 fn fast_stop_is_prompt_and_clean_and_storage_survives() {
     let rig = Rig::new();
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
     let pid = worker_pid(&replica).unwrap();
 
@@ -251,7 +277,7 @@ fn fast_stop_is_prompt_and_clean_and_storage_survives() {
     assert!(http_get(rig.http_port, "/probes/liveness").is_none());
 
     replica.start();
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     let mode = std::fs::metadata(store_dir(&replica))
         .unwrap()
@@ -303,7 +329,7 @@ fn foreign_storage_is_refused_and_reset_rebuilds_our_own() {
 
     std::fs::remove_file(foreign.join("PG_VERSION")).unwrap();
     replica.sql("SELECT pg_reload_conf()");
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     let first = s["store"]["store_id"].as_str().unwrap().to_owned();
     let reply: Value = serde_json::from_str(&replica.sql("SELECT powersync_mdbx.reset()")).unwrap();
     assert_eq!(reply["reset"], true, "{reply}");
@@ -311,7 +337,7 @@ fn foreign_storage_is_refused_and_reset_rebuilds_our_own() {
         reply["removed_files"],
         serde_json::json!(["mdbx.dat", "mdbx.lck"])
     );
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     assert_ne!(
         s["store"]["store_id"],
         first.as_str(),
@@ -351,7 +377,7 @@ fn functions_without_preload_explain_the_fix() {
 fn a_crashed_worker_comes_back_and_reopens_its_store() {
     let rig = Rig::new();
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "serving");
+    let s = wait_phase(&replica, "ready");
     let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
     let pid = worker_pid(&replica).unwrap();
 
@@ -362,7 +388,7 @@ fn a_crashed_worker_comes_back_and_reopens_its_store() {
     let s = wait_until(WAIT, "the worker serving again after a crash", || {
         let s = replica.try_sql("SELECT powersync_mdbx.status()").ok()?;
         let s: Value = serde_json::from_str(&s).ok()?;
-        (s["phase"] == "serving" && s["worker_pid"].as_i64() != Some(pid)).then_some(s)
+        (s["phase"] == "ready" && s["worker_pid"].as_i64() != Some(pid)).then_some(s)
     });
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     assert_eq!(

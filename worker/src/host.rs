@@ -29,6 +29,8 @@ pub struct HostSettings {
     pub listen_addresses: Vec<String>,
     /// Threads of the engine's runtime.
     pub runtime_threads: usize,
+    /// The replication slot this sync replica owns.
+    pub slot_name: String,
 }
 
 /// What the host loop should do after a [`Host::tick`].
@@ -162,20 +164,50 @@ impl Host {
             s.ready = false;
         });
         let dir = self.settings.storage_dir.clone();
-        let removed = store::remove_store_files(&dir);
-        let (removed_files, error) = match removed {
-            Ok(files) => (files, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+        // The slot first: storage without its slot can be rebuilt, a slot without its
+        // storage would be refused as foreign on the next start.
+        let released = self.release_slot(&dir);
+        let (slot_dropped, removed_files, error) = match released {
+            Err(e) => (None, Vec::new(), Some(e)),
+            Ok(slot) => match store::remove_store_files(&dir) {
+                Ok(files) => (slot, files, None),
+                Err(e) => (slot, Vec::new(), Some(e.to_string())),
+            },
         };
         self.start();
         serde_json::json!({
             "reset": error.is_none(),
             "storage_dir": dir.display().to_string(),
             "removed_files": removed_files,
+            "slot_dropped": slot_dropped,
             "engine_was_running": was_running,
             "error": error,
             "engine_restarted": self.engine.is_some(),
         })
+    }
+
+    /// Drops the slot the stored data owns, on a short-lived runtime created with the
+    /// host's spawn guard. Without a usable configuration there is nothing to reach.
+    fn release_slot(&self, dir: &std::path::Path) -> Result<Option<String>, String> {
+        let Ok(config) = self.load() else {
+            return Ok(None);
+        };
+        let mut result = Err("the reset could not start its runtime".to_owned());
+        (self.guard)(&mut || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            result = match runtime {
+                Ok(rt) => rt
+                    .block_on(crate::replication::release_slot(
+                        &config.service.source,
+                        dir,
+                    ))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+        });
+        result
     }
 
     /// Stops the engine for good (process exit). Returns false if its threads did not end
@@ -201,6 +233,7 @@ impl Host {
             storage_dir: self.settings.storage_dir.clone(),
             listen_addresses: self.settings.listen_addresses.clone(),
             runtime_threads: self.settings.runtime_threads,
+            slot_name: self.settings.slot_name.clone(),
         })
     }
 

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod host;
 pub mod http;
 pub mod logging;
+pub mod replication;
 pub mod rules;
 pub mod source;
 pub mod status;

@@ -19,8 +19,13 @@ pub enum Phase {
     ConfigError,
     /// Opening (or creating) the MDBX store.
     OpeningStorage,
-    /// Every stage runs; the HTTP server answers.
-    Serving,
+    /// Connecting to the primary and validating it (retried with backoff on errors
+    /// that may pass; `last_error` shows the latest).
+    Connecting,
+    /// Copying the initial snapshot.
+    Snapshotting,
+    /// The snapshot is complete and durable: clients may sync.
+    Ready,
     /// The engine stopped on an error the operator must fix; waiting for a reload or reset.
     Failed,
     /// A reset is clearing the store.
@@ -79,6 +84,8 @@ pub struct Status {
     pub listen: Vec<String>,
     /// The store's identity and size, once open.
     pub store: Option<StoreStatus>,
+    /// Replication progress, once the engine talks to the primary.
+    pub replication: Option<ReplicationStatus>,
     /// Top-level configuration keys present but not used by this engine.
     pub config_ignored: Vec<String>,
     /// The last error, kept until the next successful start.
@@ -97,6 +104,25 @@ pub struct StoreStatus {
     pub identity: StoreIdentity,
     /// Size of the data file.
     pub file_bytes: u64,
+}
+
+/// Replication as shown in status.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplicationStatus {
+    /// The slot this replica owns.
+    pub slot: String,
+    /// The slot's consistent point (`X/Y`), once created.
+    pub consistent_point: Option<String>,
+    /// Tables the rules read.
+    pub tables_total: u64,
+    /// Tables fully copied.
+    pub tables_done: u64,
+    /// Rows written to the store.
+    pub rows: u64,
+    /// Rows per second over the snapshot so far.
+    pub rows_per_second: f64,
+    /// Seconds since the snapshot started (or its total, once complete).
+    pub snapshot_seconds: f64,
 }
 
 /// A [`Status`] shared between threads, with a version number so publishers copy it only
@@ -118,6 +144,7 @@ impl StatusCell {
             storage_dir: None,
             listen: Vec::new(),
             store: None,
+            replication: None,
             config_ignored: Vec::new(),
             last_error: None,
             engine_starts: 0,

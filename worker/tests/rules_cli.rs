@@ -3,7 +3,7 @@
 
 use powersync_mdbx_worker::cli;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/rules");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixture");
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

@@ -216,7 +216,7 @@ fn streams_reproduce_captured_puts() {
     }
     let mut checked = 0;
     let mut update_puts = 0;
-    for line in fixture("tasks-streams-routed-1m.ndjson").lines() {
+    for line in fixture("vectors/tasks-streams-routed-1m.ndjson").lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let Some(data) = v.get("data") else { continue };
         let bucket = data["bucket"].as_str().unwrap();

@@ -2,6 +2,8 @@
 //! operator (a reload or reset), or restart the worker.
 
 use crate::config::ConfigError;
+use crate::replication::ReplicationError;
+use crate::rules::RulesError;
 use crate::store::StoreError;
 
 /// Why the engine stopped.
@@ -13,6 +15,12 @@ pub enum EngineError {
     /// The store cannot be opened or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The sync rules do not compile.
+    #[error("PSM_C1010 the sync rules are invalid: {0}")]
+    Rules(#[from] RulesError),
+    /// Replication stopped on an error the operator must fix.
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
     /// The HTTP port cannot be bound.
     #[error(
         "PSM_H1001 cannot listen on {address}: {source}; free the port, or change `port` \
@@ -40,7 +48,8 @@ impl EngineError {
     /// (configuration reload, reset) instead of restarting in a loop.
     pub fn needs_operator(&self) -> bool {
         match self {
-            Self::Config(_) | Self::Listen { .. } => true,
+            Self::Config(_) | Self::Listen { .. } | Self::Rules(_) => true,
+            Self::Replication(e) => e.needs_operator(),
             Self::Store(e) => e.needs_operator(),
             Self::Thread(_) | Self::Panicked => false,
         }

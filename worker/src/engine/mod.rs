@@ -32,6 +32,8 @@ pub struct EngineConfig {
     pub listen_addresses: Vec<String>,
     /// Threads of the tokio runtime.
     pub runtime_threads: usize,
+    /// The replication slot this sync replica owns on the primary.
+    pub slot_name: String,
 }
 
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.

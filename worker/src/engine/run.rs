@@ -1,17 +1,24 @@
-//! The engine thread: runtime, store, HTTP server, and the wait for the stop signal.
+//! The engine thread: runtime, store, HTTP server, replication, and the wait for the stop
+//! signal.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use super::{EngineConfig, EngineError};
 use crate::http::{self, HttpState};
-use crate::status::{unix_now, Phase, StatusCell, StoreStatus};
+use crate::replication::{bootstrap, BootstrapOutcome, Progress, ReplicationError, SourcePlan};
+use crate::rules::SyncRules;
+use crate::source::format_lsn;
+use crate::status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell, StoreStatus};
 use crate::store::Store;
 
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// Backoff between attempts after an error that may pass (network, restarting primary).
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 pub(super) fn run(
     config: EngineConfig,
@@ -33,7 +40,7 @@ pub(super) fn run(
         }),
         Err(e) => status.fail(
             Phase::Failed,
-            crate::status::ErrorReport::new(e.to_string(), e.needs_operator()),
+            ErrorReport::new(e.to_string(), e.needs_operator()),
         ),
     }
     result
@@ -54,11 +61,16 @@ async fn serve(
         s.config_ignored = config.service.ignored.clone();
         s.listen.clear();
         s.store = None;
+        s.replication = None;
+        s.last_error = None;
     });
+    let rules = Arc::new(SyncRules::parse(&config.service.rules.content)?);
     let dir = config.storage_dir.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&dir))
-        .await
-        .map_err(|e| EngineError::Thread(std::io::Error::other(e)))??;
+    let store = Arc::new(
+        tokio::task::spawn_blocking(move || Store::open(&dir))
+            .await
+            .map_err(|e| EngineError::Thread(std::io::Error::other(e)))??,
+    );
     tracing::info!(
         dir = %store.dir().display(),
         store_id = %store.identity().store_id,
@@ -87,33 +99,128 @@ async fn serve(
         },
         stop.clone(),
     ));
-
     status.touch();
+    let plan = SourcePlan {
+        connection: config.service.source.clone(),
+        slot: config.slot_name.clone(),
+    };
     status.update(|s| {
         s.listen = listen;
-        s.phase = Phase::Serving;
-        s.ready = true;
-        s.last_error = None;
+        s.phase = Phase::Connecting;
+        s.replication = Some(ReplicationStatus {
+            slot: plan.slot.clone(),
+            tables_total: rules.tables().len() as u64,
+            ..ReplicationStatus::default()
+        });
     });
+
+    let progress = Arc::new(Progress::default());
+    let mut replication = tokio::spawn(replicate(
+        plan,
+        rules,
+        store.clone(),
+        progress.clone(),
+        status.clone(),
+    ));
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    loop {
+    let snapshot_started = Instant::now();
+    let outcome = loop {
         tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => break,
+            _ = stop.wait_for(|stop| *stop) => break Ok(()),
+            done = &mut replication => {
+                match done {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => break Err(EngineError::Replication(e)),
+                    Err(e) => break Err(EngineError::Thread(std::io::Error::other(e))),
+                }
+                // Replication finished its work for now; keep serving until stopped.
+                replication = tokio::spawn(std::future::pending());
+            }
             _ = heartbeat.tick() => {
                 status.touch();
-                let bytes = store.file_bytes();
-                if status.snapshot().store.as_ref().is_some_and(|s| s.file_bytes != bytes) {
-                    status.update(|s| s.store = Some(store_status(&store)));
-                }
+                status.update(|s| {
+                    s.store = Some(store_status(&store));
+                    if s.phase == Phase::Snapshotting {
+                        if let Some(r) = s.replication.as_mut() {
+                            let seconds = snapshot_started.elapsed().as_secs_f64();
+                            r.rows = progress.rows();
+                            r.tables_done = progress.tables_done();
+                            r.snapshot_seconds = seconds;
+                            r.rows_per_second = if seconds > 0.0 { r.rows as f64 / seconds } else { 0.0 };
+                        }
+                    }
+                });
             }
         }
-    }
+    };
     status.update(|s| {
         s.phase = Phase::Stopping;
         s.ready = false;
     });
+    replication.abort();
+    let _ = replication.await;
     let _ = server.await;
+    // The bootstrap's threads hold the store; they are joined when its task is dropped.
     drop(store);
     tracing::info!("engine stopped");
-    Ok(())
+    outcome
+}
+
+/// Bootstraps (retrying errors that may pass), then reports readiness.
+async fn replicate(
+    plan: SourcePlan,
+    rules: Arc<SyncRules>,
+    store: Arc<Store>,
+    progress: Arc<Progress>,
+    status: Arc<StatusCell>,
+) -> Result<(), ReplicationError> {
+    let mut backoff = RETRY_MIN;
+    loop {
+        status.update(|s| s.phase = Phase::Snapshotting);
+        let started = Instant::now();
+        match bootstrap(&plan, rules.clone(), store.clone(), progress.clone()).await {
+            Ok(outcome) => {
+                let (consistent_point, rows) = match outcome {
+                    BootstrapOutcome::Copied {
+                        consistent_point,
+                        rows,
+                    }
+                    | BootstrapOutcome::AlreadyComplete {
+                        consistent_point,
+                        rows,
+                    } => (consistent_point, rows),
+                };
+                let seconds = started.elapsed().as_secs_f64();
+                status.update(|s| {
+                    s.phase = Phase::Ready;
+                    s.ready = true;
+                    s.last_error = None;
+                    if let Some(r) = s.replication.as_mut() {
+                        r.consistent_point = Some(format_lsn(consistent_point));
+                        r.rows = rows;
+                        r.tables_done = r.tables_total;
+                        if matches!(outcome, BootstrapOutcome::Copied { .. }) {
+                            r.snapshot_seconds = seconds;
+                            r.rows_per_second = if seconds > 0.0 {
+                                rows as f64 / seconds
+                            } else {
+                                0.0
+                            };
+                        }
+                    }
+                });
+                return Ok(());
+            }
+            Err(e) if e.needs_operator() => return Err(e),
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {backoff:?}");
+                status.update(|s| {
+                    s.phase = Phase::Connecting;
+                    s.last_error = Some(ErrorReport::new(e.to_string(), false));
+                });
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    }
 }

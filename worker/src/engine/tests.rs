@@ -16,6 +16,7 @@ fn config(dir: &Path, port: u16) -> EngineConfig {
         storage_dir: dir.join("store"),
         listen_addresses: vec!["127.0.0.1".into()],
         runtime_threads: 1,
+        slot_name: "powersync_mdbx_test".into(),
     }
 }
 
@@ -55,9 +56,11 @@ fn serves_probes_and_stops_promptly() {
     let port = free_port();
     let status = Arc::new(StatusCell::new(std::process::id()));
     let engine = Engine::start(config(dir.path(), port), status.clone()).unwrap();
-    wait_for(&status, Phase::Serving);
+    // No primary listens at the configured address: the engine serves probes and keeps
+    // retrying the source, not ready.
+    wait_for(&status, Phase::Connecting);
     let snap = status.snapshot();
-    assert!(snap.ready);
+    assert!(!snap.ready);
     assert_eq!(snap.listen, vec![format!("127.0.0.1:{port}")]);
     assert_eq!(snap.engine_starts, 1);
     assert!(snap.store.is_some());
@@ -65,8 +68,8 @@ fn serves_probes_and_stops_promptly() {
     let (code, body) = get(port, "/probes/liveness");
     assert_eq!(code, 200, "{body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(json["ready"], true);
-    assert_eq!(get(port, "/probes/readiness").0, 200);
+    assert_eq!(json["ready"], false);
+    assert_eq!(get(port, "/probes/readiness").0, 400);
     let (code, body) = get(port, "/nope");
     assert_eq!(code, 404);
     assert!(body.contains("\"code\":\"PSM_H1404\""), "{body}");

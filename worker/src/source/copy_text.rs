@@ -49,13 +49,8 @@ impl CopyFields {
         }
     }
 
-    /// Decodes one line (without its trailing newline) and calls `each(index, value)` for
-    /// every field in order; `None` is SQL NULL.
-    pub fn decode<'a>(
-        &'a mut self,
-        line: &'a [u8],
-        mut each: impl FnMut(usize, Option<&str>),
-    ) -> Result<(), CopyTextError> {
+    /// Decodes one line (without its trailing newline) into a view of its fields.
+    pub fn decode<'a>(&'a mut self, line: &'a [u8]) -> Result<Fields<'a>, CopyTextError> {
         self.spans.clear();
         self.scratch.clear();
         let mut start = 0;
@@ -86,24 +81,49 @@ impl CopyFields {
                 found: self.spans.len(),
             });
         }
-        for (field, span) in self.spans.iter().enumerate() {
-            let bytes = match *span {
-                Span::Null => {
-                    each(field, None);
-                    continue;
-                }
-                Span::Line(a, b) => line.get(a..b),
-                Span::Scratch(a, b) => self.scratch.get(a..b),
-            };
-            let text = std::str::from_utf8(bytes.unwrap_or_default()).map_err(|_| {
-                CopyTextError::Malformed {
+        let fields = Fields {
+            spans: &self.spans,
+            line,
+            scratch: &self.scratch,
+        };
+        for field in 0..fields.len() {
+            if let Some(bytes) = fields.get(field) {
+                std::str::from_utf8(bytes).map_err(|_| CopyTextError::Malformed {
                     field,
                     problem: "not valid UTF-8",
-                }
-            })?;
-            each(field, Some(text));
+                })?;
+            }
         }
-        Ok(())
+        Ok(fields)
+    }
+}
+
+/// The fields of one decoded row: borrowed from the line, or from the decoder's scratch
+/// buffer for fields that held escapes. Every field is valid UTF-8.
+pub struct Fields<'a> {
+    spans: &'a [Span],
+    line: &'a [u8],
+    scratch: &'a [u8],
+}
+
+impl<'a> Fields<'a> {
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True for a row without fields.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Field `index`: `None` for SQL NULL (or an index out of range).
+    pub fn get(&self, index: usize) -> Option<&'a [u8]> {
+        match *self.spans.get(index)? {
+            Span::Null => None,
+            Span::Line(a, b) => self.line.get(a..b),
+            Span::Scratch(a, b) => self.scratch.get(a..b),
+        }
     }
 }
 
@@ -168,9 +188,14 @@ mod tests {
 
     fn fields(columns: usize, line: &[u8]) -> Result<Vec<Option<String>>, CopyTextError> {
         let mut decoder = CopyFields::new(columns);
-        let mut out = Vec::new();
-        decoder.decode(line, |_, v| out.push(v.map(str::to_owned)))?;
-        Ok(out)
+        let fields = decoder.decode(line)?;
+        Ok((0..fields.len())
+            .map(|i| {
+                fields
+                    .get(i)
+                    .map(|b| String::from_utf8(b.to_vec()).unwrap())
+            })
+            .collect())
     }
 
     #[test]

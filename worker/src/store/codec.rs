@@ -40,6 +40,12 @@ impl Writer {
         self
     }
 
+    /// Bytes without a length prefix.
+    pub fn raw(&mut self, value: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(value);
+        self
+    }
+
     /// Length-prefixed UTF-8.
     pub fn str(&mut self, value: &str) -> &mut Self {
         self.bytes(value.as_bytes())
@@ -89,6 +95,13 @@ impl<'a> Reader<'a> {
         }
         let (value, rest) = self.rest.split_at(len);
         self.rest = rest;
+        Ok(value)
+    }
+
+    /// A fixed number of bytes without a prefix.
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        let value = fixed::<N>(self.rest, 0, self.what)?;
+        self.rest = self.rest.get(N..).unwrap_or_default();
         Ok(value)
     }
 

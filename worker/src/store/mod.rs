@@ -11,6 +11,7 @@ mod op;
 mod reader;
 mod record;
 mod tables;
+mod values;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub use error::StoreError;
 pub use meta::{StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
+pub use values::{decode_values, encode_values, identity_key};
 pub use writer::{LookupPut, RowPut, WriteTxn};
 
 /// Named tables the environment reserves slots for.
@@ -156,6 +158,39 @@ impl Store {
             return Err(StoreError::mdbx(&self.dir, "commit", e));
         }
         Ok((result, checkpoint))
+    }
+
+    /// Empties every data table and the counters, checkpoint and bootstrap record, keeping
+    /// the store's identity (an interrupted bootstrap starts over with this).
+    pub fn clear_data(&self) -> Result<(), StoreError> {
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        {
+            let t = tables::Tables::open(&txn, &self.dir)?;
+            for table in [
+                &t.buckets,
+                &t.bucket_names,
+                &t.ops,
+                &t.rows,
+                &t.row_keys,
+                &t.tombstones,
+                &t.lookups,
+            ] {
+                txn.clear_table(table)
+                    .map_err(|e| StoreError::mdbx(&self.dir, "clear a table", e))?;
+            }
+            for key in writer::DATA_META_KEYS {
+                txn.del(&t.meta, key, None)
+                    .map_err(|e| StoreError::mdbx(&self.dir, "clear metadata", e))?;
+            }
+        }
+        txn.commit().map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StoreError::mdbx(&self.dir, "commit", e)
+        })?;
+        Ok(())
     }
 
     /// Runs `read` in a short read-only transaction (a consistent view).

@@ -82,6 +82,14 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         }
     }
 
+    /// An engine stage's record (see [`super::WriteTxn::put_stage_record`]).
+    pub fn stage_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = format!("stage.{key}");
+        self.txn
+            .get(&self.tables.meta, key.as_bytes())
+            .map_err(self.mdbx("read a stage record"))
+    }
+
     /// A bucket's accumulators; `None` for a bucket that never had an op.
     pub fn bucket(&self, name: &str) -> Result<Option<BucketState>, StoreError> {
         let bytes: Option<Vec<u8>> = self

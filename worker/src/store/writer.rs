@@ -20,6 +20,9 @@ use crate::rules::remove_checksum;
 
 const KEY_COUNTERS: &[u8] = b"counters";
 pub(super) const KEY_CHECKPOINT: &[u8] = b"checkpoint";
+/// Metadata that belongs to the replicated data (cleared with it), as opposed to the
+/// store's identity. Engine stages keep their own records under `stage.` keys.
+pub(super) const DATA_META_KEYS: &[&[u8]] = &[KEY_COUNTERS, KEY_CHECKPOINT, b"stage.bootstrap"];
 
 /// One bucket membership a row produces (what the rules evaluated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +251,14 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         }
         self.forget_row(&key, row_id)?;
         Ok(true)
+    }
+
+    /// Writes an engine stage's record (`key` is one of the `stage.` keys).
+    pub fn put_stage_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let key = format!("stage.{key}");
+        self.txn
+            .put(&self.tables.meta, key.as_bytes(), value, WriteFlags::UPSERT)
+            .map_err(self.mdbx("write a stage record"))
     }
 
     /// Persists accumulators, counters and the checkpoint `(last op id, lsn)`.

@@ -1,0 +1,46 @@
+//! Errors of the replication stage, each with its kind: retry, or wait for the operator.
+
+use crate::rules::RulesError;
+use crate::source::SourceError;
+use crate::store::StoreError;
+
+/// Why replication stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicationError {
+    /// The primary, its settings or the connection.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A row the rules cannot evaluate (a value they cannot read).
+    #[error("PSM_B1006 {0}; fix the rules or the data, then reload")]
+    Rules(#[from] RulesError),
+    /// The stored bootstrap and the primary or configuration disagree.
+    #[error("{code} {message}")]
+    Ownership {
+        /// Stable code (`PSM_B1xxx`).
+        code: &'static str,
+        /// What disagrees and what to do.
+        message: String,
+    },
+    /// COPY delivered a row that does not decode.
+    #[error("PSM_B1007 table {table}: {problem}")]
+    Copy {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl ReplicationError {
+    /// True when only the operator can fix it; false when retrying may help.
+    pub fn needs_operator(&self) -> bool {
+        match self {
+            Self::Source(e) => e.needs_operator(),
+            Self::Store(e) => e.needs_operator(),
+            Self::Rules(_) | Self::Ownership { .. } | Self::Copy { .. } => true,
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! The bootstrap record, written to the store before the slot exists and updated as the
+//! bootstrap advances, so a restart knows which slot is its own and whether the snapshot
+//! finished.
+
+use serde::{Deserialize, Serialize};
+
+use super::ReplicationError;
+use crate::store::{ReadTxn, StoreError, WriteTxn};
+
+/// Stage-record key in the store.
+const KEY: &str = "bootstrap";
+
+/// How far the bootstrap got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootstrapState {
+    /// The intent is durable; the slot may or may not exist yet.
+    CreatingSlot,
+    /// The slot exists; tables are being copied.
+    Snapshotting,
+    /// Every table is copied and committed with the consistent point.
+    Complete,
+}
+
+/// A source table and the id the store knows it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentTable {
+    /// Store table id.
+    pub id: u32,
+    /// Schema.
+    pub schema: String,
+    /// Name.
+    pub name: String,
+}
+
+/// Who the stored data belongs to and how far its bootstrap went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootstrapIntent {
+    /// The primary's `system_identifier`.
+    pub system_identifier: String,
+    /// Database on the primary.
+    pub database: String,
+    /// The slot this store owns.
+    pub slot: String,
+    /// The publication read.
+    pub publication: String,
+    /// SHA-256 (hex) of the sync rules the data was built with.
+    pub rules_hash: String,
+    /// Tables and their store ids.
+    pub tables: Vec<IntentTable>,
+    /// Progress.
+    pub state: BootstrapState,
+    /// The slot's consistent point, once the slot exists.
+    pub consistent_point: Option<u64>,
+    /// Rows copied, once complete.
+    pub rows: u64,
+}
+
+impl BootstrapIntent {
+    /// Reads the record, if any.
+    pub fn load(view: &ReadTxn<'_, '_>) -> Result<Option<Self>, ReplicationError> {
+        let Some(bytes) = view.stage_record(KEY)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| ReplicationError::Ownership {
+                code: "PSM_B1000",
+                message: format!("the stored bootstrap record does not parse ({e}); run SELECT powersync_mdbx.reset()"),
+            })
+    }
+
+    /// Writes the record in `write`'s transaction.
+    pub fn save(&self, write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        write.put_stage_record(KEY, &bytes)
+    }
+
+    /// The store id of `schema.name`.
+    pub fn table_id(&self, schema: &str, name: &str) -> Option<u32> {
+        self.tables
+            .iter()
+            .find(|t| t.schema == schema && t.name == name)
+            .map(|t| t.id)
+    }
+}

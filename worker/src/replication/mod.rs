@@ -1,0 +1,15 @@
+//! Replication: the bootstrap (slot, exported snapshot, COPY into the store) now; the
+//! pgoutput stream follows the same path in the next stage.
+
+mod bootstrap;
+mod error;
+mod intent;
+mod pipeline;
+mod progress;
+mod release;
+
+pub use bootstrap::{bootstrap, BootstrapOutcome, SourcePlan};
+pub use error::ReplicationError;
+pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
+pub use progress::Progress;
+pub use release::release_slot;

@@ -1,0 +1,40 @@
+//! Bootstrap progress counters, shared with the status publisher.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters the pipeline advances and the engine reads for `status()`.
+#[derive(Debug, Default)]
+pub struct Progress {
+    rows: AtomicU64,
+    bytes: AtomicU64,
+    tables_done: AtomicU64,
+}
+
+impl Progress {
+    /// Rows written to the store.
+    pub fn rows(&self) -> u64 {
+        self.rows.load(Ordering::Relaxed)
+    }
+
+    /// COPY bytes received.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Tables fully copied.
+    pub fn tables_done(&self) -> u64 {
+        self.tables_done.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn add_rows(&self, n: u64) {
+        self.rows.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn add_bytes(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn table_done(&self) {
+        self.tables_done.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,68 @@
+//! Reading tables inside the slot's exported snapshot with `COPY ... TO STDOUT`.
+
+use tokio_postgres::{Client, CopyOutStream};
+
+use super::validate::{quote_ident, SourceTable};
+use super::SourceError;
+
+/// One column of a source table, as replication delivers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMeta {
+    /// Column name.
+    pub name: String,
+    /// Type OID.
+    pub type_oid: u32,
+    /// Element type OID for arrays.
+    pub element_oid: Option<u32>,
+}
+
+/// The published columns of table `oid` in attnum order (generated columns excluded, as
+/// pgoutput leaves them out).
+pub async fn table_columns(client: &Client, oid: u32) -> Result<Vec<ColumnMeta>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.atttypid, NULLIF(t.typelem, 0) \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
+             ORDER BY a.attnum",
+            &[&oid],
+        )
+        .await
+        .map_err(SourceError::query("table columns"))?;
+    rows.iter()
+        .map(|r| {
+            Ok(ColumnMeta {
+                name: r.try_get(0).map_err(SourceError::query("table columns"))?,
+                type_oid: r.try_get(1).map_err(SourceError::query("table columns"))?,
+                element_oid: r.try_get(2).map_err(SourceError::query("table columns"))?,
+            })
+        })
+        .collect()
+}
+
+/// Opens a read-only REPEATABLE READ transaction on `client` that sees exactly the
+/// exported `snapshot`.
+pub async fn enter_snapshot(client: &Client, snapshot: &str) -> Result<(), SourceError> {
+    let quoted = snapshot.replace('\'', "''");
+    client
+        .batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{quoted}'"
+        ))
+        .await
+        .map_err(SourceError::query("import the exported snapshot"))
+}
+
+/// Starts `COPY table (columns) TO STDOUT`; the stream yields one row (with its newline)
+/// per item, as the server sends one CopyData message per row.
+pub async fn copy_table(
+    client: &Client,
+    table: &SourceTable,
+    columns: &[ColumnMeta],
+) -> Result<CopyOutStream, SourceError> {
+    let list: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
+    let sql = format!("COPY {table} ({}) TO STDOUT", list.join(", "));
+    client
+        .copy_out(&sql)
+        .await
+        .map_err(SourceError::query("COPY"))
+}
