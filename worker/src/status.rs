@@ -104,6 +104,8 @@ pub struct StoreStatus {
     pub identity: StoreIdentity,
     /// Size of the data file.
     pub file_bytes: u64,
+    /// Bytes of the data file in use.
+    pub used_bytes: u64,
 }
 
 /// Replication as shown in status.

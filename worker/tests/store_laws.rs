@@ -241,3 +241,37 @@ fn unchanged_memberships_keep_a_single_copy_of_data() {
         })
         .unwrap();
 }
+
+#[test]
+fn snapshot_inserts_merge_identical_identities_and_skip_empty_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let put = |data: &'static str| RowPut {
+        bucket: "all",
+        object_type: "t",
+        object_id: "1",
+        data,
+        checksum: 7,
+    };
+    store
+        .write(1, |w| {
+            w.insert_row(1, b"same", &[put("{\"v\":1}")], &[])?;
+            // A second row with the same identity (REPLICA IDENTITY FULL duplicates).
+            w.insert_row(1, b"same", &[put("{\"v\":1}")], &[])?;
+            w.insert_row(1, b"nothing", &[], &[])
+        })
+        .unwrap();
+    let (removed, _) = store.write(2, |w| w.delete_row(1, b"nothing")).unwrap();
+    assert!(!removed, "a row without buckets or lookups is not stored");
+    store
+        .read(|v| {
+            let state = v.bucket("all")?.unwrap();
+            let page = v.ops(state.id, 0, 10, 10)?;
+            assert_eq!(
+                page.ops.iter().map(|o| o.kind).collect::<Vec<_>>(),
+                vec![OpKind::Move, OpKind::Put]
+            );
+            Ok(())
+        })
+        .unwrap();
+}

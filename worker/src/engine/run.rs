@@ -80,6 +80,7 @@ async fn serve(
     let store_status = |store: &Store| StoreStatus {
         identity: store.identity().clone(),
         file_bytes: store.file_bytes(),
+        used_bytes: store.used_bytes(),
     };
     status.update(|s| s.store = Some(store_status(&store)));
 

@@ -14,7 +14,7 @@ use crate::source::{ColumnMeta, CopyFields};
 use crate::store::{encode_values, identity_key, LookupPut, RowPut, Store};
 
 /// Rows per MDBX write transaction during the snapshot.
-const BATCH_ROWS: usize = 8192;
+const BATCH_ROWS: usize = 4096;
 /// Row chunks buffered between COPY and the evaluator.
 const EVAL_QUEUE: usize = 64;
 /// Batches buffered between the evaluator and the writer.
@@ -218,7 +218,7 @@ fn write_loop(
                 if rows.is_empty() {
                     continue;
                 }
-                store.write(0, |w| {
+                store.write_unsynced(0, |w| {
                     for row in &rows {
                         write_row(w, row)?;
                     }
@@ -261,5 +261,5 @@ fn write_row(
             outputs: v,
         })
         .collect();
-    w.upsert_row(row.table_id, &row.identity, &puts, &lookups)
+    w.insert_row(row.table_id, &row.identity, &puts, &lookups)
 }

@@ -37,10 +37,17 @@ impl TablePlan {
             });
         }
         let mut out = RowEvaluation::default();
-        let mut seen = HashSet::new();
-        for d in &self.data {
+        let mut objects: Vec<Option<Object>> = Vec::with_capacity(self.data.len());
+        for (i, d) in self.data.iter().enumerate() {
             let slots = slot_values(&d.slots, row, &values);
-            self.evaluate_data(d, row, &values, &slots, &mut seen, &mut out.buckets);
+            let twin = self
+                .twins
+                .get(i)
+                .copied()
+                .flatten()
+                .and_then(|j| objects.get(j).cloned().flatten());
+            let object = self.evaluate_data(d, row, &values, &slots, twin, &mut out.buckets);
+            objects.push(object);
         }
         let mut seen_keys = HashSet::new();
         for l in &self.lookups {
@@ -50,23 +57,58 @@ impl TablePlan {
         Ok(out)
     }
 
+    /// Adds the row's memberships from one data query; returns the object it built (for a
+    /// twin query to reuse), or `None` when the row is in none of its buckets.
     fn evaluate_data(
         &self,
         d: &DataEvaluator,
         row: &SourceRow<'_>,
         values: &[Value<'_>],
         slots: &[Value<'_>],
-        seen: &mut HashSet<(String, String, String)>,
+        twin: Option<Object>,
         out: &mut Vec<BucketRow>,
-    ) {
+    ) -> Option<Object> {
         let env = Env {
             row: slots,
             request: None,
         };
         let tuples = param_tuples(&d.filter, env, d.params);
         if tuples.is_empty() {
-            return;
+            return None;
         }
+        let object = match twin {
+            Some(object) => object,
+            None => Self::build_object(d, row, values, env),
+        };
+        for t in tuples {
+            let Some(bucket) = bucket_name(&d.prefix, &t) else {
+                continue;
+            };
+            let known = out.iter().any(|b| {
+                b.bucket == bucket
+                    && b.object_type == object.object_type
+                    && b.object_id == object.object_id
+            });
+            if !known {
+                out.push(BucketRow {
+                    bucket,
+                    object_type: object.object_type.clone(),
+                    object_id: object.object_id.clone(),
+                    data: object.data.clone(),
+                    checksum: object.checksum,
+                });
+            }
+        }
+        Some(object)
+    }
+
+    /// The row's object for one data query: data JSON, id, output table and checksum.
+    fn build_object(
+        d: &DataEvaluator,
+        row: &SourceRow<'_>,
+        values: &[Value<'_>],
+        env: Env<'_>,
+    ) -> Object {
         let mut data = String::with_capacity(256);
         data.push('{');
         let mut first = true;
@@ -108,21 +150,22 @@ impl TablePlan {
             .clone()
             .unwrap_or_else(|| row.table.to_string());
         let checksum = put_checksum(&object_type, &object_id, &data);
-        for t in tuples {
-            let Some(bucket) = bucket_name(&d.prefix, &t) else {
-                continue;
-            };
-            if seen.insert((bucket.clone(), object_type.clone(), object_id.clone())) {
-                out.push(BucketRow {
-                    bucket,
-                    object_type: object_type.clone(),
-                    object_id: object_id.clone(),
-                    data: data.clone(),
-                    checksum,
-                });
-            }
+        Object {
+            object_type,
+            object_id,
+            data,
+            checksum,
         }
     }
+}
+
+/// One output object of a row, shared by twin data queries.
+#[derive(Debug, Clone)]
+struct Object {
+    object_type: String,
+    object_id: String,
+    data: String,
+    checksum: u32,
 }
 
 fn write_field(

@@ -64,22 +64,31 @@ pub fn js_number(f: f64) -> String {
 /// Append `s` as a JSON string literal: `"`, `\` and control characters escaped, non-ASCII
 /// and `/` left as they are (what `JSON.stringify` does).
 pub fn write_json_string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        // Only ASCII needs escaping; multi-byte UTF-8 sequences are copied as they are.
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
         }
+        out.push_str(s.get(start..i).unwrap_or_default());
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                let _ = write!(out, "\\u{:04x}", b);
+            }
+        }
+        start = i + 1;
     }
+    out.push_str(s.get(start..).unwrap_or_default());
     out.push('"');
 }
 
@@ -88,9 +97,7 @@ pub fn write_json_string(out: &mut String, s: &str) {
 pub fn write_data_value(out: &mut String, v: &Value<'_>) -> bool {
     match v {
         Value::Null => out.push_str("null"),
-        Value::Integer(i) => {
-            let _ = write!(out, "{i}");
-        }
+        Value::Integer(i) => out.push_str(itoa::Buffer::new().format(*i)),
         Value::Real(f) => write_real(out, *f),
         Value::Text(t) => write_json_string(out, t),
         Value::Blob(_) => return false,
@@ -116,9 +123,7 @@ fn write_real(out: &mut String, f: f64) {
 pub fn write_key_value(out: &mut String, v: &Value<'_>) -> bool {
     match v {
         Value::Null => out.push_str("null"),
-        Value::Integer(i) => {
-            let _ = write!(out, "{i}");
-        }
+        Value::Integer(i) => out.push_str(itoa::Buffer::new().format(*i)),
         Value::Real(f) if f.is_finite() => out.push_str(&js_number(*f)),
         Value::Real(_) => out.push_str("null"),
         Value::Text(t) => write_json_string(out, t),

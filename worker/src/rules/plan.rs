@@ -28,7 +28,7 @@ impl std::fmt::Display for TableRef {
 }
 
 /// One output column of a data query.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Projection {
     /// `*`: every source column not starting with `_`, unless an explicit column has its name.
     Star,
@@ -190,9 +190,30 @@ pub struct TablePlan {
     pub(crate) compat: Compatibility,
     pub(crate) data: Vec<DataEvaluator>,
     pub(crate) lookups: Vec<LookupCreator>,
+    /// For each data evaluator, an earlier one whose output (`object_type`, `id`, data
+    /// JSON) is the same for every row: its JSON and checksum are reused, not rebuilt.
+    pub(crate) twins: Vec<Option<usize>>,
+}
+
+impl DataEvaluator {
+    /// True when `self` and `other` produce the same object for every row.
+    fn same_output(&self, other: &DataEvaluator) -> bool {
+        self.object_type == other.object_type
+            && self.slots == other.slots
+            && self.projection == other.projection
+            && self.explicit == other.explicit
+            && self.id == other.id
+    }
 }
 
 impl TablePlan {
+    /// Links each data evaluator to the first earlier one with the same output.
+    pub(crate) fn find_twins(&mut self) {
+        self.twins = (0..self.data.len())
+            .map(|i| (0..i).find(|&j| self.data[j].same_output(&self.data[i])))
+            .collect();
+    }
+
     /// The table this plan reads.
     pub fn table(&self) -> &TableRef {
         &self.table

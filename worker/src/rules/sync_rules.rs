@@ -115,6 +115,7 @@ impl SyncRules {
                 compat,
                 data: Vec::new(),
                 lookups: Vec::new(),
+                twins: Vec::new(),
             });
             t.clone()
         };
@@ -139,6 +140,9 @@ impl SyncRules {
                     p.lookups.push(l);
                 }
             }
+        }
+        for plan in plans.values_mut() {
+            plan.find_twins();
         }
         Ok(SyncRules {
             compat,

@@ -90,7 +90,9 @@ impl Store {
         let options = DatabaseOptions {
             max_tables: Some(MAX_TABLES),
             mode: Mode::ReadWrite(ReadWriteOptions {
-                sync_mode: SyncMode::Durable,
+                // Commits do not fsync by themselves; `write` syncs explicitly before it
+                // returns, `write_unsynced` leaves that to the next durable write.
+                sync_mode: SyncMode::SafeNoSync,
                 max_size: Some(MAX_MAP_BYTES),
                 growth_step: Some(GROWTH_STEP),
                 ..Default::default()
@@ -101,6 +103,10 @@ impl Store {
         let db = Database::<NoWriteMap>::open_with_options(dir, options)
             .map_err(|e| StoreError::mdbx(dir, "open the environment", e))?;
         let (identity, created) = meta::load_or_init(&db, dir, fresh)?;
+        if created {
+            db.sync(true)
+                .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
+        }
         Ok(Self {
             db,
             dir: dir.to_owned(),
@@ -125,6 +131,34 @@ impl Store {
         self.created
     }
 
+    /// Bytes of the data file in use (pages up to the last allocated one); the file itself
+    /// grows in steps and may be larger.
+    pub fn used_bytes(&self) -> u64 {
+        let page = self.db.stat().map_or(0, |s| u64::from(s.page_size()));
+        self.db
+            .info()
+            .map_or(0, |i| (i.last_pgno() as u64 + 1) * page)
+    }
+
+    /// Per table: name, entries and bytes of its pages (for status and the benchmark).
+    pub fn table_sizes(&self) -> Result<Vec<(&'static str, u64, u64)>, StoreError> {
+        let txn = self
+            .db
+            .begin_ro_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let mut out = Vec::new();
+        for (name, _) in tables::TABLES {
+            let table = txn
+                .open_table(Some(name))
+                .map_err(|e| StoreError::mdbx(&self.dir, "open a table", e))?;
+            let stat = txn
+                .table_stat(&table)
+                .map_err(|e| StoreError::mdbx(&self.dir, "read table statistics", e))?;
+            out.push((*name, stat.entries() as u64, stat.total_size()));
+        }
+        Ok(out)
+    }
+
     /// Bytes the data file occupies on disk.
     pub fn file_bytes(&self) -> u64 {
         std::fs::metadata(self.dir.join(dir::DATA_FILE)).map_or(0, |m| m.len())
@@ -134,6 +168,20 @@ impl Store {
     /// checkpoint `(last op id, lsn)`. An error from `changes` aborts the transaction; a
     /// failed commit poisons the store (every later write fails and the worker restarts).
     pub fn write<R>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<(R, Checkpoint), StoreError> {
+        let result = self.write_unsynced(lsn, changes)?;
+        self.sync()?;
+        Ok(result)
+    }
+
+    /// Like [`write`](Self::write) but without waiting for the disk: a crash of the
+    /// machine may lose this commit (never corrupt the store). For batches whose loss is
+    /// harmless because a later durable write decides (the snapshot's batches, made
+    /// durable by the commit that completes it).
+    pub fn write_unsynced<R>(
         &self,
         lsn: u64,
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
@@ -158,6 +206,14 @@ impl Store {
             return Err(StoreError::mdbx(&self.dir, "commit", e));
         }
         Ok((result, checkpoint))
+    }
+
+    /// Flushes every commit to disk; failure poisons the store.
+    fn sync(&self) -> Result<(), StoreError> {
+        self.db.sync(true).map(|_| ()).map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StoreError::mdbx(&self.dir, "sync to disk", e)
+        })
     }
 
     /// Empties every data table and the counters, checkpoint and bootstrap record, keeping
@@ -190,7 +246,7 @@ impl Store {
             self.poisoned.store(true, Ordering::Release);
             StoreError::mdbx(&self.dir, "commit", e)
         })?;
-        Ok(())
+        self.sync()
     }
 
     /// Runs `read` in a short read-only transaction (a consistent view).

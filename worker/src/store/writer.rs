@@ -12,7 +12,7 @@ use std::path::Path;
 use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
-use super::op::{BucketState, OpKind, StoredOp};
+use super::op::{BucketState, OpKind, StoredOp, OP_BYTES};
 use super::record::{subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
 use super::tables::{row_key, Tables};
 use super::{Checkpoint, StoreError};
@@ -89,6 +89,9 @@ pub struct WriteTxn<'t, 'db> {
     counters: Counters,
     dirty: HashMap<String, BucketState>,
     new_names: Vec<(u32, String)>,
+    /// Ops appended in this transaction, per bucket id, in op order; written with one
+    /// `put_multiple` per bucket when the transaction finishes.
+    pending: HashMap<u32, Vec<StoredOp>>,
 }
 
 impl<'t, 'db> WriteTxn<'t, 'db> {
@@ -113,6 +116,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             counters,
             dirty: HashMap::new(),
             new_names: Vec::new(),
+            pending: HashMap::new(),
         })
     }
 
@@ -129,10 +133,52 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
     ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, false)
+    }
+
+    /// Adds a row known not to be stored yet (the initial snapshot into an empty store):
+    /// skips the lookup of an earlier version. A duplicate identity is an error.
+    pub fn insert_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, true)
+    }
+
+    fn apply_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        known_new: bool,
+    ) -> Result<(), StoreError> {
         let key = row_key(table_id, identity);
-        let existing = self.row_id(&key)?;
+        if known_new {
+            // Claim the key first; an identity seen before (identical rows of a REPLICA
+            // IDENTITY FULL table) becomes an update of that row, as pgoutput would make it.
+            let row_id = self.counters.next_row;
+            let claim = self.txn.put(
+                &self.tables.row_keys,
+                &key,
+                row_id.to_le_bytes(),
+                WriteFlags::NO_OVERWRITE,
+            );
+            match claim {
+                Ok(()) => self.counters.next_row += 1,
+                Err(libmdbx::Error::KeyExist) => {
+                    return self.apply_row(table_id, identity, puts, lookups, false)
+                }
+                Err(e) => return Err(self.mdbx("write a row key")(e)),
+            }
+        }
+        let existing = if known_new { None } else { self.row_id(&key)? };
         let (row_id, old) = match existing {
             Some(row_id) => (row_id, Some(self.load_row(row_id)?)),
+            None if known_new => (self.counters.next_row - 1, None),
             None => {
                 let row_id = self.counters.next_row;
                 self.counters.next_row += 1;
@@ -207,20 +253,26 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         }
         if record.memberships.is_empty() && record.lookups.is_empty() {
             // The row feeds nothing now: forget it (its REMOVEs were written above).
-            if existing.is_some() {
+            if existing.is_some() || known_new {
                 self.forget_row(&key, row_id)?;
             }
             return Ok(());
         }
+        // New rows get increasing ids: appending skips the search for their place.
+        let flags = if known_new {
+            WriteFlags::APPEND
+        } else {
+            WriteFlags::UPSERT
+        };
         self.txn
             .put(
                 &self.tables.rows,
                 row_id.to_ne_bytes(),
                 record.encode(),
-                WriteFlags::UPSERT,
+                flags,
             )
             .map_err(self.mdbx("write a row"))?;
-        if existing.is_none() {
+        if existing.is_none() && !known_new {
             self.txn
                 .put(
                     &self.tables.row_keys,
@@ -263,6 +315,22 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
 
     /// Persists accumulators, counters and the checkpoint `(last op id, lsn)`.
     pub(super) fn finish(self, lsn: u64) -> Result<Checkpoint, StoreError> {
+        let mut encoded = Vec::new();
+        for (bucket_id, ops) in &self.pending {
+            encoded.clear();
+            for op in ops {
+                encoded.extend_from_slice(&op.encode());
+            }
+            self.txn
+                .put_multiple(
+                    &self.tables.ops,
+                    bucket_id.to_ne_bytes(),
+                    &encoded,
+                    OP_BYTES,
+                    WriteFlags::APPEND_DUP,
+                )
+                .map_err(self.mdbx("append ops"))?;
+        }
         for (name, state) in &self.dirty {
             self.txn
                 .put(
@@ -399,21 +467,32 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             checksum,
             reference,
         };
-        self.txn
-            .put(
-                &self.tables.ops,
-                bucket.id.to_ne_bytes(),
-                op.encode(),
-                WriteFlags::APPEND_DUP,
-            )
-            .map_err(self.mdbx("append an op"))?;
+        self.pending.entry(bucket.id).or_default().push(op);
         bucket.add(op_id, checksum);
-        self.dirty.insert(name.to_owned(), bucket);
+        match self.dirty.get_mut(name) {
+            Some(state) => *state = bucket,
+            None => {
+                self.dirty.insert(name.to_owned(), bucket);
+            }
+        }
         Ok(op_id)
     }
 
     /// Turns op `op_id` of a bucket into a MOVE that points at `target`.
-    fn supersede(&self, bucket_id: u32, op_id: u64, target: u64) -> Result<(), StoreError> {
+    fn supersede(&mut self, bucket_id: u32, op_id: u64, target: u64) -> Result<(), StoreError> {
+        if let Some(ops) = self.pending.get_mut(&bucket_id) {
+            if let Ok(i) = ops.binary_search_by_key(&op_id, |op| op.op_id) {
+                if let Some(op) = ops.get_mut(i) {
+                    *op = StoredOp {
+                        kind: OpKind::Move,
+                        output: 0,
+                        reference: target,
+                        ..*op
+                    };
+                    return Ok(());
+                }
+            }
+        }
         let key = bucket_id.to_ne_bytes();
         let mut cursor = self
             .txn

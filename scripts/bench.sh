@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Initial-replication benchmark: loads a fixture profile into a fresh primary, times the
+# COPY floor (the primary's own scan read by a client), starts a sync replica on empty
+# storage and measures the snapshot. Prints one JSON object.
+#
+#   scripts/bench.sh [profile]        profile: 100k (default), 250k, 1m, 2m, 5m
+#   PSM_BENCH_BUILD=skip              use the installed extension as it is
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/env.sh
+source "$root/scripts/env.sh"
+profile="${1:-100k}"
+case "$profile" in
+  100k) vars=(-v U=256 -v P=250 -v T=400 -v D=100 -v S=0) ;;
+  250k) vars=(-v U=512 -v P=500 -v T=500 -v D=200 -v S=200) ;;
+  1m) vars=(-v U=1024 -v P=1000 -v T=1000 -v D=400 -v S=100) ;;
+  2m) vars=(-v U=2048 -v P=2000 -v T=1000 -v D=800 -v S=100) ;;
+  5m) vars=(-v U=4096 -v P=2500 -v T=2000 -v D=1000 -v S=50) ;;
+  *) echo "unknown profile $profile (100k, 250k, 1m, 2m, 5m)" >&2; exit 2 ;;
+esac
+bin="$PSM_PG16_BIN"
+log() { printf '%s\n' "$*" >&2; }
+
+if [ "${PSM_BENCH_BUILD:-}" != skip ]; then
+  log "building and installing the release extension"
+  (cd "$root/extension" && cargo pgrx install --release --pg-config "$bin/pg_config" >/dev/null)
+fi
+
+run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+now() { date +%s.%N; }
+
+work="$(mktemp -d /tmp/psm-bench-XXXXXX)"
+[ "$(id -u)" -eq 0 ] && chown "$PSM_TEST_USER" "$work"
+pids=()
+cleanup() {
+  for d in "$work/primary" "$work/replica"; do
+    [ -f "$d/postmaster.pid" ] && kill -INT "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
+  done
+  sleep 1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+p_port="$(free_port)"; r_port="$(free_port)"; http_port="$(free_port)"
+for name in primary replica; do
+  run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/$name" >/dev/null
+done
+cat >> "$work/primary/postgresql.conf" <<CONF
+port = $p_port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+wal_level = logical
+max_replication_slots = 4
+max_wal_senders = 4
+shared_buffers = 256MB
+fsync = off
+full_page_writes = off
+max_wal_size = 8GB
+CONF
+run_pg "$bin/pg_ctl" -w -D "$work/primary" -l "$work/primary.log" start >/dev/null
+psql_p() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$p_port" -U postgres -d postgres "$@"; }
+
+log "loading profile $profile"
+psql_p -f "$root/fixture/schema.sql" >/dev/null
+psql_p "${vars[@]}" -f "$root/fixture/data.sql" >/dev/null
+psql_p -c "CHECKPOINT" >/dev/null
+tasks="$(psql_p -c "SELECT count(*) FROM tasks")"
+access="$(psql_p -c "SELECT count(*) FROM user_project_access")"
+source_bytes="$(psql_p -c "SELECT pg_total_relation_size('tasks') + pg_total_relation_size('user_project_access')")"
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+floor_run() {
+  local t0 t1
+  t0="$(now)"; psql_p -c "COPY tasks TO STDOUT $1" > /dev/null; t1="$(now)"
+  python3 -c "print($t1 - $t0)"
+}
+log "timing the COPY floor (3 runs each)"
+floor_text="$(for _ in 1 2 3; do floor_run ""; done | median)"
+floor_binary="$(for _ in 1 2 3; do floor_run "(FORMAT binary)"; done | median)"
+
+cat > "$work/config.yaml" <<YAML
+replication:
+  connections:
+    - type: postgresql
+      uri: postgresql://postgres@127.0.0.1:$p_port/postgres?sslmode=disable
+sync_config:
+  path: $root/fixture/sync-config.yaml
+port: $http_port
+YAML
+chmod 644 "$work/config.yaml"
+cat >> "$work/replica/postgresql.conf" <<CONF
+port = $r_port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+shared_preload_libraries = 'powersync_mdbx'
+powersync_mdbx.config_file = '$work/config.yaml'
+CONF
+psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres "$@"; }
+
+log "starting the sync replica on empty storage"
+t_start="$(now)"
+run_pg "$bin/pg_ctl" -w -D "$work/replica" -l "$work/replica.log" start >/dev/null
+psql_r -c "CREATE EXTENSION powersync_mdbx" >/dev/null
+worker=""
+peak_anon=0
+peak_rss=0
+while :; do
+  st="$(psql_r -c "SELECT powersync_mdbx.status()" 2>/dev/null || true)"
+  phase="$(printf '%s' "$st" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("phase",""))' 2>/dev/null || true)"
+  [ -z "$worker" ] && worker="$(printf '%s' "$st" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("worker_pid",""))' 2>/dev/null || true)"
+  if [ -n "${PSM_BENCH_PROFILE:-}" ] && [ -n "$worker" ] && [ -z "${perf_pid:-}" ]; then
+    perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE" >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
+  if [ -n "$worker" ] && [ -r "/proc/$worker/status" ]; then
+    anon="$(awk '/^RssAnon:/ {print $2}' "/proc/$worker/status")"
+    rss="$(awk '/^VmHWM:/ {print $2}' "/proc/$worker/status")"
+    [ "${anon:-0}" -gt "$peak_anon" ] && peak_anon="$anon"
+    [ "${rss:-0}" -gt "$peak_rss" ] && peak_rss="$rss"
+  fi
+  case "$phase" in
+    ready) break ;;
+    failed|config_error) log "worker failed: $st"; tail -20 "$work/replica.log" >&2; exit 1 ;;
+  esac
+  sleep 0.05
+done
+t_ready="$(now)"
+if [ -n "${perf_pid:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
+ticks="$(getconf CLK_TCK)"
+cpu="$(awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat")"
+status="$(psql_r -c "SELECT powersync_mdbx.status()")"
+store_dir="$work/replica.powersync_mdbx"
+mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
+mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
+
+python3 - "$status" <<PY
+import json, sys
+status = json.loads(sys.argv[1])
+rep = status.get("replication") or {}
+rows = $tasks + $access
+ready = $t_ready - $t_start
+out = {
+  "profile": "$profile",
+  "rows": rows,
+  "task_rows": $tasks,
+  "floor_text_seconds": round($floor_text, 3),
+  "floor_binary_seconds": round($floor_binary, 3),
+  "snapshot_seconds": round(rep.get("snapshot_seconds", 0), 3),
+  "start_to_ready_seconds": round(ready, 3),
+  "ready_over_floor": round(ready / $floor_text, 2),
+  "worker_cpu_seconds": round($cpu, 3),
+  "worker_cpu_us_per_row": round($cpu * 1e6 / rows, 2),
+  "peak_anon_rss_bytes": $peak_anon * 1024,
+  "peak_rss_bytes": $peak_rss * 1024,
+  "mdbx_file_bytes": $mdbx_bytes,
+  "mdbx_used_bytes": status["store"]["used_bytes"],
+  "mdbx_allocated_bytes": $mdbx_alloc,
+  "source_relation_bytes": $source_bytes,
+  "mdbx_used_over_source": round(status["store"]["used_bytes"] / $source_bytes, 3),
+}
+print(json.dumps(out))
+PY

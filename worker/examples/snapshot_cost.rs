@@ -1,0 +1,117 @@
+//! Measures the per-row cost of the snapshot's CPU stages on fixture-shaped rows, without
+//! PostgreSQL: COPY text decode, rules evaluation, and the store insert.
+//!
+//! `cargo run --release -p powersync-mdbx-worker --example snapshot_cost -- [rows]`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use powersync_mdbx_worker::rules::{PgType, SourceColumn, SourceRow, SyncRules};
+use powersync_mdbx_worker::source::CopyFields;
+use powersync_mdbx_worker::store::{identity_key, RowPut, Store};
+
+const COLUMNS: [(&str, u32); 11] = [
+    ("id", 25),
+    ("org_id", 25),
+    ("project_id", 25),
+    ("owner_id", 25),
+    ("title", 25),
+    ("status", 25),
+    ("priority", 23),
+    ("assignee_id", 25),
+    ("story_points", 23),
+    ("updated_at", 1184),
+    ("summary", 25),
+];
+
+fn main() {
+    let rows: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(200_000);
+    let rules_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixture/sync-config.yaml");
+    let rules = SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap();
+    let plan = rules.plan_for("public", "tasks").unwrap();
+    let lines: Vec<String> = (0..rows)
+        .map(|i| {
+            let (p, t) = (i / 1000 + 1, i % 1000 + 1);
+            format!(
+                "task-org-001-{p:04}-{t:04}\torg-001\tproject-org-001-{p:04}\tuser-org-001-0001\tTask {p}.{t}\ttodo\t{}\tuser-org-001-{:04}\t{}\t2026-01-01 00:00:00+00\t{}",
+                (t - 1) % 5 + 1, (p + t) % 1024 + 1, (t - 1) % 8 + 1, format!("{:032x}", i * 7919).repeat(3)
+            )
+        })
+        .collect();
+    let types: Vec<PgType> = COLUMNS
+        .iter()
+        .map(|(_, oid)| PgType::from_oid(*oid))
+        .collect();
+    let mut decoder = CopyFields::new(COLUMNS.len());
+
+    let started = Instant::now();
+    let mut evaluated = Vec::with_capacity(rows);
+    let mut decode_ns = 0u128;
+    for line in &lines {
+        let t0 = Instant::now();
+        let fields = decoder.decode(line.as_bytes()).unwrap();
+        decode_ns += t0.elapsed().as_nanos();
+        let columns: Vec<SourceColumn<'_>> = COLUMNS
+            .iter()
+            .zip(&types)
+            .enumerate()
+            .map(|(i, ((name, _), t))| SourceColumn {
+                name,
+                pg_type: *t,
+                value: fields.get(i),
+            })
+            .collect();
+        let row = SourceRow {
+            schema: "public",
+            table: "tasks",
+            columns: &columns,
+        };
+        let identity = identity_key([fields.get(0)]);
+        evaluated.push((identity, plan.evaluate(&row).unwrap()));
+    }
+    let eval = started.elapsed();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let started = Instant::now();
+    for chunk in evaluated.chunks(8192) {
+        store
+            .write(0, |w| {
+                for (identity, e) in chunk {
+                    let puts: Vec<RowPut<'_>> = e
+                        .buckets
+                        .iter()
+                        .map(|b| RowPut {
+                            bucket: &b.bucket,
+                            object_type: &b.object_type,
+                            object_id: &b.object_id,
+                            data: &b.data,
+                            checksum: b.checksum,
+                        })
+                        .collect();
+                    w.insert_row(1, identity, &puts, &[])?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let write = started.elapsed();
+    let per = |d: std::time::Duration| d.as_nanos() as f64 / rows as f64 / 1000.0;
+    println!(
+        "rows {rows}: decode {:.2} µs/row, decode+evaluate {:.2} µs/row, store insert {:.2} µs/row, store used {} bytes ({:.0} B/row)",
+        decode_ns as f64 / rows as f64 / 1000.0,
+        per(eval),
+        per(write),
+        store.used_bytes(),
+        store.used_bytes() as f64 / rows as f64
+    );
+    for (name, entries, bytes) in store.table_sizes().unwrap() {
+        println!(
+            "  {name:>12}: {entries:>9} entries {bytes:>11} bytes {:>6.1} B/row",
+            bytes as f64 / rows as f64
+        );
+    }
+}
