@@ -2,7 +2,7 @@
 //! signal.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -77,11 +77,6 @@ async fn serve(
         created = store.was_created(),
         "storage open"
     );
-    let store_status = |store: &Store| StoreStatus {
-        identity: store.identity().clone(),
-        file_bytes: store.file_bytes(),
-        used_bytes: store.used_bytes(),
-    };
     status.update(|s| s.store = Some(store_status(&store)));
 
     let listeners = http::bind(&config.listen_addresses, config.service.port)
@@ -124,7 +119,6 @@ async fn serve(
         status.clone(),
     ));
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    let snapshot_started = Instant::now();
     let outcome = loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break Ok(()),
@@ -143,7 +137,7 @@ async fn serve(
                     s.store = Some(store_status(&store));
                     if s.phase == Phase::Snapshotting {
                         if let Some(r) = s.replication.as_mut() {
-                            let seconds = snapshot_started.elapsed().as_secs_f64();
+                            let seconds = progress.copy_elapsed().as_secs_f64();
                             r.rows = progress.rows();
                             r.tables_done = progress.tables_done();
                             r.snapshot_seconds = seconds;
@@ -167,6 +161,14 @@ async fn serve(
     outcome
 }
 
+fn store_status(store: &Store) -> StoreStatus {
+    StoreStatus {
+        identity: store.identity().clone(),
+        file_bytes: store.file_bytes(),
+        used_bytes: store.used_bytes(),
+    }
+}
+
 /// Bootstraps (retrying errors that may pass), then reports readiness.
 async fn replicate(
     plan: SourcePlan,
@@ -178,7 +180,6 @@ async fn replicate(
     let mut backoff = RETRY_MIN;
     loop {
         status.update(|s| s.phase = Phase::Snapshotting);
-        let started = Instant::now();
         match bootstrap(&plan, rules.clone(), store.clone(), progress.clone()).await {
             Ok(outcome) => {
                 let (consistent_point, rows) = match outcome {
@@ -191,10 +192,12 @@ async fn replicate(
                         rows,
                     } => (consistent_point, rows),
                 };
-                let seconds = started.elapsed().as_secs_f64();
+                let seconds = progress.copy_elapsed().as_secs_f64();
+                let stored = store_status(&store);
                 status.update(|s| {
                     s.phase = Phase::Ready;
                     s.ready = true;
+                    s.store = Some(stored);
                     s.last_error = None;
                     if let Some(r) = s.replication.as_mut() {
                         r.consistent_point = Some(format_lsn(consistent_point));

@@ -152,6 +152,7 @@ pub async fn bootstrap(
         "slot created, copying the snapshot"
     );
 
+    progress.start_copy();
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
     let mut jobs = Vec::new();

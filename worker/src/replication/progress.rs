@@ -1,6 +1,9 @@
 //! Bootstrap progress counters, shared with the status publisher.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 /// Counters the pipeline advances and the engine reads for `status()`.
 #[derive(Debug, Default)]
@@ -8,6 +11,7 @@ pub struct Progress {
     rows: AtomicU64,
     bytes: AtomicU64,
     tables_done: AtomicU64,
+    copy_started: Mutex<Option<Instant>>,
 }
 
 impl Progress {
@@ -24,6 +28,17 @@ impl Progress {
     /// Tables fully copied.
     pub fn tables_done(&self) -> u64 {
         self.tables_done.load(Ordering::Relaxed)
+    }
+
+    /// Time since the copy began (zero before).
+    pub fn copy_elapsed(&self) -> Duration {
+        self.copy_started
+            .lock()
+            .map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    pub(super) fn start_copy(&self) {
+        *self.copy_started.lock() = Some(Instant::now());
     }
 
     pub(super) fn add_rows(&self, n: u64) {

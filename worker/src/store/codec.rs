@@ -111,6 +111,11 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(bytes).map_err(|_| self.corrupt())
     }
 
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+
     /// True when everything was read.
     pub fn is_empty(&self) -> bool {
         self.rest.is_empty()

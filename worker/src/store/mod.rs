@@ -4,6 +4,7 @@
 //! (format and id). Bucket tables arrive with the snapshot stage.
 
 mod codec;
+mod compress;
 mod dir;
 mod error;
 mod meta;
@@ -51,6 +52,8 @@ pub struct Store {
     identity: StoreIdentity,
     created: bool,
     poisoned: AtomicBool,
+    /// How row records are packed; replaced once a dictionary is trained.
+    codec: parking_lot::RwLock<std::sync::Arc<compress::RecordCodec>>,
 }
 
 /// A consistent point clients can sync to: every op up to `op_id` is committed, and the
@@ -107,12 +110,14 @@ impl Store {
             db.sync(true)
                 .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
         }
+        let codec = writer::load_codec(&db, dir)?;
         Ok(Self {
             db,
             dir: dir.to_owned(),
             identity,
             created,
             poisoned: AtomicBool::new(false),
+            codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
         })
     }
 
@@ -195,15 +200,20 @@ impl Store {
             .db
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
-        let (result, checkpoint) = {
+        let codec = self.codec.read().clone();
+        let (result, (checkpoint, trained)) = {
             let tables = tables::Tables::open(&txn, &self.dir)?;
-            let mut write = WriteTxn::begin(&txn, &tables, &self.dir)?;
+            let mut write = WriteTxn::begin(&txn, &tables, &self.dir, &codec)?;
             let result = changes(&mut write)?;
             (result, write.finish(lsn)?)
         };
         if let Err(e) = txn.commit() {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        if let Some(dictionary) = trained {
+            *self.codec.write() =
+                std::sync::Arc::new(compress::RecordCodec::with_dictionary(&dictionary));
         }
         Ok((result, checkpoint))
     }
@@ -246,6 +256,7 @@ impl Store {
             self.poisoned.store(true, Ordering::Release);
             StoreError::mdbx(&self.dir, "commit", e)
         })?;
+        *self.codec.write() = std::sync::Arc::new(compress::RecordCodec::raw());
         self.sync()
     }
 
@@ -259,7 +270,8 @@ impl Store {
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
         let tables = tables::Tables::open(&txn, &self.dir)?;
-        let view = ReadTxn::new(&txn, &tables, &self.dir);
+        let codec = self.codec.read().clone();
+        let view = ReadTxn::new(&txn, &tables, &self.dir, &codec);
         read(&view)
     }
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use libmdbx::{NoWriteMap, Transaction, RO};
 
+use super::compress::RecordCodec;
 use super::op::{BucketState, OpKind, StoredOp};
 use super::record::{subkey, RowRecord, Tombstone};
 use super::tables::Tables;
@@ -54,6 +55,7 @@ pub struct ReadTxn<'t, 'db> {
     txn: &'t Transaction<'db, RO, NoWriteMap>,
     tables: &'t Tables<'t>,
     dir: &'t Path,
+    codec: &'t RecordCodec,
 }
 
 impl<'t, 'db> ReadTxn<'t, 'db> {
@@ -61,8 +63,14 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         txn: &'t Transaction<'db, RO, NoWriteMap>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
+        codec: &'t RecordCodec,
     ) -> Self {
-        Self { txn, tables, dir }
+        Self {
+            txn,
+            tables,
+            dir,
+            codec,
+        }
     }
 
     fn mdbx(&self, action: &'static str) -> impl Fn(libmdbx::Error) -> StoreError + '_ {
@@ -150,8 +158,12 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                     .get(&self.tables.rows, op.reference.to_ne_bytes())
                     .map_err(self.mdbx("read a row"))?
                     .ok_or_else(|| StoreError::corrupt(self.dir, "row of a PUT"))?;
+                let raw = self
+                    .codec
+                    .unpack(&bytes)
+                    .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
                 let record =
-                    RowRecord::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                    RowRecord::decode(&raw).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
                 let output = record
                     .outputs
                     .get(usize::from(op.output))

@@ -12,6 +12,7 @@ use std::path::Path;
 use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
+use super::compress::{RecordCodec, TRAINING_SAMPLES};
 use super::op::{BucketState, OpKind, StoredOp, OP_BYTES};
 use super::record::{subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
 use super::tables::{row_key, Tables};
@@ -22,7 +23,29 @@ const KEY_COUNTERS: &[u8] = b"counters";
 pub(super) const KEY_CHECKPOINT: &[u8] = b"checkpoint";
 /// Metadata that belongs to the replicated data (cleared with it), as opposed to the
 /// store's identity. Engine stages keep their own records under `stage.` keys.
-pub(super) const DATA_META_KEYS: &[&[u8]] = &[KEY_COUNTERS, KEY_CHECKPOINT, b"stage.bootstrap"];
+pub(super) const DATA_META_KEYS: &[&[u8]] = &[
+    KEY_COUNTERS,
+    KEY_CHECKPOINT,
+    KEY_DICTIONARY,
+    b"stage.bootstrap",
+];
+/// The zstd dictionary row records are compressed with.
+const KEY_DICTIONARY: &[u8] = b"dictionary";
+
+/// The record codec stored in `db`: with its dictionary, or raw.
+pub(super) fn load_codec(
+    db: &libmdbx::Database<NoWriteMap>,
+    dir: &Path,
+) -> Result<RecordCodec, StoreError> {
+    let txn = db
+        .begin_ro_txn()
+        .map_err(|e| StoreError::mdbx(dir, "begin a read", e))?;
+    let tables = Tables::open(&txn, dir)?;
+    let dictionary: Option<Vec<u8>> = txn
+        .get(&tables.meta, KEY_DICTIONARY)
+        .map_err(|e| StoreError::mdbx(dir, "read the dictionary", e))?;
+    Ok(dictionary.map_or_else(RecordCodec::raw, |d| RecordCodec::with_dictionary(&d)))
+}
 
 /// One bucket membership a row produces (what the rules evaluated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +112,10 @@ pub struct WriteTxn<'t, 'db> {
     counters: Counters,
     dirty: HashMap<String, BucketState>,
     new_names: Vec<(u32, String)>,
+    codec: &'t RecordCodec,
+    compressor: Option<zstd::bulk::Compressor<'t>>,
+    /// Encoded records kept to train the dictionary (while there is none).
+    samples: Vec<Vec<u8>>,
     /// Ops appended in this transaction, per bucket id, in op order; written with one
     /// `put_multiple` per bucket when the transaction finishes.
     pending: HashMap<u32, Vec<StoredOp>>,
@@ -99,6 +126,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         txn: &'t Transaction<'db, RW, NoWriteMap>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
+        codec: &'t RecordCodec,
     ) -> Result<Self, StoreError> {
         let counters = match txn
             .get::<Vec<u8>>(&tables.meta, KEY_COUNTERS)
@@ -116,6 +144,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             counters,
             dirty: HashMap::new(),
             new_names: Vec::new(),
+            codec,
+            compressor: codec.compressor(),
+            samples: Vec::new(),
             pending: HashMap::new(),
         })
     }
@@ -264,13 +295,13 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         } else {
             WriteFlags::UPSERT
         };
+        let encoded = record.encode();
+        if !self.codec.has_dictionary() && self.samples.len() < TRAINING_SAMPLES {
+            self.samples.push(encoded.clone());
+        }
+        let stored = RecordCodec::pack(self.compressor.as_mut(), &encoded);
         self.txn
-            .put(
-                &self.tables.rows,
-                row_id.to_ne_bytes(),
-                record.encode(),
-                flags,
-            )
+            .put(&self.tables.rows, row_id.to_ne_bytes(), stored, flags)
             .map_err(self.mdbx("write a row"))?;
         if existing.is_none() && !known_new {
             self.txn
@@ -314,7 +345,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
     }
 
     /// Persists accumulators, counters and the checkpoint `(last op id, lsn)`.
-    pub(super) fn finish(self, lsn: u64) -> Result<Checkpoint, StoreError> {
+    /// Also returns a dictionary trained in this transaction (stored with it), for the
+    /// store to compress with from the next transaction on.
+    pub(super) fn finish(self, lsn: u64) -> Result<(Checkpoint, Option<Vec<u8>>), StoreError> {
         let mut encoded = Vec::new();
         for (bucket_id, ops) in &self.pending {
             encoded.clear();
@@ -371,7 +404,21 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
                 WriteFlags::UPSERT,
             )
             .map_err(self.mdbx("write the checkpoint"))?;
-        Ok(checkpoint)
+        let mut trained = None;
+        if self.samples.len() >= TRAINING_SAMPLES && !self.codec.has_dictionary() {
+            if let Some(dictionary) = RecordCodec::train(&self.samples) {
+                self.txn
+                    .put(
+                        &self.tables.meta,
+                        KEY_DICTIONARY,
+                        &dictionary,
+                        WriteFlags::UPSERT,
+                    )
+                    .map_err(self.mdbx("write the dictionary"))?;
+                trained = Some(dictionary);
+            }
+        }
+        Ok((checkpoint, trained))
     }
 
     fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
@@ -394,7 +441,11 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             .get(&self.tables.rows, row_id.to_ne_bytes())
             .map_err(self.mdbx("read a row"))?
             .ok_or_else(|| StoreError::corrupt(self.dir, "row (key without record)"))?;
-        RowRecord::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
+        let raw = self
+            .codec
+            .unpack(&bytes)
+            .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+        RowRecord::decode(&raw).map_err(|c| StoreError::corrupt(self.dir, c.what))
     }
 
     fn forget_row(&self, key: &[u8], row_id: u64) -> Result<(), StoreError> {

@@ -1,0 +1,145 @@
+//! Row records compressed with a zstd dictionary trained on the store's own first
+//! records. Fixture rows shrink from ~340 to ~50–90 bytes of data for under a microsecond
+//! each; records written before the dictionary exists stay raw (a one-byte header says
+//! which).
+
+use std::borrow::Cow;
+
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
+
+use super::codec::{Corrupt, Reader, Writer};
+
+/// Records collected before a dictionary is trained.
+pub(super) const TRAINING_SAMPLES: usize = 2048;
+/// Dictionary size.
+const DICTIONARY_BYTES: usize = 16 * 1024;
+/// zstd level: 1 compresses nearly as well as 3 on these records, faster.
+const LEVEL: i32 = 1;
+
+const RAW: u8 = 0;
+const ZSTD_DICT: u8 = 1;
+const WHAT: &str = "compressed row record";
+
+/// How records are written and read.
+pub(super) struct RecordCodec {
+    dictionary: Option<(EncoderDictionary<'static>, DecoderDictionary<'static>)>,
+}
+
+impl RecordCodec {
+    /// A codec that stores records raw (no dictionary yet).
+    pub fn raw() -> Self {
+        Self { dictionary: None }
+    }
+
+    /// A codec that compresses with `dictionary`.
+    pub fn with_dictionary(dictionary: &[u8]) -> Self {
+        Self {
+            dictionary: Some((
+                EncoderDictionary::copy(dictionary, LEVEL),
+                DecoderDictionary::copy(dictionary),
+            )),
+        }
+    }
+
+    /// True when records are compressed.
+    pub fn has_dictionary(&self) -> bool {
+        self.dictionary.is_some()
+    }
+
+    /// A compressor for one write transaction.
+    pub fn compressor(&self) -> Option<zstd::bulk::Compressor<'_>> {
+        let (encoder, _) = self.dictionary.as_ref()?;
+        let mut c = zstd::bulk::Compressor::with_prepared_dictionary(encoder).ok()?;
+        // The header carries the length; the frame needs neither checksum nor ids.
+        c.include_checksum(false).ok()?;
+        c.include_contentsize(false).ok()?;
+        c.include_dictid(false).ok()?;
+        Some(c)
+    }
+
+    /// The stored form of an encoded record.
+    pub fn pack(compressor: Option<&mut zstd::bulk::Compressor<'_>>, raw: &[u8]) -> Vec<u8> {
+        if let Some(packed) = compressor.and_then(|c| c.compress(raw).ok()) {
+            if packed.len() + 4 < raw.len() {
+                let mut w = Writer::with_capacity(packed.len() + 6);
+                w.raw(&[ZSTD_DICT]).varint(raw.len() as u64).raw(&packed);
+                return w.finish();
+            }
+        }
+        let mut out = Vec::with_capacity(raw.len() + 1);
+        out.push(RAW);
+        out.extend_from_slice(raw);
+        out
+    }
+
+    /// The encoded record from its stored form.
+    pub fn unpack<'a>(&self, stored: &'a [u8]) -> Result<Cow<'a, [u8]>, Corrupt> {
+        let corrupt = Corrupt { what: WHAT };
+        match stored.split_first() {
+            Some((&RAW, raw)) => Ok(Cow::Borrowed(raw)),
+            Some((&ZSTD_DICT, rest)) => {
+                let (_, decoder) = self.dictionary.as_ref().ok_or(corrupt.clone())?;
+                let mut r = Reader::new(rest, WHAT);
+                let len = usize::try_from(r.varint()?).map_err(|_| corrupt.clone())?;
+                let frame = &rest[rest.len() - r.remaining()..];
+                let mut d = zstd::bulk::Decompressor::with_prepared_dictionary(decoder)
+                    .map_err(|_| corrupt.clone())?;
+                let raw = d.decompress(frame, len).map_err(|_| corrupt.clone())?;
+                if raw.len() != len {
+                    return Err(corrupt);
+                }
+                Ok(Cow::Owned(raw))
+            }
+            _ => Err(corrupt),
+        }
+    }
+
+    /// Trains a dictionary from encoded records.
+    pub fn train(samples: &[Vec<u8>]) -> Option<Vec<u8>> {
+        zstd::dict::from_samples(samples, DICTIONARY_BYTES).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_and_unpacks_with_and_without_a_dictionary() {
+        let samples: Vec<Vec<u8>> = (0..3000)
+            .map(|i| format!("{{\"id\":\"task-{i:06}\",\"title\":\"Task {i}\",\"status\":\"todo\",\"n\":{}}}", i * 31).into_bytes())
+            .collect();
+        let raw = RecordCodec::raw();
+        assert_eq!(
+            raw.unpack(&RecordCodec::pack(None, &samples[0]))
+                .unwrap()
+                .as_ref(),
+            samples[0].as_slice()
+        );
+        let dict = RecordCodec::train(&samples).unwrap();
+        let codec = RecordCodec::with_dictionary(&dict);
+        let mut c = codec.compressor();
+        let packed = RecordCodec::pack(c.as_mut(), &samples[7]);
+        assert!(
+            packed.len() < samples[7].len() / 2,
+            "{} vs {}",
+            packed.len(),
+            samples[7].len()
+        );
+        assert_eq!(
+            codec.unpack(&packed).unwrap().as_ref(),
+            samples[7].as_slice()
+        );
+        // Raw records stay readable after the dictionary arrives; damage is an error.
+        assert_eq!(
+            codec
+                .unpack(&RecordCodec::pack(None, b"x"))
+                .unwrap()
+                .as_ref(),
+            b"x"
+        );
+        assert!(raw.unpack(&packed).is_err());
+        assert!(codec.unpack(&packed[..packed.len() - 3]).is_err());
+        assert!(codec.unpack(&[9, 1, 2]).is_err());
+    }
+}
