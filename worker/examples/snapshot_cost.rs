@@ -6,6 +6,9 @@
 
 use std::time::Instant;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use powersync_mdbx_worker::rules::{PgType, SourceColumn, SourceRow, SyncRules};
 use powersync_mdbx_worker::source::CopyFields;
 use powersync_mdbx_worker::store::{identity_key, RowPut, Store};

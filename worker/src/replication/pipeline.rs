@@ -14,11 +14,11 @@ use crate::source::{ColumnMeta, CopyFields};
 use crate::store::{encode_values, identity_key, LookupPut, RowPut, Store};
 
 /// Rows per MDBX write transaction during the snapshot.
-const BATCH_ROWS: usize = 4096;
+const BATCH_ROWS: usize = 2048;
 /// Row chunks buffered between COPY and the evaluator.
-const EVAL_QUEUE: usize = 64;
+const EVAL_QUEUE: usize = 16;
 /// Batches buffered between the evaluator and the writer.
-const WRITE_QUEUE: usize = 2;
+const WRITE_QUEUE: usize = 1;
 
 /// What the evaluator needs to know about a table.
 pub(super) struct TableJob {
