@@ -21,7 +21,9 @@ use std::time::Duration;
 
 /// The engine's threads allocate and free per row on different threads; mimalloc's
 /// per-thread heaps avoid glibc's arena locks there (about a third of the snapshot's CPU
-/// went to malloc). PostgreSQL's own memory (palloc) is not affected.
+/// went to malloc). PostgreSQL's own memory (palloc) is not affected. The `local_dynamic_tls`
+/// feature is required: PostgreSQL loads the library with dlopen, where mimalloc's default
+/// initial-exec TLS fails ("cannot allocate memory in static TLS block").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -214,20 +214,7 @@ impl Cluster {
     /// Runs SQL with `psql` (`ON_ERROR_STOP`), returning unaligned tuples-only output or
     /// psql's error text.
     pub fn try_sql(&self, sql: &str) -> Result<String, String> {
-        let out = Command::new(self.install.bin().join("psql"))
-            .arg("-h")
-            .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-            ])
-            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql])
-            .output()
-            .expect("psql runs");
+        let out = self.psql().args(["-c", sql]).output().expect("psql runs");
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
         } else {
@@ -235,8 +222,9 @@ impl Cluster {
         }
     }
 
-    /// Runs a SQL file with psql variables (`-v name=value`), panicking on an error.
-    pub fn sql_file(&self, path: &Path, vars: &[(&str, &str)]) -> String {
+    /// `psql` connected to this cluster as `postgres`: unaligned, tuples only, stopping
+    /// at the first error.
+    fn psql(&self) -> Command {
         let mut cmd = Command::new(self.install.bin().join("psql"));
         cmd.arg("-h")
             .arg(&self.socket_dir)
@@ -249,6 +237,12 @@ impl Cluster {
                 "postgres",
             ])
             .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1"]);
+        cmd
+    }
+
+    /// Runs a SQL file with psql variables (`-v name=value`), panicking on an error.
+    pub fn sql_file(&self, path: &Path, vars: &[(&str, &str)]) -> String {
+        let mut cmd = self.psql();
         for (name, value) in vars {
             cmd.arg("-v").arg(format!("{name}={value}"));
         }

@@ -116,17 +116,7 @@ fn main() {
         store
             .write(0, |w| {
                 for (identity, e) in chunk {
-                    let puts: Vec<RowPut<'_>> = e
-                        .buckets
-                        .iter()
-                        .map(|b| RowPut {
-                            bucket: &b.bucket,
-                            object_type: &b.object_type,
-                            object_id: &b.object_id,
-                            data: &b.data,
-                            checksum: b.checksum,
-                        })
-                        .collect();
+                    let puts: Vec<RowPut<'_>> = e.buckets.iter().map(RowPut::from).collect();
                     w.insert_row(1, identity, &puts, &[])?;
                 }
                 Ok(())

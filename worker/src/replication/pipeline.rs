@@ -241,18 +241,7 @@ fn write_row(
     w: &mut crate::store::WriteTxn<'_, '_>,
     row: &EvaluatedRow,
 ) -> Result<(), crate::store::StoreError> {
-    let puts: Vec<RowPut<'_>> = row
-        .eval
-        .buckets
-        .iter()
-        .map(|b| RowPut {
-            bucket: &b.bucket,
-            object_type: &b.object_type,
-            object_id: &b.object_id,
-            data: &b.data,
-            checksum: b.checksum,
-        })
-        .collect();
+    let puts: Vec<RowPut<'_>> = row.eval.buckets.iter().map(RowPut::from).collect();
     let lookups: Vec<LookupPut<'_>> = row
         .lookups
         .iter()

@@ -62,6 +62,18 @@ pub struct RowPut<'a> {
     pub checksum: u32,
 }
 
+impl<'a> From<&'a crate::rules::BucketRow> for RowPut<'a> {
+    fn from(b: &'a crate::rules::BucketRow) -> Self {
+        Self {
+            bucket: &b.bucket,
+            object_type: &b.object_type,
+            object_id: &b.object_id,
+            data: &b.data,
+            checksum: b.checksum,
+        }
+    }
+}
+
 /// One parameter-lookup entry a row produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LookupPut<'a> {
