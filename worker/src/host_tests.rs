@@ -62,7 +62,7 @@ fn bad_config_waits_then_a_reload_starts_the_engine() {
 
     write_config(&dir.path().join("config.yaml"), free_port());
     host.reload(settings(dir.path()));
-    wait_phase(&mut host, Phase::Connecting);
+    wait_phase(&mut host, Phase::Validating);
     // The configuration error is gone (a connection error to the absent primary may show).
     let last = host.status().snapshot().last_error;
     assert!(last.is_none_or(|e| e.code != "PSM_C1003"));
@@ -71,7 +71,7 @@ fn bad_config_waits_then_a_reload_starts_the_engine() {
     std::fs::write(dir.path().join("config.yaml"), "port: 0\n").unwrap();
     host.reload(settings(dir.path()));
     let snap = host.status().snapshot();
-    assert_eq!(snap.phase, Phase::Connecting);
+    assert_eq!(snap.phase, Phase::Validating);
     assert!(snap
         .last_error
         .unwrap()
@@ -102,7 +102,7 @@ fn reset_recreates_the_store_and_reload_restarts_only_on_change() {
     write_config(&dir.path().join("config.yaml"), free_port());
     let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
     host.start();
-    wait_phase(&mut host, Phase::Connecting);
+    wait_phase(&mut host, Phase::Validating);
     let first_id = host.status().snapshot().store.unwrap().identity.store_id;
 
     host.reload(settings(dir.path()));
@@ -118,14 +118,14 @@ fn reset_recreates_the_store_and_reload_restarts_only_on_change() {
         report["removed_files"],
         serde_json::json!(["mdbx.dat", "mdbx.lck"])
     );
-    wait_phase(&mut host, Phase::Connecting);
+    wait_phase(&mut host, Phase::Validating);
     let snap = host.status().snapshot();
     assert_ne!(snap.store.unwrap().identity.store_id, first_id);
     assert_eq!(snap.engine_starts, 2);
 
     write_config(&dir.path().join("config.yaml"), free_port());
     host.reload(settings(dir.path()));
-    wait_phase(&mut host, Phase::Connecting);
+    wait_phase(&mut host, Phase::Validating);
     assert_eq!(host.status().snapshot().engine_starts, 3);
     assert!(host.shutdown());
 }

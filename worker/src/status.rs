@@ -19,9 +19,10 @@ pub enum Phase {
     ConfigError,
     /// Opening (or creating) the MDBX store.
     OpeningStorage,
-    /// Connecting to the primary and validating it (retried with backoff on errors
+    /// Connecting to the primary and validating it, and checking the slot and the stored
+    /// bootstrap (retried with backoff on errors
     /// that may pass; `last_error` shows the latest).
-    Connecting,
+    Validating,
     /// Copying the initial snapshot.
     Snapshotting,
     /// The snapshot is complete and durable: clients may sync.

@@ -102,7 +102,7 @@ async fn serve(
     };
     status.update(|s| {
         s.listen = listen;
-        s.phase = Phase::Connecting;
+        s.phase = Phase::Validating;
         s.replication = Some(ReplicationStatus {
             slot: plan.slot.clone(),
             tables_total: rules.tables().len() as u64,
@@ -135,6 +135,9 @@ async fn serve(
                 status.touch();
                 status.update(|s| {
                     s.store = Some(store_status(&store));
+                                        if s.phase == Phase::Validating && progress.copying() {
+                        s.phase = Phase::Snapshotting;
+                    }
                     if s.phase == Phase::Snapshotting {
                         if let Some(r) = s.replication.as_mut() {
                             let seconds = progress.copy_elapsed().as_secs_f64();
@@ -179,7 +182,7 @@ async fn replicate(
 ) -> Result<(), ReplicationError> {
     let mut backoff = RETRY_MIN;
     loop {
-        status.update(|s| s.phase = Phase::Snapshotting);
+        status.update(|s| s.phase = Phase::Validating);
         match bootstrap(&plan, rules.clone(), store.clone(), progress.clone()).await {
             Ok(outcome) => {
                 let (consistent_point, rows) = match outcome {
@@ -219,7 +222,7 @@ async fn replicate(
             Err(e) => {
                 tracing::warn!("{e}; retrying in {backoff:?}");
                 status.update(|s| {
-                    s.phase = Phase::Connecting;
+                    s.phase = Phase::Validating;
                     s.last_error = Some(ErrorReport::new(e.to_string(), false));
                 });
                 tokio::time::sleep(backoff).await;

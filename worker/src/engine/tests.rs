@@ -58,7 +58,7 @@ fn serves_probes_and_stops_promptly() {
     let engine = Engine::start(config(dir.path(), port), status.clone()).unwrap();
     // No primary listens at the configured address: the engine serves probes and keeps
     // retrying the source, not ready.
-    wait_for(&status, Phase::Connecting);
+    wait_for(&status, Phase::Validating);
     let snap = status.snapshot();
     assert!(!snap.ready);
     assert_eq!(snap.listen, vec![format!("127.0.0.1:{port}")]);

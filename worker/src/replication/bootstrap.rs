@@ -66,6 +66,7 @@ pub async fn bootstrap(
         })
         .collect();
     tables.sort();
+    progress.reset();
     let client = connect(&plan.connection).await?;
     let primary = validate_primary(&client, &tables).await?;
     let rules_hash = rules.content_hash_hex();

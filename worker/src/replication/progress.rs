@@ -37,6 +37,19 @@ impl Progress {
             .map_or(Duration::ZERO, |t| t.elapsed())
     }
 
+    /// True once the current attempt started copying.
+    pub fn copying(&self) -> bool {
+        self.copy_started.lock().is_some()
+    }
+
+    /// Zeroes the counters for a new attempt.
+    pub(super) fn reset(&self) {
+        self.rows.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        self.tables_done.store(0, Ordering::Relaxed);
+        *self.copy_started.lock() = None;
+    }
+
     pub(super) fn start_copy(&self) {
         *self.copy_started.lock() = Some(Instant::now());
     }
