@@ -316,19 +316,7 @@ fn evaluate_lookup(
             } else {
                 vec![v]
             };
-            let vals: Vec<Value<'_>> = vals
-                .into_iter()
-                .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
-                .collect();
-            let mut next = Vec::new();
-            for t in &tuples {
-                for v in &vals {
-                    let mut t2 = t.clone();
-                    t2.push(v.clone());
-                    next.push(t2);
-                }
-            }
-            tuples = next;
+            tuples = cross_product(&tuples, &bucket_values(vals));
         }
         if tuples.is_empty() {
             continue;
@@ -345,4 +333,26 @@ fn evaluate_lookup(
             }
         }
     }
+}
+
+/// The values a bucket parameter can take: NULL and blobs never name a bucket.
+pub(crate) fn bucket_values<'a>(values: impl IntoIterator<Item = Value<'a>>) -> Vec<Value<'a>> {
+    values
+        .into_iter()
+        .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
+        .collect()
+}
+
+/// Every tuple extended by every value (one more bucket parameter).
+pub(crate) fn cross_product<T: Clone>(tuples: &[Vec<T>], values: &[T]) -> Vec<Vec<T>> {
+    let mut next = Vec::with_capacity(tuples.len() * values.len());
+    for t in tuples {
+        for v in values {
+            let mut extended = Vec::with_capacity(t.len() + 1);
+            extended.extend_from_slice(t);
+            extended.push(v.clone());
+            next.push(extended);
+        }
+    }
+    next
 }

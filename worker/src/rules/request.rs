@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use super::bucket::bucket_name;
 use super::error::RulesError;
+use super::eval::{bucket_values, cross_product};
 use super::expr::{json_array_values, Env, Expr, RequestRef};
 use super::json::{json_to_value, write_key_value};
 use super::plan::{lookup_key, LookupEntry, LookupKey};
@@ -329,15 +330,7 @@ impl BucketResolver {
                             .unwrap_or(Value::Null)]
                     }
                 };
-                let mut next = Vec::new();
-                for t in &tuples {
-                    for v in &vals {
-                        let mut t2 = t.clone();
-                        t2.push(v.clone());
-                        next.push(t2);
-                    }
-                }
-                tuples = next;
+                tuples = cross_product(&tuples, &vals);
                 check_limit(tuples.len(), max)?;
             }
             for t in tuples {
@@ -437,19 +430,7 @@ fn group_rows_for(
                     } else {
                         vec![v]
                     };
-                    let vals: Vec<OwnedValue> = vals
-                        .into_iter()
-                        .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
-                        .collect();
-                    let mut next = Vec::new();
-                    for t in &tuples {
-                        for v in &vals {
-                            let mut t2 = t.clone();
-                            t2.push(v.clone());
-                            next.push(t2);
-                        }
-                    }
-                    tuples = next;
+                    tuples = cross_product(&tuples, &bucket_values(vals));
                     check_limit(tuples.len(), max)?;
                 }
                 for t in tuples {
