@@ -6,13 +6,7 @@ fn no_guard(f: &mut dyn FnMut()) {
     f()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use powersync_mdbx_testkit::free_port;
 
 fn write_config(path: &Path, port: u16) {
     std::fs::write(

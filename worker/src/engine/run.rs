@@ -118,18 +118,19 @@ async fn serve(
         progress.clone(),
         status.clone(),
     ));
+    let mut replicating = true;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let outcome = loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break Ok(()),
-            done = &mut replication => {
+                                    done = &mut replication, if replicating => {
+                // Replication finished its work for now; keep serving until stopped.
+                replicating = false;
                 match done {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => break Err(EngineError::Replication(e)),
                     Err(e) => break Err(EngineError::Thread(std::io::Error::other(e))),
                 }
-                // Replication finished its work for now; keep serving until stopped.
-                replication = tokio::spawn(std::future::pending());
             }
             _ = heartbeat.tick() => {
                 status.touch();
@@ -155,8 +156,10 @@ async fn serve(
         s.phase = Phase::Stopping;
         s.ready = false;
     });
-    replication.abort();
-    let _ = replication.await;
+    if replicating {
+        replication.abort();
+        let _ = replication.await;
+    }
     let _ = server.await;
     // The bootstrap's threads hold the store; they are joined when its task is dropped.
     drop(store);

@@ -20,13 +20,7 @@ fn config(dir: &Path, port: u16) -> EngineConfig {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use powersync_mdbx_testkit::free_port;
 
 fn get(port: u16, path: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -141,11 +141,13 @@ pub async fn bootstrap(
         consistent_point: None,
         rows: 0,
     };
-    store.write(0, |w| intent.save(w))?;
+    let encoded = intent.encode()?;
+    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
     let exported = create_slot(&plan.connection, &client, &plan.slot).await?;
     intent.state = BootstrapState::Snapshotting;
     intent.consistent_point = Some(exported.consistent_point);
-    store.write(0, |w| intent.save(w))?;
+    let encoded = intent.encode()?;
+    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
     tracing::info!(
         slot = %plan.slot,
         consistent_point = %format_lsn(exported.consistent_point),
@@ -226,7 +228,6 @@ async fn copy_all(
             .await
             .map_err(SourceError::query("COPY"))?
         {
-            progress.add_bytes(row.len() as u64);
             chunk.push(row);
             if chunk.len() == CHUNK_ROWS {
                 let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));

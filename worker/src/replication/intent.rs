@@ -70,10 +70,19 @@ impl BootstrapIntent {
             })
     }
 
-    /// Writes the record in `write`'s transaction.
-    pub fn save(&self, write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        write.put_stage_record(KEY, &bytes)
+    /// The record as stored (JSON).
+    pub fn encode(&self) -> Result<Vec<u8>, ReplicationError> {
+        serde_json::to_vec(self).map_err(|e| ReplicationError::Ownership {
+            code: "PSM_B1009",
+            message: format!(
+                "cannot encode the bootstrap record ({e}); this is a bug, please report it"
+            ),
+        })
+    }
+
+    /// Writes an [`encode`](Self::encode)d record in `write`'s transaction.
+    pub fn save(encoded: &[u8], write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
+        write.put_stage_record(KEY, encoded)
     }
 
     /// The store id of `schema.name`.

@@ -138,16 +138,22 @@ fn eval_loop(
                 .collect()
         })
         .collect();
+    let plans: Vec<_> = jobs
+        .iter()
+        .map(|j| rules.plan_for(&j.schema, &j.name))
+        .collect();
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     while let Some(msg) = input.blocking_recv() {
         match msg {
             EvalMsg::Rows(index, lines) => {
-                let (Some(job), Some(decoder), Some(types)) =
-                    (jobs.get(index), decoders.get_mut(index), types.get(index))
-                else {
-                    continue;
+                let (Some(job), Some(decoder), Some(types), Some(plan)) = (
+                    jobs.get(index),
+                    decoders.get_mut(index),
+                    types.get(index),
+                    plans.get(index),
+                ) else {
+                    return Err(panicked("evaluator (rows of an unknown table)"));
                 };
-                let plan = rules.plan_for(&job.schema, &job.name);
                 for line in &lines {
                     let line = line.strip_suffix(b"\n").unwrap_or(line);
                     let fields = decoder.decode(line).map_err(|e| ReplicationError::Copy {
@@ -229,7 +235,8 @@ fn write_loop(
             WriteMsg::Finish(mut intent) => {
                 intent.rows = progress.rows();
                 let lsn = intent.consistent_point.unwrap_or(0);
-                store.write(lsn, |w| intent.save(w))?;
+                let encoded = intent.encode()?;
+                store.write(lsn, |w| BootstrapIntent::save(&encoded, w))?;
                 return Ok(());
             }
         }

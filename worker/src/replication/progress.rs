@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 #[derive(Debug, Default)]
 pub struct Progress {
     rows: AtomicU64,
-    bytes: AtomicU64,
+
     tables_done: AtomicU64,
     copy_started: Mutex<Option<Instant>>,
 }
@@ -18,11 +18,6 @@ impl Progress {
     /// Rows written to the store.
     pub fn rows(&self) -> u64 {
         self.rows.load(Ordering::Relaxed)
-    }
-
-    /// COPY bytes received.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
     }
 
     /// Tables fully copied.
@@ -45,7 +40,7 @@ impl Progress {
     /// Zeroes the counters for a new attempt.
     pub(super) fn reset(&self) {
         self.rows.store(0, Ordering::Relaxed);
-        self.bytes.store(0, Ordering::Relaxed);
+
         self.tables_done.store(0, Ordering::Relaxed);
         *self.copy_started.lock() = None;
     }
@@ -56,10 +51,6 @@ impl Progress {
 
     pub(super) fn add_rows(&self, n: u64) {
         self.rows.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(super) fn add_bytes(&self, n: u64) {
-        self.bytes.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(super) fn table_done(&self) {
