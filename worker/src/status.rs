@@ -27,6 +27,8 @@ pub enum Phase {
     Snapshotting,
     /// The snapshot is complete and durable: clients may sync.
     Ready,
+    /// Ready, and following the slot: source changes reach the buckets.
+    Streaming,
     /// The engine stopped on an error the operator must fix; waiting for a reload or reset.
     Failed,
     /// A reset is clearing the store.
@@ -126,6 +128,14 @@ pub struct ReplicationStatus {
     pub rows_per_second: f64,
     /// Seconds since the snapshot started (or its total, once complete).
     pub snapshot_seconds: f64,
+    /// The source LSN of the latest durable checkpoint (`X/Y`).
+    pub applied_lsn: Option<String>,
+    /// The op id of the latest durable checkpoint.
+    pub last_op_id: u64,
+    /// Source transactions applied since streaming (re)started.
+    pub transactions: u64,
+    /// Row changes applied since streaming (re)started.
+    pub changes: u64,
 }
 
 /// A [`Status`] shared between threads, with a version number so publishers copy it only

@@ -8,14 +8,19 @@ use tokio::sync::watch;
 
 use super::{EngineConfig, EngineError};
 use crate::http::{self, HttpState};
-use crate::replication::{bootstrap, BootstrapOutcome, Progress, ReplicationError, SourcePlan};
+use crate::replication::{
+    bootstrap, follow_slot, BootstrapOutcome, Progress, ReplicationError, SourcePlan,
+    StreamContext, StreamProgress,
+};
 use crate::rules::SyncRules;
 use crate::source::format_lsn;
 use crate::status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell, StoreStatus};
-use crate::store::Store;
+use crate::store::{Checkpoint, Store};
 
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long replication gets to finish its current transaction when the engine stops.
+const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Backoff between attempts after an error that may pass (network, restarting primary).
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
@@ -111,12 +116,21 @@ async fn serve(
     });
 
     let progress = Arc::new(Progress::default());
+    let initial = store.read(|view| view.checkpoint())?;
+    let (published, checkpoints) = watch::channel::<Checkpoint>(initial);
+    let stream_progress = Arc::new(StreamProgress::default());
+    let context = StreamContext {
+        rules,
+        store: store.clone(),
+        published,
+        progress: stream_progress.clone(),
+    };
     let mut replication = tokio::spawn(replicate(
         plan,
-        rules,
-        store.clone(),
+        context,
         progress.clone(),
         status.clone(),
+        stop.clone(),
     ));
     let mut replicating = true;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -139,6 +153,15 @@ async fn serve(
                                         if s.phase == Phase::Validating && progress.copying() {
                         s.phase = Phase::Snapshotting;
                     }
+                    if s.phase == Phase::Streaming {
+                        if let Some(r) = s.replication.as_mut() {
+                            let checkpoint = *checkpoints.borrow();
+                            r.applied_lsn = Some(format_lsn(checkpoint.lsn));
+                            r.last_op_id = checkpoint.op_id;
+                            r.transactions = stream_progress.transactions.load(std::sync::atomic::Ordering::Relaxed);
+                            r.changes = stream_progress.changes.load(std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
                     if s.phase == Phase::Snapshotting {
                         if let Some(r) = s.replication.as_mut() {
                             let seconds = progress.copy_elapsed().as_secs_f64();
@@ -156,7 +179,11 @@ async fn serve(
         s.phase = Phase::Stopping;
         s.ready = false;
     });
-    if replicating {
+    if replicating
+        && tokio::time::timeout(STOP_GRACE, &mut replication)
+            .await
+            .is_err()
+    {
         replication.abort();
         let _ = replication.await;
     }
@@ -178,15 +205,28 @@ fn store_status(store: &Store) -> StoreStatus {
 /// Bootstraps (retrying errors that may pass), then reports readiness.
 async fn replicate(
     plan: SourcePlan,
-    rules: Arc<SyncRules>,
-    store: Arc<Store>,
+    context: StreamContext,
     progress: Arc<Progress>,
     status: Arc<StatusCell>,
+    stop: watch::Receiver<bool>,
 ) -> Result<(), ReplicationError> {
+    let store = context.store.clone();
     let mut backoff = RETRY_MIN;
     loop {
         status.update(|s| s.phase = Phase::Validating);
-        match bootstrap(&plan, rules.clone(), store.clone(), progress.clone()).await {
+        let attempt = bootstrap(
+            &plan,
+            context.rules.clone(),
+            store.clone(),
+            progress.clone(),
+        );
+        let mut stopped = stop.clone();
+        let outcome = tokio::select! {
+            outcome = attempt => outcome,
+            // Dropping the bootstrap joins its threads; an interrupted one starts over.
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+        };
+        match outcome {
             Ok(outcome) => {
                 let (consistent_point, rows) = match outcome {
                     BootstrapOutcome::Copied {
@@ -219,7 +259,7 @@ async fn replicate(
                         }
                     }
                 });
-                return Ok(());
+                return stream(&plan, &context, &status, stop).await;
             }
             Err(e) if e.needs_operator() => return Err(e),
             Err(e) => {
@@ -228,7 +268,41 @@ async fn replicate(
                     s.phase = Phase::Validating;
                     s.last_error = Some(ErrorReport::new(e.to_string(), false));
                 });
-                tokio::time::sleep(backoff).await;
+                let mut stopped = stop.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stopped.wait_for(|s| *s) => return Ok(()),
+                }
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Follows the slot until stopped, reconnecting with backoff after errors that may pass.
+async fn stream(
+    plan: &SourcePlan,
+    context: &StreamContext,
+    status: &StatusCell,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ReplicationError> {
+    let mut backoff = RETRY_MIN;
+    loop {
+        status.update(|s| s.phase = Phase::Streaming);
+        let started = std::time::Instant::now();
+        match follow_slot(plan, context, stop.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.needs_operator() => return Err(e),
+            Err(e) => {
+                if started.elapsed() > RETRY_MAX {
+                    backoff = RETRY_MIN;
+                }
+                tracing::warn!("{e}; reconnecting in {backoff:?}");
+                status.update(|s| s.last_error = Some(ErrorReport::new(e.to_string(), false)));
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.wait_for(|s| *s) => return Ok(()),
+                }
                 backoff = (backoff * 2).min(RETRY_MAX);
             }
         }

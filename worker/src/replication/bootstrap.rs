@@ -135,6 +135,9 @@ pub async fn bootstrap(
                 id,
                 schema: t.schema.clone(),
                 name: t.name.clone(),
+                columns: Vec::new(),
+                identity: Vec::new(),
+                oid: 0,
             })
             .collect(),
         state: BootstrapState::CreatingSlot,
@@ -159,8 +162,11 @@ pub async fn bootstrap(
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
     let mut jobs = Vec::new();
-    for (info, table) in primary.tables.iter().zip(&intent.tables) {
+    for (info, table) in primary.tables.iter().zip(intent.tables.iter_mut()) {
         let columns = table_columns(&reader, info.oid).await?;
+        table.columns = columns.clone();
+        table.identity = info.identity_columns.clone();
+        table.oid = info.oid;
         let identity = info
             .identity_columns
             .iter()

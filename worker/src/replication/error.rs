@@ -24,6 +24,16 @@ pub enum ReplicationError {
         /// What disagrees and what to do.
         message: String,
     },
+    /// The replication stream: a lost slot, a changed table, an unexpected message.
+    #[error("{code} {message}")]
+    Stream {
+        /// Stable code (`PSM_R2xxx`).
+        code: &'static str,
+        /// What happened and what to do.
+        message: String,
+        /// Only the operator can fix it.
+        operator: bool,
+    },
     /// COPY delivered a row that does not decode.
     #[error("PSM_B1007 table {table}: {problem}")]
     Copy {
@@ -40,6 +50,7 @@ impl ReplicationError {
         match self {
             Self::Source(e) => e.needs_operator(),
             Self::Store(e) => e.needs_operator(),
+            Self::Stream { operator, .. } => *operator,
             Self::Rules(_) | Self::Ownership { .. } | Self::Copy { .. } => true,
         }
     }

@@ -31,6 +31,16 @@ pub struct IntentTable {
     pub schema: String,
     /// Name.
     pub name: String,
+    /// The columns as the snapshot copied them; a stream whose Relation message differs
+    /// is refused (rows are never decoded with a stale schema).
+    #[serde(default)]
+    pub columns: Vec<crate::source::ColumnMeta>,
+    /// The replica identity columns, in key order.
+    #[serde(default)]
+    pub identity: Vec<String>,
+    /// The table's OID on the primary (pgoutput addresses relations by it).
+    #[serde(default)]
+    pub oid: u32,
 }
 
 /// Who the stored data belongs to and how far its bootstrap went.

@@ -8,10 +8,11 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 
+use super::toast::stash_for;
 use super::{BootstrapIntent, Progress, ReplicationError};
 use crate::rules::{PgType, RowEvaluation, SourceColumn, SourceRow, SyncRules};
 use crate::source::{ColumnMeta, CopyFields};
-use crate::store::{encode_values, identity_key, LookupPut, RowPut, Store};
+use crate::store::{encode_values, identity_key, LookupPut, RowPut, Stash, Store};
 
 /// Rows per MDBX write transaction during the snapshot.
 const BATCH_ROWS: usize = 2048;
@@ -47,6 +48,7 @@ struct EvaluatedRow {
     identity: Vec<u8>,
     eval: RowEvaluation,
     lookups: Vec<(String, Vec<u8>)>,
+    stash: Stash,
 }
 
 /// The two pipeline threads.
@@ -189,11 +191,13 @@ fn eval_loop(
                         .iter()
                         .map(|l| (l.key.encode(), encode_values(&l.outputs)))
                         .collect();
+                    let stash = stash_for(&job.columns, |i| fields.get(i), false);
                     batch.push(EvaluatedRow {
                         table_id: job.id,
                         identity,
                         eval,
                         lookups,
+                        stash,
                     });
                     if batch.len() >= BATCH_ROWS {
                         let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
@@ -257,5 +261,11 @@ fn write_row(
             outputs: v,
         })
         .collect();
-    w.insert_row(row.table_id, &row.identity, &puts, &lookups)
+    w.insert_row_stashed(
+        row.table_id,
+        &row.identity,
+        &puts,
+        &lookups,
+        row.stash.clone(),
+    )
 }

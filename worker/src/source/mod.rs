@@ -16,7 +16,10 @@ mod validate;
 pub use client::{connect, replication_uri};
 pub use copy_text::{CopyFields, CopyTextError, Fields};
 pub use error::SourceError;
-pub use slot::{create_slot, drop_slot, format_lsn, slot_info, ExportedSlot, SlotInfo};
+pub use slot::{
+    create_slot, drop_slot, format_lsn, replication_error, slot_info, start_stream, ExportedSlot,
+    SlotInfo,
+};
 pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
 pub use tls::install_crypto_provider;
 pub use validate::{

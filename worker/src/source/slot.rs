@@ -118,7 +118,36 @@ pub async fn create_slot(
     })
 }
 
-fn replication_error(e: pg_walstream::ReplicationError) -> SourceError {
+/// Opens a replication connection and starts streaming slot `name` from `start_lsn`
+/// (pgoutput protocol 1, logical messages on, so write checkpoints advance an idle
+/// source). Feedback reports only what the caller marks flushed.
+pub async fn start_stream(
+    conn: &SourceConnection,
+    name: &str,
+    start_lsn: u64,
+) -> Result<LogicalReplicationStream, SourceError> {
+    let config = ReplicationStreamConfig::builder(name, PUBLICATION)
+        .with_protocol_version(1)
+        .with_messages(true)
+        .with_feedback_interval(Duration::from_secs(1))
+        .with_connection_timeout(Duration::from_secs(10))
+        .with_retry_config(RetryConfig {
+            max_attempts: 1,
+            ..RetryConfig::default()
+        });
+    let mut stream = LogicalReplicationStream::new(&replication_uri(conn), config)
+        .await
+        .map_err(replication_error)?;
+    stream
+        .start(Some(start_lsn))
+        .await
+        .map_err(replication_error)?;
+    Ok(stream)
+}
+
+/// Classifies a replication-connection error: TLS problems and setup errors need the
+/// operator, the rest may pass.
+pub fn replication_error(e: pg_walstream::ReplicationError) -> SourceError {
     let text = e.to_string();
     if text.contains("certificate") || text.contains("TLS") || text.contains("tls") {
         SourceError::Tls(text)

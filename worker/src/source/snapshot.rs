@@ -6,7 +6,7 @@ use super::validate::{quote_ident, SourceTable};
 use super::SourceError;
 
 /// One column of a source table, as replication delivers it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ColumnMeta {
     /// Column name.
     pub name: String,
@@ -14,6 +14,10 @@ pub struct ColumnMeta {
     pub type_oid: u32,
     /// Element type OID for arrays.
     pub element_oid: Option<u32>,
+    /// `pg_type.typlen`: the fixed size in bytes, or -1/-2 for variable-length types
+    /// (which are the ones PostgreSQL may TOAST).
+    #[serde(default)]
+    pub typlen: i16,
 }
 
 /// The published columns of table `oid` in attnum order (generated columns excluded, as
@@ -21,7 +25,7 @@ pub struct ColumnMeta {
 pub async fn table_columns(client: &Client, oid: u32) -> Result<Vec<ColumnMeta>, SourceError> {
     let rows = client
         .query(
-            "SELECT a.attname::text, a.atttypid, NULLIF(t.typelem, 0) \
+            "SELECT a.attname::text, a.atttypid, NULLIF(t.typelem, 0), t.typlen \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
              ORDER BY a.attnum",
@@ -35,6 +39,7 @@ pub async fn table_columns(client: &Client, oid: u32) -> Result<Vec<ColumnMeta>,
                 name: r.try_get(0).map_err(SourceError::query("table columns"))?,
                 type_oid: r.try_get(1).map_err(SourceError::query("table columns"))?,
                 element_oid: r.try_get(2).map_err(SourceError::query("table columns"))?,
+                typlen: r.try_get(3).map_err(SourceError::query("table columns"))?,
             })
         })
         .collect()

@@ -26,7 +26,7 @@ pub use meta::{StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
 pub use values::{decode_values, encode_values, identity_key};
-pub use writer::{LookupPut, RowPut, WriteTxn};
+pub use writer::{LookupPut, RowPut, Stash, WriteTxn};
 
 /// Named tables the environment reserves slots for.
 const MAX_TABLES: u64 = 32;
@@ -180,6 +180,29 @@ impl Store {
         let result = self.write_unsynced(lsn, changes)?;
         self.sync()?;
         Ok(result)
+    }
+
+    /// [`write`](Self::write) for changes that can fail with errors of their own
+    /// (evaluation, a closed source stream): any error aborts the transaction.
+    pub fn write_with<R, E: From<StoreError>>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
+    ) -> Result<(R, Checkpoint), E> {
+        let mut failure = None;
+        let written = self.write(lsn, |w| match changes(w) {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => {
+                failure = Some(e);
+                Err(StoreError::Aborted)
+            }
+        });
+        match (written, failure) {
+            (_, Some(e)) => Err(e),
+            (Ok((Some(r), checkpoint)), None) => Ok((r, checkpoint)),
+            (Ok((None, _)), None) => Err(StoreError::Aborted.into()),
+            (Err(e), None) => Err(e.into()),
+        }
     }
 
     /// Like [`write`](Self::write) but without waiting for the disk: a crash of the

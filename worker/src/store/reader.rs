@@ -109,6 +109,26 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
             .transpose()
     }
 
+    /// Every bucket that ever had an op: `(id, name)` in id order (for status, support
+    /// functions and tests; a bucket with only REMOVEs left still counts).
+    pub fn bucket_names(&self) -> Result<Vec<(u32, String)>, StoreError> {
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.bucket_names)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut out = Vec::new();
+        for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
+            let (id, name) = item.map_err(self.mdbx("read bucket names"))?;
+            let id = super::codec::fixed::<4>(&id, 0, "bucket id")
+                .map(u32::from_ne_bytes)
+                .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+            let name = String::from_utf8(name)
+                .map_err(|_| StoreError::corrupt(self.dir, "bucket name"))?;
+            out.push((id, name));
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` ops of bucket `bucket_id` with `after < op_id ≤ until`.
     pub fn ops(
         &self,

@@ -48,6 +48,9 @@ pub struct RowRecord {
     pub memberships: Vec<Membership>,
     /// Lookup entries written for this row.
     pub lookups: Vec<LookupRef>,
+    /// Source values kept because the primary may send them later as "unchanged TOAST"
+    /// (column name, text value); empty for rows too small to be TOASTed.
+    pub stash: Vec<(String, Vec<u8>)>,
 }
 
 const WHAT: &str = "row record";
@@ -83,6 +86,13 @@ impl RowRecord {
         w.varint(self.lookups.len() as u64);
         for l in &self.lookups {
             w.bytes(&l.key).bytes(&l.value);
+        }
+        // Optional trailing section: records without a stash end here.
+        if !self.stash.is_empty() {
+            w.varint(self.stash.len() as u64);
+            for (name, value) in &self.stash {
+                w.str(name).bytes(value);
+            }
         }
         w.finish()
     }
@@ -125,6 +135,13 @@ impl RowRecord {
                 value: r.bytes()?.to_vec(),
             });
         }
+        let mut stash = Vec::new();
+        if !r.is_empty() {
+            let n = r.varint()?;
+            for _ in 0..n {
+                stash.push((r.str()?.to_owned(), r.bytes()?.to_vec()));
+            }
+        }
         if !r.is_empty() {
             return Err(Corrupt { what: WHAT });
         }
@@ -134,6 +151,7 @@ impl RowRecord {
             outputs,
             memberships,
             lookups,
+            stash,
         })
     }
 }
@@ -183,7 +201,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_reject_damage() {
-        let record = RowRecord {
+        let mut record = RowRecord {
             table_id: 7,
             identity: b"\x03abc".to_vec(),
             outputs: vec![Output {
@@ -207,10 +225,19 @@ mod tests {
                 key: b"k".to_vec(),
                 value: b"v".to_vec(),
             }],
+            stash: Vec::new(),
         };
         let bytes = record.encode();
         assert_eq!(RowRecord::decode(&bytes).unwrap(), record);
         for cut in 0..bytes.len() {
+            assert!(RowRecord::decode(&bytes[..cut]).is_err(), "cut {cut}");
+        }
+        // The stash is an optional trailing section.
+        let plain = bytes.len();
+        record.stash = vec![("summary".into(), b"long text".to_vec())];
+        let bytes = record.encode();
+        assert_eq!(RowRecord::decode(&bytes).unwrap(), record);
+        for cut in (0..bytes.len()).filter(|&c| c != plain) {
             assert!(RowRecord::decode(&bytes[..cut]).is_err(), "cut {cut}");
         }
         let t = Tombstone {

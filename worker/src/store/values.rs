@@ -5,8 +5,13 @@ use std::borrow::Cow;
 use super::codec::{Corrupt, Reader, Writer};
 use crate::rules::{OwnedValue, Value};
 
+/// Identity keys longer than this are stored as a hash (MDBX keys are limited to about
+/// half a page; a REPLICA IDENTITY FULL row can be far larger).
+const MAX_PLAIN_IDENTITY: usize = 480;
+
 /// The replica identity of a row as a key: each identity column's text, length-prefixed
-/// (NULL distinct from empty).
+/// (NULL distinct from empty). Longer than [`MAX_PLAIN_IDENTITY`], it becomes `0xFF` +
+/// SHA-256 of that encoding (33 bytes; a plain key starting with `0xFF` is longer than 128).
 pub fn identity_key<'a>(values: impl IntoIterator<Item = Option<&'a [u8]>>) -> Vec<u8> {
     let mut w = Writer::with_capacity(32);
     for value in values {
@@ -15,7 +20,15 @@ pub fn identity_key<'a>(values: impl IntoIterator<Item = Option<&'a [u8]>>) -> V
             Some(bytes) => w.varint(bytes.len() as u64 + 1).raw(bytes),
         };
     }
-    w.finish()
+    let plain = w.finish();
+    if plain.len() <= MAX_PLAIN_IDENTITY {
+        return plain;
+    }
+    use sha2::Digest;
+    let mut hashed = Vec::with_capacity(33);
+    hashed.push(0xFF);
+    hashed.extend_from_slice(&sha2::Sha256::digest(&plain));
+    hashed
 }
 
 /// Encodes lookup outputs.

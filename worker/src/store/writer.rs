@@ -131,7 +131,18 @@ pub struct WriteTxn<'t, 'db> {
     /// Ops appended in this transaction, per bucket id, in op order; written with one
     /// `put_multiple` per bucket when the transaction finishes.
     pending: HashMap<u32, Vec<StoredOp>>,
+    /// Ops in `pending`; past [`PENDING_OPS_LIMIT`] they are written out early so a
+    /// transaction of millions of changes does not hold them all in memory.
+    pending_ops: usize,
+    /// The LSN to commit with, when the changes decided it ([`Self::set_lsn`]).
+    lsn: Option<u64>,
 }
+
+/// Buffered ops per transaction before they are written out (24 bytes each).
+const PENDING_OPS_LIMIT: usize = 65_536;
+
+/// Source values a row keeps for later "unchanged TOAST" updates: `(column, text)`.
+pub type Stash = Vec<(String, Vec<u8>)>;
 
 impl<'t, 'db> WriteTxn<'t, 'db> {
     pub(super) fn begin(
@@ -160,6 +171,8 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             compressor: codec.compressor(),
             samples: Vec::new(),
             pending: HashMap::new(),
+            pending_ops: 0,
+            lsn: None,
         })
     }
 
@@ -176,7 +189,110 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
     ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, false)
+        self.apply_row(table_id, identity, puts, lookups, Stash::new(), false)
+    }
+
+    /// [`Self::upsert_row`] that also keeps `stash` with the row (see [`Self::stash`]).
+    pub fn upsert_row_stashed(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, stash, false)
+    }
+
+    /// [`Self::insert_row`] that also keeps `stash` with the row.
+    pub fn insert_row_stashed(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, stash, true)
+    }
+
+    /// The source values stored with a row, `None` when the row is not stored.
+    pub fn stash(&self, table_id: u32, identity: &[u8]) -> Result<Option<Stash>, StoreError> {
+        let key = row_key(table_id, identity);
+        match self.row_id(&key)? {
+            Some(row_id) => Ok(Some(self.load_row(row_id)?.stash)),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves a row to a new replica identity (a FULL identity changes with every update,
+    /// a key update changes a DEFAULT one), keeping its row id and so its subkey.
+    /// Returns false when no row has `old`; an existing row at `new` is deleted first.
+    pub fn rekey_row(&mut self, table_id: u32, old: &[u8], new: &[u8]) -> Result<bool, StoreError> {
+        if old == new {
+            return Ok(true);
+        }
+        let old_key = row_key(table_id, old);
+        let Some(row_id) = self.row_id(&old_key)? else {
+            return Ok(false);
+        };
+        self.delete_row(table_id, new)?;
+        let mut record = self.load_row(row_id)?;
+        record.identity = new.to_vec();
+        self.store_record(row_id, &record, WriteFlags::UPSERT)?;
+        self.txn
+            .del(&self.tables.row_keys, &old_key, None)
+            .map_err(self.mdbx("remove a row key"))?;
+        self.txn
+            .put(
+                &self.tables.row_keys,
+                row_key(table_id, new),
+                row_id.to_le_bytes(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write a row key"))?;
+        Ok(true)
+    }
+
+    /// Applies a TRUNCATE: every stored row of the table is deleted (REMOVE ops).
+    /// Returns the number of rows removed.
+    pub fn truncate_table(&mut self, table_id: u32) -> Result<u64, StoreError> {
+        let prefix = table_id.to_be_bytes();
+        let mut removed = 0;
+        loop {
+            // Collect a slice of identities, then delete them (no cursor across writes).
+            let mut identities = Vec::new();
+            {
+                let mut cursor = self
+                    .txn
+                    .cursor(&self.tables.row_keys)
+                    .map_err(self.mdbx("open a cursor"))?;
+                let mut next: Option<(Vec<u8>, Vec<u8>)> = cursor
+                    .set_range(&prefix)
+                    .map_err(self.mdbx("seek row keys"))?;
+                while let Some((key, _)) = next {
+                    if !key.starts_with(&prefix) || identities.len() == 1024 {
+                        break;
+                    }
+                    identities.push(key[prefix.len()..].to_vec());
+                    next = cursor.next().map_err(self.mdbx("read row keys"))?;
+                }
+            }
+            if identities.is_empty() {
+                return Ok(removed);
+            }
+            for identity in &identities {
+                if self.delete_row(table_id, identity)? {
+                    removed += 1;
+                }
+            }
+        }
+    }
+
+    /// Commit with checkpoint LSN `lsn` instead of the one the write was started with
+    /// (a streamed transaction learns its end LSN at its commit message).
+    pub fn set_lsn(&mut self, lsn: u64) {
+        self.lsn = Some(lsn);
     }
 
     /// Adds a row known not to be stored yet (the initial snapshot into an empty store):
@@ -188,7 +304,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
     ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, true)
+        self.apply_row(table_id, identity, puts, lookups, Stash::new(), true)
     }
 
     fn apply_row(
@@ -197,8 +313,12 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         identity: &[u8],
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
+        stash: Stash,
         known_new: bool,
     ) -> Result<(), StoreError> {
+        if self.pending_ops >= PENDING_OPS_LIMIT {
+            self.write_pending()?;
+        }
         let key = row_key(table_id, identity);
         if known_new {
             // Claim the key first; an identity seen before (identical rows of a REPLICA
@@ -213,7 +333,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             match claim {
                 Ok(()) => self.counters.next_row += 1,
                 Err(libmdbx::Error::KeyExist) => {
-                    return self.apply_row(table_id, identity, puts, lookups, false)
+                    return self.apply_row(table_id, identity, puts, lookups, stash, false)
                 }
                 Err(e) => return Err(self.mdbx("write a row key")(e)),
             }
@@ -231,6 +351,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         let mut record = RowRecord {
             table_id,
             identity: identity.to_vec(),
+            stash,
             ..RowRecord::default()
         };
         for put in puts {
@@ -307,14 +428,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         } else {
             WriteFlags::UPSERT
         };
-        let encoded = record.encode();
-        if !self.codec.has_dictionary() && self.samples.len() < TRAINING_SAMPLES {
-            self.samples.push(encoded.clone());
-        }
-        let stored = RecordCodec::pack(self.compressor.as_mut(), &encoded);
-        self.txn
-            .put(&self.tables.rows, row_id.to_ne_bytes(), stored, flags)
-            .map_err(self.mdbx("write a row"))?;
+        self.store_record(row_id, &record, flags)?;
         if existing.is_none() && !known_new {
             self.txn
                 .put(
@@ -328,9 +442,29 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         Ok(())
     }
 
+    /// Encodes, compresses and writes a row record.
+    fn store_record(
+        &mut self,
+        row_id: u64,
+        record: &RowRecord,
+        flags: WriteFlags,
+    ) -> Result<(), StoreError> {
+        let encoded = record.encode();
+        if !self.codec.has_dictionary() && self.samples.len() < TRAINING_SAMPLES {
+            self.samples.push(encoded.clone());
+        }
+        let stored = RecordCodec::pack(self.compressor.as_mut(), &encoded);
+        self.txn
+            .put(&self.tables.rows, row_id.to_ne_bytes(), stored, flags)
+            .map_err(self.mdbx("write a row"))
+    }
+
     /// Applies a deleted source row: a REMOVE in each of its buckets, lookups dropped.
     /// Returns false when the row was not stored (a redelivered delete).
     pub fn delete_row(&mut self, table_id: u32, identity: &[u8]) -> Result<bool, StoreError> {
+        if self.pending_ops >= PENDING_OPS_LIMIT {
+            self.write_pending()?;
+        }
         let key = row_key(table_id, identity);
         let Some(row_id) = self.row_id(&key)? else {
             return Ok(false);
@@ -359,23 +493,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
     /// Persists accumulators, counters and the checkpoint `(last op id, lsn)`.
     /// Also returns a dictionary trained in this transaction (stored with it), for the
     /// store to compress with from the next transaction on.
-    pub(super) fn finish(self, lsn: u64) -> Result<(Checkpoint, Option<Vec<u8>>), StoreError> {
-        let mut encoded = Vec::new();
-        for (bucket_id, ops) in &self.pending {
-            encoded.clear();
-            for op in ops {
-                encoded.extend_from_slice(&op.encode());
-            }
-            self.txn
-                .put_multiple(
-                    &self.tables.ops,
-                    bucket_id.to_ne_bytes(),
-                    &encoded,
-                    OP_BYTES,
-                    WriteFlags::APPEND_DUP,
-                )
-                .map_err(self.mdbx("append ops"))?;
-        }
+    pub(super) fn finish(mut self, lsn: u64) -> Result<(Checkpoint, Option<Vec<u8>>), StoreError> {
+        let lsn = self.lsn.unwrap_or(lsn);
+        self.write_pending()?;
         for (name, state) in &self.dirty {
             self.txn
                 .put(
@@ -431,6 +551,29 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             }
         }
         Ok((checkpoint, trained))
+    }
+
+    /// Writes the buffered ops (one `put_multiple` per bucket; op ids only grow, so they
+    /// append).
+    fn write_pending(&mut self) -> Result<(), StoreError> {
+        let mut encoded = Vec::new();
+        for (bucket_id, ops) in self.pending.drain() {
+            encoded.clear();
+            for op in &ops {
+                encoded.extend_from_slice(&op.encode());
+            }
+            self.txn
+                .put_multiple(
+                    &self.tables.ops,
+                    bucket_id.to_ne_bytes(),
+                    &encoded,
+                    OP_BYTES,
+                    WriteFlags::APPEND_DUP,
+                )
+                .map_err(|e| StoreError::mdbx(self.dir, "append ops", e))?;
+        }
+        self.pending_ops = 0;
+        Ok(())
     }
 
     fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
@@ -531,6 +674,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             reference,
         };
         self.pending.entry(bucket.id).or_default().push(op);
+        self.pending_ops += 1;
         bucket.add(op_id, checksum);
         match self.dirty.get_mut(name) {
             Some(state) => *state = bucket,

@@ -1,0 +1,371 @@
+//! Live tests: after the snapshot, every change on the primary reaches the buckets —
+//! inserts, updates moving rows between buckets, deletes, TRUNCATE, unchanged TOAST
+//! values, REPLICA IDENTITY FULL, parameter rows — and after each sync point the live
+//! rows of every stored bucket equal an independent evaluation of the primary's rows,
+//! and every bucket's ops add up to its announced checksum and count. Also: restart
+//! mid-stream, a changed table, and a dropped slot.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use powersync_mdbx_testkit::{Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_worker::config::SourceConnection;
+use powersync_mdbx_worker::replication::{
+    bootstrap, follow_slot, Progress, ReplicationError, SourcePlan, StreamContext, StreamProgress,
+};
+use powersync_mdbx_worker::rules::{OwnedSourceRow, PgType, SyncRules};
+use powersync_mdbx_worker::source::connect;
+use powersync_mdbx_worker::store::{Checkpoint, OpKind, Store};
+use tokio::sync::watch;
+
+const SLOT: &str = "psm_stream_test";
+
+const SCHEMA: &str = "
+CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
+CREATE TABLE todos (id text PRIMARY KEY, list_id text, title text, status text);
+CREATE TABLE docs (id integer PRIMARY KEY, title text, body text);
+ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
+CREATE TABLE notes (owner text, note text);
+ALTER TABLE notes REPLICA IDENTITY FULL;
+CREATE PUBLICATION powersync FOR TABLE lists, todos, docs, notes;
+INSERT INTO lists VALUES ('l1', 'u1'), ('l2', 'u2');
+INSERT INTO todos VALUES ('t1', 'l1', 'one', 'open'), ('t2', 'l1', 'two', 'done'),
+                         ('t3', 'l2', 'three', 'open');
+INSERT INTO docs VALUES (1, 'small', 'tiny body');
+INSERT INTO notes VALUES ('u1', 'first'), ('u1', 'other'), ('u2', 'second');
+";
+
+const RULES: &str = "
+bucket_definitions:
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT * FROM todos WHERE list_id = bucket.list_id
+  by_status:
+    parameters: SELECT request.jwt() ->> 'status' AS status
+    data:
+      - SELECT id, title FROM todos WHERE status = bucket.status
+  docs:
+    data:
+      - SELECT id, title, body, length(body) AS size FROM docs
+  notes:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT owner || '-' || note AS id, note FROM notes WHERE owner = bucket.owner
+";
+
+const TABLES: &[&str] = &["lists", "todos", "docs", "notes"];
+
+struct Rig {
+    _dir: TestDir,
+    primary: Cluster,
+    store_dir: tempfile::TempDir,
+    rules: Arc<SyncRules>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(SCHEMA);
+        Self {
+            _dir: dir,
+            primary,
+            store_dir: tempfile::tempdir().unwrap(),
+            rules: Arc::new(SyncRules::parse(RULES).unwrap()),
+        }
+    }
+
+    fn plan(&self) -> SourcePlan {
+        SourcePlan {
+            connection: SourceConnection::from_uri(&self.primary.uri("postgres")).unwrap(),
+            slot: SLOT.into(),
+        }
+    }
+
+    fn open_store(&self) -> Arc<Store> {
+        Arc::new(Store::open(&self.store_dir.path().join("store")).unwrap())
+    }
+}
+
+/// A running stream task and its stop switch.
+struct Streaming {
+    stop: watch::Sender<bool>,
+    checkpoints: watch::Receiver<Checkpoint>,
+    task: tokio::task::JoinHandle<Result<(), ReplicationError>>,
+}
+
+fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
+    let initial = store.read(|v| v.checkpoint()).unwrap();
+    let (published, checkpoints) = watch::channel(initial);
+    let context = StreamContext {
+        rules: rig.rules.clone(),
+        store: store.clone(),
+        published,
+        progress: Arc::new(StreamProgress::default()),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let plan = rig.plan();
+    let task = tokio::spawn(async move { follow_slot(&plan, &context, stopped).await });
+    Streaming {
+        stop,
+        checkpoints,
+        task,
+    }
+}
+
+impl Streaming {
+    /// Waits until everything committed on the primary so far is in a published
+    /// checkpoint (a logical message makes an idle source advance).
+    async fn sync_point(&mut self, primary: &Cluster) -> Checkpoint {
+        let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
+        primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
+        let wait = self.checkpoints.wait_for(|c| c.lsn >= head);
+        match tokio::time::timeout(Duration::from_secs(30), wait).await {
+            Ok(Ok(c)) => *c,
+            _ => panic!(
+                "no checkpoint reached {head:X} (stream ended: {:?})",
+                self.task.is_finished()
+            ),
+        }
+    }
+
+    async fn stop(self) -> Result<(), ReplicationError> {
+        self.stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.trim().split_once('/').unwrap();
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+type Contents = BTreeMap<String, BTreeMap<(String, String), String>>;
+
+/// Bucket → live rows, from the primary's rows evaluated with the rules library.
+async fn expected(rig: &Rig) -> Contents {
+    let client = connect(&rig.plan().connection).await.unwrap();
+    let mut out = Contents::new();
+    for table in TABLES {
+        let sql = format!("SELECT * FROM {table}");
+        let statement = client.prepare(&sql).await.unwrap();
+        let types: Vec<(String, u32)> = statement
+            .columns()
+            .iter()
+            .map(|c| (c.name().to_owned(), c.type_().oid()))
+            .collect();
+        let Some(plan) = rig.rules.plan_for("public", table) else {
+            continue;
+        };
+        for message in client.simple_query(&sql).await.unwrap() {
+            let tokio_postgres::SimpleQueryMessage::Row(row) = message else {
+                continue;
+            };
+            let mut source = OwnedSourceRow::new("public", table);
+            for (i, (name, oid)) in types.iter().enumerate() {
+                source = source.column(name, PgType::from_oid(*oid), row.get(i));
+            }
+            let columns = source.source_columns();
+            for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
+                out.entry(b.bucket)
+                    .or_default()
+                    .insert((b.object_type, b.object_id), b.data);
+            }
+        }
+    }
+    out
+}
+
+/// Bucket → live rows, by replaying every stored op up to the checkpoint as a client
+/// would; also checks each bucket's ops against its accumulators.
+fn stored(store: &Store) -> Contents {
+    store
+        .read(|view| {
+            let checkpoint = view.checkpoint()?;
+            let mut out = Contents::new();
+            for (id, name) in view.bucket_names()? {
+                let state = view.bucket(&name)?.unwrap();
+                let page = view.ops(id, 0, checkpoint.op_id, usize::MAX)?;
+                assert!(!page.has_more);
+                let sum = page
+                    .ops
+                    .iter()
+                    .fold(0u32, |s, op| s.wrapping_add(op.checksum));
+                assert_eq!(
+                    (page.ops.len() as u64, sum),
+                    (state.count, state.checksum),
+                    "{name}"
+                );
+                let mut rows: BTreeMap<(String, String, String), String> = BTreeMap::new();
+                for op in page.ops {
+                    let Some(object) = op.object else { continue };
+                    let key = (object.object_type, object.object_id, object.subkey);
+                    match op.kind {
+                        OpKind::Put => {
+                            rows.insert(key, object.data.unwrap());
+                        }
+                        OpKind::Remove => {
+                            rows.remove(&key);
+                        }
+                        OpKind::Move | OpKind::Clear => {}
+                    }
+                }
+                let live: BTreeMap<(String, String), String> =
+                    rows.into_iter().map(|((t, i, _), d)| ((t, i), d)).collect();
+                if !live.is_empty() {
+                    out.insert(name, live);
+                }
+            }
+            Ok(out)
+        })
+        .unwrap()
+}
+
+async fn assert_matches_primary(rig: &Rig, store: &Store, when: &str) {
+    let expected = expected(rig).await;
+    let stored = stored(store);
+    assert_eq!(stored, expected, "buckets after {when}");
+}
+
+async fn bootstrapped(rig: &Rig) -> Arc<Store> {
+    let store = rig.open_store();
+    bootstrap(
+        &rig.plan(),
+        rig.rules.clone(),
+        store.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_reaches_the_buckets() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    assert_matches_primary(&rig, &store, "the snapshot").await;
+    let mut streaming = start_streaming(&rig, &store);
+    let p = &rig.primary;
+
+    // Inserts, an update moving a row to another list's bucket, a status change, deletes.
+    p.sql("INSERT INTO todos VALUES ('t4', 'l2', 'four', 'open'), ('t5', NULL, 'five', NULL)");
+    p.sql("UPDATE todos SET list_id = 'l2' WHERE id = 't1'");
+    p.sql("UPDATE todos SET status = 'done', title = 'three!' WHERE id = 't3'");
+    p.sql("DELETE FROM todos WHERE id = 't2'");
+    let first = streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "inserts, updates and deletes").await;
+
+    // A primary key update (the row keeps its subkey) and a transaction of many rows.
+    p.sql("UPDATE todos SET id = 't4b' WHERE id = 't4'");
+    p.sql(
+        "INSERT INTO todos SELECT 'bulk' || g, CASE WHEN g % 2 = 0 THEN 'l1' ELSE 'l2' END, \
+         'bulk', 'open' FROM generate_series(1, 5000) g",
+    );
+    p.sql("UPDATE todos SET status = 'done' WHERE id LIKE 'bulk%' AND id LIKE '%7'");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "a key update and a bulk transaction").await;
+
+    // A TOASTed value left unchanged by an update; then changed.
+    p.sql("INSERT INTO docs SELECT 2, 'big', string_agg(md5(g::text), '') FROM generate_series(1, 400) g");
+    p.sql("UPDATE docs SET title = 'big, renamed' WHERE id = 2");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "an unchanged TOAST value").await;
+    p.sql("UPDATE docs SET body = 'short now' WHERE id = 2");
+    p.sql("UPDATE docs SET title = 'again' WHERE id = 2");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "a TOAST value replaced").await;
+
+    // REPLICA IDENTITY FULL: an update (the identity is the whole row) and a delete.
+    p.sql("UPDATE notes SET note = 'changed' WHERE note = 'first'");
+    p.sql("DELETE FROM notes WHERE note = 'second'");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "FULL identity changes").await;
+
+    // Parameter rows: a list changes owner, a list is added, one is deleted.
+    p.sql("UPDATE lists SET owner_id = 'u2' WHERE id = 'l1'");
+    p.sql("INSERT INTO lists VALUES ('l3', 'u3')");
+    p.sql("DELETE FROM lists WHERE id = 'l2'");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "parameter rows").await;
+
+    // TRUNCATE across tables in one statement.
+    p.sql("TRUNCATE todos, notes");
+    let last = streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "TRUNCATE").await;
+    assert!(last.op_id > first.op_id);
+
+    // Restart: nothing is applied twice, nothing lost.
+    streaming.stop().await.unwrap();
+    p.sql("INSERT INTO todos VALUES ('t9', 'l1', 'while stopped', 'open')");
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "a restart").await;
+    streaming.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let streaming = start_streaming(&rig, &store);
+    rig.primary.sql(
+        "INSERT INTO todos SELECT 'big' || g, 'l1', repeat('x', 50), 'open' \
+         FROM generate_series(1, 200000) g",
+    );
+    // Stop while the transaction is (most likely) being applied: it is abandoned whole.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    streaming.task.abort();
+    let _ = streaming.task.await;
+    let before = store.read(|v| v.checkpoint()).unwrap();
+    let mut streaming = start_streaming(&rig, &store);
+    let after = streaming.sync_point(&rig.primary).await;
+    assert!(after.op_id >= before.op_id);
+    assert_matches_primary(&rig, &store, "a restart inside a large transaction").await;
+    streaming.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_table_or_a_lost_slot_stops_with_its_error() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    rig.primary
+        .sql("INSERT INTO todos VALUES ('a', 'l1', 'before', 'open')");
+    streaming.sync_point(&rig.primary).await;
+    rig.primary.sql("ALTER TABLE todos ADD COLUMN due date");
+    rig.primary
+        .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open', now())");
+    let result = tokio::time::timeout(Duration::from_secs(30), streaming.task)
+        .await
+        .unwrap()
+        .unwrap();
+    let message = result.unwrap_err().to_string();
+    assert!(message.starts_with("PSM_R2002"), "{message}");
+    assert!(
+        message.contains("public.todos") && message.contains("due"),
+        "{message}"
+    );
+    // Nothing of the new shape was applied.
+    let stored = stored(&store);
+    assert!(stored
+        .values()
+        .all(|rows| !rows.keys().any(|(_, id)| id == "b")));
+
+    rig.primary
+        .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
+    let streaming = start_streaming(&rig, &store);
+    let result = tokio::time::timeout(Duration::from_secs(30), streaming.task)
+        .await
+        .unwrap()
+        .unwrap();
+    let message = result.unwrap_err().to_string();
+    assert!(message.starts_with("PSM_R2005"), "{message}");
+}
