@@ -1,0 +1,175 @@
+//! One HTTP/1.1 GET of a JWKS document over `http` or `https`, with a deadline and a size cap.
+//! No redirects, no connection reuse: a fetch happens at most every few minutes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::{header, Request, Uri};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// Where to fetch from, checked once at startup.
+#[derive(Debug, Clone)]
+pub(crate) struct FetchTarget {
+    uri: Uri,
+    host: String,
+    port: u16,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl FetchTarget {
+    /// Parses `uri`; `https` verifies the server against the public web roots.
+    pub(crate) fn parse(uri: &str) -> Result<Self, String> {
+        let parsed: Uri = uri
+            .parse()
+            .map_err(|e| format!("not a URL ({e}); write http://host/path or https://host/path"))?;
+        let tls = match parsed.scheme_str() {
+            Some("http") => None,
+            Some("https") => Some(Arc::new(tls_config()?)),
+            _ => return Err("the scheme must be http or https".to_owned()),
+        };
+        let host = parsed
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or("the URL has no host")?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = parsed
+            .port_u16()
+            .unwrap_or(if tls.is_some() { 443 } else { 80 });
+        Ok(Self {
+            uri: parsed,
+            host,
+            port,
+            tls,
+        })
+    }
+
+    /// GETs the document; `Err` says why in words for the operator.
+    pub(crate) async fn get(&self, timeout: Duration, max_bytes: usize) -> Result<Bytes, String> {
+        match tokio::time::timeout(timeout, self.get_unbounded(max_bytes)).await {
+            Ok(result) => result,
+            Err(_) => Err(format!("no complete answer within {timeout:?}")),
+        }
+    }
+
+    async fn get_unbounded(&self, max_bytes: usize) -> Result<Bytes, String> {
+        let tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let path = self
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let authority = self
+            .uri
+            .authority()
+            .map_or(self.host.as_str(), |a| a.as_str())
+            .to_owned();
+        let request = Request::get(path)
+            .header(header::HOST, authority)
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, "powersync-mdbx")
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("cannot build the request: {e}"))?;
+        match &self.tls {
+            None => exchange(tcp, request, max_bytes).await,
+            Some(config) => {
+                let name = ServerName::try_from(self.host.clone())
+                    .map_err(|e| format!("invalid TLS server name: {e}"))?;
+                let tls = tokio_rustls::TlsConnector::from(Arc::clone(config))
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| format!("TLS handshake failed: {e}"))?;
+                exchange(tls, request, max_bytes).await
+            }
+        }
+    }
+}
+
+/// Sends `request` on a fresh connection and reads the body, at most `max_bytes`.
+async fn exchange<S>(
+    stream: S,
+    request: Request<Empty<Bytes>>,
+    max_bytes: usize,
+) -> Result<Bytes, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("HTTP handshake failed: {e}"))?;
+    let response = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request failed: {e}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("the server answered HTTP {status}"));
+        }
+        let body = Limited::new(response.into_body(), max_bytes)
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    format!("the answer is larger than {max_bytes} bytes")
+                } else {
+                    format!("reading the answer failed: {e}")
+                }
+            })?;
+        Ok(body.to_bytes())
+        // `sender` drops here, so the connection below finishes.
+    };
+    let (result, _) = futures_util::future::join(response, connection).await;
+    result
+}
+
+fn tls_config() -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_targets() {
+        let t = FetchTarget::parse("http://127.0.0.1:8080/keys?x=1").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 8080));
+        assert!(t.tls.is_none());
+        let t = FetchTarget::parse("https://example.com/.well-known/jwks.json").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("example.com", 443));
+        assert!(t.tls.is_some());
+        let t = FetchTarget::parse("http://[::1]/k").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 80));
+        for bad in ["ftp://x/y", "/relative", "not a url", "http:///path"] {
+            assert!(FetchTarget::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_an_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let t = FetchTarget::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
+        let err = t.get(Duration::from_secs(5), 1024).await.unwrap_err();
+        assert!(err.contains("cannot connect"), "{err}");
+    }
+}
