@@ -14,3 +14,4 @@ pub mod rules;
 pub mod source;
 pub mod status;
 pub mod store;
+pub mod sync;
