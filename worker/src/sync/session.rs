@@ -153,6 +153,27 @@ impl SyncSession {
         if download.is_done() {
             self.download = None;
         }
+        // A completion moves the completed buckets to the checkpoint, as the client does
+        // when it validates them, so both sides agree on every bucket's position.
+        let completed = match &line {
+            Some(SyncLine::CheckpointComplete { last_op_id }) => Some((*last_op_id, u8::MAX)),
+            Some(SyncLine::PartialCheckpointComplete {
+                last_op_id,
+                priority,
+            }) => Some((*last_op_id, *priority)),
+            _ => None,
+        };
+        if let (Some((last_op_id, up_to)), Some(announced)) = (completed, &self.announced) {
+            for (name, position) in self.positions.iter_mut() {
+                if announced
+                    .buckets
+                    .get(name)
+                    .is_some_and(|b| b.priority <= up_to)
+                {
+                    *position = last_op_id;
+                }
+            }
+        }
         Ok(line)
     }
 
