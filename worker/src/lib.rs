@@ -15,3 +15,4 @@ pub mod rules;
 pub mod source;
 pub mod status;
 pub mod store;
+pub mod sync;

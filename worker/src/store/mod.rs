@@ -7,6 +7,7 @@ mod codec;
 mod compress;
 mod dir;
 mod error;
+mod lookup_read;
 mod meta;
 mod op;
 mod reader;
@@ -22,6 +23,7 @@ use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, ReadWriteOptions, Syn
 
 pub use dir::{remove_store_files, STORE_FILES};
 pub use error::StoreError;
+pub use lookup_read::StoreLookups;
 pub use meta::{StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};

@@ -52,9 +52,9 @@ pub struct OpsPage {
 
 /// An open read. Build it with [`super::Store::read`].
 pub struct ReadTxn<'t, 'db> {
-    txn: &'t Transaction<'db, RO, NoWriteMap>,
-    tables: &'t Tables<'t>,
-    dir: &'t Path,
+    pub(super) txn: &'t Transaction<'db, RO, NoWriteMap>,
+    pub(super) tables: &'t Tables<'t>,
+    pub(super) dir: &'t Path,
     codec: &'t RecordCodec,
 }
 

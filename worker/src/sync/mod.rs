@@ -1,0 +1,23 @@
+//! The PowerSync sync protocol (`/sync/stream` without HTTP and auth): the request body,
+//! the streamed lines and their encodings, and the per-connection session that turns store
+//! checkpoints into lines. See `docs/protocol.md`.
+
+mod checkpoint_state;
+mod emit;
+pub mod error;
+pub mod lines;
+pub mod paging;
+pub mod request;
+pub mod session;
+
+pub use error::SyncError;
+pub use lines::{
+    BucketChecksum, CheckpointDiffLine, CheckpointLine, DataLine, Encoding, StreamDescription,
+    StreamError, SyncLine,
+};
+pub use paging::Budgets;
+pub use request::{
+    BucketPosition, StreamSubscription, SyncRequest, MAX_BODY_BYTES, MAX_BUCKET_POSITIONS,
+    MAX_SUBSCRIPTIONS,
+};
+pub use session::SyncSession;
