@@ -51,4 +51,12 @@ if [ "$(id -u)" -eq 0 ] && ! id "$PSM_TEST_USER" >/dev/null 2>&1; then
   useradd --system --no-create-home --shell /usr/sbin/nologin "$PSM_TEST_USER"
 fi
 
+# The end-to-end client (@powersync/node on Node.js 24 from the npm registry), about 5 s.
+if ! command -v npm >/dev/null 2>&1; then
+  step "apt: installing npm (for the end-to-end client)"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq npm >/dev/null
+fi
+"$here/../e2e/install.sh"
+
 step "machine ready"
