@@ -315,6 +315,25 @@ async function command(cmd) {
         return { ok: false, equal: false, error: error.message, missing: last.missing, extra: last.extra, changed: last.changed.slice(0, 5), changed_count: last.changed.length };
       }
     }
+    case 'wait_buckets': {
+      // Waits until the client holds exactly `count` buckets (if given), names containing
+      // every string of `contains`, and none containing a string of `absent`.
+      let names = [];
+      try {
+        await until('the expected bucket set', timeoutMs, async () => {
+          names = (await db.getAll("SELECT name FROM ps_buckets WHERE name != '$local'")).map((r) => r.name);
+          const has = (needle) => names.some((n) => n.includes(needle));
+          return (
+            (cmd.count === undefined || names.length === cmd.count) &&
+            (cmd.contains ?? []).every(has) &&
+            !(cmd.absent ?? []).some(has)
+          );
+        });
+        return { buckets: names.sort() };
+      } catch (error) {
+        return { ok: false, error: error.message, buckets: names.sort() };
+      }
+    }
     case 'insert':
     case 'update':
     case 'delete':
@@ -328,7 +347,9 @@ async function command(cmd) {
         const status = db.currentStatus;
         if (status.dataFlowStatus.uploading || !status.hasSynced) return false;
         if ((await db.getUploadQueueStats()).count !== 0) return false;
-        if (lastUploadAt === 0 || !status.lastSyncedAt || status.lastSyncedAt.getTime() < lastUploadAt) return false;
+        // lastSyncedAt may have whole-second resolution.
+        const uploadSecond = Math.floor(lastUploadAt / 1000) * 1000;
+        if (lastUploadAt === 0 || !status.lastSyncedAt || status.lastSyncedAt.getTime() < uploadSecond) return false;
         const local = await db.getOptional("SELECT last_op, target_op FROM ps_buckets WHERE name = '$local'");
         return !local || BigInt(local.target_op) <= BigInt(local.last_op);
       });

@@ -11,12 +11,14 @@ mod cluster;
 mod http;
 mod install;
 mod ports;
+mod sdk;
 mod wait;
 
 pub use cluster::{Cluster, ClusterKind, TestDir};
 pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
 pub use ports::free_port;
+pub use sdk::{sdk_client_installed, SdkClient, WatchClient};
 pub use wait::wait_until;
 
 /// The benchmark fixture kept in the repository (`fixture/`).

@@ -1,0 +1,200 @@
+//! The official PowerSync JavaScript SDK as a test client: runs `e2e/client.mjs` (installed
+//! by `e2e/install.sh`) with the Node.js from `e2e/node_modules`, one JSON line per answer.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Where the e2e client lives: `e2e/` beside the workspace root.
+fn e2e_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e")
+}
+
+/// The Node.js binary and `client.mjs`, when the e2e packages are installed
+/// (`PSM_E2E_NODE` overrides the binary).
+pub fn sdk_client_installed() -> Option<(PathBuf, PathBuf)> {
+    let dir = e2e_dir();
+    let node = std::env::var_os("PSM_E2E_NODE")
+        .map_or_else(|| dir.join("node_modules/.bin/node"), PathBuf::from);
+    let sdk = dir.join("node_modules/@powersync/node/package.json");
+    (node.exists() && sdk.exists()).then(|| (node, dir.join("client.mjs")))
+}
+
+/// How to run the client: the environment of `e2e/client.mjs`.
+#[derive(Debug, Clone)]
+pub struct SdkClient {
+    node: PathBuf,
+    script: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl SdkClient {
+    /// A client of `endpoint` that signs HS256 tokens for `user` with the base64url
+    /// `secret`, keeps its SQLite database in `db_dir` and uploads to `primary_uri`.
+    /// `None` when the e2e packages are not installed.
+    pub fn new(
+        endpoint: &str,
+        secret_b64url: &str,
+        user: &str,
+        db_dir: &Path,
+        primary_uri: &str,
+    ) -> Option<Self> {
+        let (node, script) = sdk_client_installed()?;
+        let env = [
+            ("PSM_ENDPOINT", endpoint),
+            ("PSM_JWT_SECRET", secret_b64url),
+            ("PSM_USER", user),
+            ("PSM_DB_DIR", &db_dir.display().to_string()),
+            ("PSM_PRIMARY_URI", primary_uri),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        Some(Self { node, script, env })
+    }
+
+    /// The same client with one more environment variable.
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn command(&self, scenario: &str) -> Command {
+        let mut cmd = Command::new(&self.node);
+        cmd.arg(&self.script)
+            .arg(scenario)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        cmd
+    }
+
+    /// Runs `scenario` to its end and returns its JSON line; panics with the line when the
+    /// client failed.
+    pub fn run(&self, scenario: &str) -> Value {
+        let out = self
+            .command(scenario)
+            .stdin(Stdio::null())
+            .output()
+            .expect("node runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().last().unwrap_or_default();
+        let value: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("client printed no JSON line ({e}): {text}"));
+        assert!(
+            out.status.success() && value["ok"] == true,
+            "e2e client `{scenario}` failed ({}): {}",
+            out.status,
+            summarize(&value)
+        );
+        value
+    }
+
+    /// Starts the `watch` scenario and waits for its first-sync line.
+    pub fn watch(&self, first_sync: Duration) -> WatchClient {
+        let mut child = self
+            .command("watch")
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("node starts");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut client = WatchClient {
+            child,
+            stdin,
+            lines,
+        };
+        let first = client.next_line(first_sync, "the first sync");
+        assert!(
+            first["ok"] == true,
+            "e2e client `watch` failed: {}",
+            summarize(&first)
+        );
+        client
+    }
+}
+
+/// A running `watch` client; killed on drop.
+pub struct WatchClient {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl WatchClient {
+    fn next_line(&mut self, timeout: Duration, what: &str) -> Value {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("client printed a non-JSON line ({e}): {line}")),
+            Err(_) => {
+                let status = self.child.try_wait().ok().flatten();
+                panic!("no answer from the e2e client within {timeout:?} for {what} (exit status: {status:?})")
+            }
+        }
+    }
+
+    /// Sends one command and returns the answer, whatever its `ok`.
+    pub fn try_send(&mut self, cmd: &Value) -> Value {
+        let timeout_ms = cmd["timeout_ms"].as_u64().unwrap_or(20_000);
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{cmd}").expect("write to the client");
+        stdin.flush().expect("flush");
+        self.next_line(Duration::from_millis(timeout_ms + 10_000), &cmd.to_string())
+    }
+
+    /// Sends one command and panics unless the answer is `ok`.
+    pub fn send(&mut self, cmd: &Value) -> Value {
+        let answer = self.try_send(cmd);
+        assert!(
+            answer["ok"] == true,
+            "e2e client command {cmd} failed: {}",
+            summarize(&answer)
+        );
+        answer
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("wait for node");
+        assert!(status.success(), "e2e client exited with {status}");
+    }
+}
+
+impl Drop for WatchClient {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A failure line without the (large) row dumps.
+fn summarize(value: &Value) -> String {
+    let mut v = value.clone();
+    if let Some(obj) = v.as_object_mut() {
+        if obj.remove("tables").is_some() {
+            obj.insert("tables".into(), Value::String("(omitted)".into()));
+        }
+    }
+    let text = v.to_string();
+    if text.len() > 4000 {
+        format!("{}…", &text[..text.floor_char_boundary(4000)])
+    } else {
+        text
+    }
+}

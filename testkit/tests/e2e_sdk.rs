@@ -1,0 +1,432 @@
+//! End-to-end: the official PowerSync JavaScript SDK (`@powersync/node`, run by
+//! `e2e/client.mjs`) syncs from a PostgreSQL 16 sync replica running the extension, and
+//! what the client holds is compared with what the primary says the user should see:
+//! the initial sync, incremental changes (insert, update, delete, a row moving between
+//! buckets, a parameter row adding a bucket, TRUNCATE), local writes uploaded through
+//! the connector and acknowledged by a write checkpoint, reconnects and a new process
+//! resuming from the stored positions, and token refreshes.
+//!
+//! Skipped with a loud message only when the e2e packages are not installed
+//! (`e2e/install.sh`, which `scripts/setup.sh` and so `scripts/test.sh` run).
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use powersync_mdbx_testkit::{
+    fixture_dir, free_port, sdk_client_installed, wait_until, Cluster, ClusterKind, PgInstall,
+    SdkClient, TestDir,
+};
+use serde_json::{json, Value};
+
+/// base64url of the HS256 key `psm-e2e-test-secret-0123456789abcdef`.
+const SECRET: &str = "cHNtLWUyZS10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVm";
+const AUDIENCE: &str = "powersync-mdbx-test";
+const USER: &str = "user-org-001-0001";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Which rules the replica runs; they differ in how a timestamptz is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// `fixture/sync-config.yaml`: edition 3 streams, ISO 8601 with microseconds.
+    Streams,
+    /// `fixture/sync-rules-legacy.yaml`: bucket_definitions, `YYYY-MM-DD HH:MM:SSZ`.
+    Legacy,
+}
+
+impl Rules {
+    fn file(self) -> &'static str {
+        match self {
+            Self::Streams => "sync-config.yaml",
+            Self::Legacy => "sync-rules-legacy.yaml",
+        }
+    }
+
+    /// SQL rendering `updated_at` as the rules' output does (whole seconds only in the
+    /// legacy form: the tests never write fractions).
+    fn updated_at_sql(self) -> &'static str {
+        match self {
+            Self::Streams => {
+                "to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+            }
+            Self::Legacy => "to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS\"Z\"')",
+        }
+    }
+
+    /// Buckets that do not depend on the user's project access.
+    fn global_buckets(self) -> usize {
+        match self {
+            Self::Streams => 2, // tasks, tasks_dashboard
+            Self::Legacy => 1,  // all_tasks
+        }
+    }
+}
+
+struct Rig {
+    _dir: TestDir,
+    primary: Cluster,
+    replica: Cluster,
+    http_port: u16,
+    rules: Rules,
+    db_dir: tempfile::TempDir,
+}
+
+impl Rig {
+    /// The primary with the fixture at a small profile and a sync replica streaming
+    /// from it; `None` (after a loud message) when the SDK client is not installed.
+    fn start(rules: Rules) -> Option<Self> {
+        if sdk_client_installed().is_none() {
+            eprintln!(
+                "\n\n*** SKIPPED: the e2e SDK client is not installed: run e2e/install.sh \
+                 (scripts/setup.sh does) ***\n"
+            );
+            return None;
+        }
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql_file(&fixture_dir().join("schema.sql"), &[]);
+        primary.sql_file(
+            &fixture_dir().join("data.sql"),
+            &[("U", "8"), ("P", "12"), ("T", "25"), ("D", "6"), ("S", "4")],
+        );
+        let http_port = free_port();
+        let rules_text = std::fs::read_to_string(fixture_dir().join(rules.file())).unwrap();
+        let rules_path = dir.write("rules.yaml", &rules_text);
+        let config = format!(
+            "replication:\n  connections:\n    - type: postgresql\n      uri: {}\n      sslmode: disable\n\
+             sync_config:\n  path: {}\n\
+             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: psm-e2e, k: {SECRET}}}\n\
+             port: {http_port}\n",
+            primary.uri("postgres"),
+            rules_path.display(),
+        );
+        let config_path = dir.write("config.yaml", &config);
+        let replica = Cluster::start_new(
+            &install,
+            &dir,
+            "replica",
+            ClusterKind::SyncReplica,
+            &[format!(
+                "powersync_mdbx.config_file = '{}'",
+                config_path.display()
+            )],
+        );
+        replica.sql("CREATE EXTENSION powersync_mdbx");
+        let rig = Self {
+            _dir: dir,
+            primary,
+            replica,
+            http_port,
+            rules,
+            db_dir: tempfile::tempdir().unwrap(),
+        };
+        rig.wait_streaming();
+        Some(rig)
+    }
+
+    fn wait_streaming(&self) {
+        let mut last = Value::Null;
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_until(WAIT, "phase streaming", || {
+                last = serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.status()"))
+                    .unwrap();
+                (last["phase"] == "streaming").then_some(())
+            })
+        }));
+        assert!(
+            found.is_ok(),
+            "the worker did not reach `streaming`: {last}\n{}",
+            self.replica.log_text()
+        );
+    }
+
+    fn client(&self) -> SdkClient {
+        let mut client = SdkClient::new(
+            &format!("http://127.0.0.1:{}", self.http_port),
+            SECRET,
+            USER,
+            self.db_dir.path(),
+            &self.primary.uri("postgres"),
+        )
+        .unwrap();
+        if self.rules == Rules::Streams {
+            client = client.with_env("PSM_SUBSCRIBE", "tasks_by_auth_project");
+        }
+        client
+    }
+
+    /// Every task, as the client's `tasks` table should hold it: both rule sets give the
+    /// user every row (the global `tasks` stream / `all_tasks` bucket).
+    fn expected_tasks(&self) -> Value {
+        let sql = format!(
+            "SELECT coalesce(json_agg(json_build_object('id', id, 'org_id', org_id, \
+             'project_id', project_id, 'title', title, 'status', status, 'priority', priority, \
+             'assignee_id', assignee_id, 'story_points', story_points, 'updated_at', {}, \
+             'summary', summary) ORDER BY id), '[]') FROM tasks",
+            self.rules.updated_at_sql()
+        );
+        serde_json::from_str(&self.primary.sql(&sql)).unwrap()
+    }
+
+    /// The projects the user's access rows name: one parameter bucket each.
+    fn access_projects(&self) -> BTreeSet<String> {
+        self.primary
+            .sql(&format!(
+                "SELECT project_id FROM user_project_access WHERE user_id = '{USER}'"
+            ))
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The flush position of the slot has passed the primary's current WAL position:
+    /// every change made so far is in the store.
+    fn wait_replicated(&self) {
+        let head = self.primary.sql("SELECT pg_current_wal_lsn()");
+        wait_until(WAIT, "the slot to confirm the primary's head", || {
+            (self.primary.sql(&format!(
+                "SELECT bool_and(confirmed_flush_lsn >= '{head}') FROM pg_replication_slots"
+            )) == "t")
+                .then_some(())
+        });
+    }
+}
+
+/// Project ids named by bucket names.
+fn bucket_projects(buckets: &Value) -> BTreeSet<String> {
+    buckets
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| {
+            let name = b.as_str().unwrap();
+            let at = name.find("project-org-001-")?;
+            name.get(at..at + "project-org-001-0000".len())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn assert_rows(label: &str, got: &Value, want: &Value) {
+    if got == want {
+        return;
+    }
+    let ids = |v: &Value| -> BTreeSet<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (g, w) = (ids(got), ids(want));
+    let first_diff = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(want.as_array().unwrap())
+        .find(|(a, b)| a != b);
+    panic!(
+        "{label}: client rows differ from the primary: {} rows vs {}; missing {:?}; extra {:?}; \
+         first differing pair {first_diff:?}",
+        g.len(),
+        w.len(),
+        w.difference(&g).take(5).collect::<Vec<_>>(),
+        g.difference(&w).take(5).collect::<Vec<_>>()
+    );
+}
+
+fn wait_equal(client: &mut powersync_mdbx_testkit::WatchClient, rig: &Rig, what: &str) {
+    let expected = rig.expected_tasks();
+    let answer = client.try_send(&json!({"cmd": "wait_equal", "table": "tasks", "rows": expected}));
+    assert!(
+        answer["ok"] == true,
+        "{what}: the client did not reach the primary's rows: {answer}"
+    );
+}
+
+fn assert_no_warnings(dump: &Value, what: &str) {
+    assert_eq!(
+        dump["warnings"],
+        json!([]),
+        "{what}: the SDK logged warnings or errors"
+    );
+}
+
+/// The initial sync in a fresh client, then the rest of the scenarios in a `watch` client
+/// on the same database (a new process resuming from the stored positions).
+fn sync_end_to_end(rules: Rules) {
+    let Some(rig) = Rig::start(rules) else {
+        return;
+    };
+    let access = rig.access_projects();
+    assert_eq!(access.len(), 4, "fixture profile S=4");
+
+    // 1. Initial sync: every row the user should see, and one bucket per access row.
+    let first = rig.client().run("initial");
+    assert_rows(
+        "initial sync",
+        &first["tables"]["tasks"],
+        &rig.expected_tasks(),
+    );
+    assert_eq!(
+        bucket_projects(&first["buckets"]),
+        access,
+        "{}",
+        first["buckets"]
+    );
+    assert_eq!(
+        first["buckets"].as_array().unwrap().len(),
+        access.len() + rules.global_buckets(),
+        "{}",
+        first["buckets"]
+    );
+    assert_eq!(first["status"]["hasSynced"], true);
+    assert_no_warnings(&first, "initial sync");
+    if rules == Rules::Streams {
+        let streams = first["status"]["streams"].as_array().unwrap();
+        let routed = streams
+            .iter()
+            .find(|s| s["name"] == "tasks_by_auth_project")
+            .unwrap_or_else(|| panic!("no tasks_by_auth_project stream status: {streams:?}"));
+        assert_eq!(routed["hasSynced"], true, "{routed}");
+    }
+
+    // 2. A new process on the same database resumes, then follows source changes.
+    let mut client = rig.client().watch(WAIT);
+    rig.primary.sql(
+        "INSERT INTO tasks VALUES ('task-e2e-new-1', 'org-001', 'project-org-001-0001', \
+         'user-org-001-0001', 'Inserted on the primary', 'todo', 3, 'user-org-001-0002', 5, \
+         '2026-02-01T00:00:00Z', 'e2e insert');
+         UPDATE tasks SET title = 'Updated on the primary', updated_at = '2026-02-02T00:00:00Z' \
+         WHERE id = 'task-sentinel-update-0001';
+         DELETE FROM tasks WHERE id = 'task-sentinel-delete-0001';",
+    );
+    wait_equal(&mut client, &rig, "insert, update, delete");
+
+    // A row moving from an accessible project to another, in one transaction with a
+    // parameter row giving the user one more project (a new bucket).
+    rig.primary.sql(
+        "BEGIN;
+         UPDATE tasks SET project_id = 'project-org-001-0002' WHERE id = 'task-org-001-0001-0003';
+         INSERT INTO user_project_access VALUES ('access-e2e-0002', 'user-org-001-0001', \
+         'org-001', 'project-org-001-0002', 'member', '2026-02-03T00:00:00Z');
+         COMMIT;",
+    );
+    wait_equal(&mut client, &rig, "a row moving between projects");
+    let answer = client.try_send(&json!({
+        "cmd": "wait_buckets",
+        "count": access.len() + 1 + rules.global_buckets(),
+        "contains": ["project-org-001-0002"],
+    }));
+    assert!(
+        answer["ok"] == true,
+        "a new access row adds its bucket: {answer}"
+    );
+
+    // 3. Local writes: uploaded by the connector to the primary, acknowledged by a write
+    // checkpoint, then replaced by the server's version of the rows.
+    client.send(&json!({"cmd": "insert", "table": "tasks", "row": {
+        "id": "task-e2e-local-1", "org_id": "org-001", "project_id": "project-org-001-0001",
+        "title": "Written on the client", "status": "todo", "priority": 1,
+        "assignee_id": "user-org-001-0001", "story_points": 3,
+        "updated_at": "2026-03-01T10:00:00Z", "summary": "local insert"}}));
+    client.send(
+        &json!({"cmd": "update", "table": "tasks", "id": "task-org-001-0002-0005",
+        "set": {"status": "done", "title": "Closed on the client"}}),
+    );
+    client.send(&json!({"cmd": "delete", "table": "tasks", "id": "task-org-001-0003-0007"}));
+    let synced = client.send(&json!({"cmd": "wait_synced_after_upload", "timeout_ms": 25000}));
+    assert_eq!(synced["upload_queue"], 0, "{synced}");
+    assert!(
+        synced["uploaded_transactions"].as_u64().unwrap() >= 1,
+        "{synced}"
+    );
+    assert_eq!(
+        rig.primary.sql(
+            "SELECT (SELECT title FROM tasks WHERE id = 'task-e2e-local-1') || '|' || \
+             (SELECT status || ' ' || title FROM tasks WHERE id = 'task-org-001-0002-0005') || '|' || \
+             (SELECT count(*) FROM tasks WHERE id = 'task-org-001-0003-0007')"
+        ),
+        "Written on the client|done Closed on the client|0",
+        "the connector applied the client's writes to the primary"
+    );
+    assert_rows(
+        "after the write checkpoint",
+        &synced["tables"]["tasks"],
+        &rig.expected_tasks(),
+    );
+    // A change on the primary after the upload still arrives (downloads are not held back
+    // by an unacknowledged write checkpoint).
+    rig.primary.sql(
+        "UPDATE tasks SET status = 'blocked', updated_at = '2026-03-02T00:00:00Z' \
+         WHERE id = 'task-e2e-local-1'",
+    );
+    wait_equal(&mut client, &rig, "a primary change after the upload");
+
+    // 4. Disconnect, changes while offline, reconnect: the client catches up from its
+    // positions.
+    client.send(&json!({"cmd": "disconnect"}));
+    rig.primary.sql(
+        "INSERT INTO tasks VALUES ('task-e2e-offline-1', 'org-001', 'project-org-001-0004', \
+         'user-org-001-0001', 'Inserted while offline', 'todo', 2, 'user-org-001-0003', 1, \
+         '2026-04-01T00:00:00Z', 'offline');
+         DELETE FROM tasks WHERE id = 'task-org-001-0004-0001';",
+    );
+    rig.wait_replicated();
+    let resumed = client.send(&json!({"cmd": "reconnect"}));
+    wait_equal(&mut client, &rig, "after a reconnect");
+    let total_rows = rig.expected_tasks().as_array().unwrap().len() as u64;
+    if let Some(ops) = resumed["max_progress_total"].as_u64() {
+        assert!(
+            ops < total_rows,
+            "a reconnect resumes instead of downloading everything again ({ops} ops for {total_rows} rows)"
+        );
+    }
+
+    // 5. TRUNCATE empties the buckets; rows inserted after it arrive.
+    rig.primary.sql(
+        "TRUNCATE tasks;
+         INSERT INTO tasks VALUES ('task-e2e-after-truncate', 'org-001', 'project-org-001-0001', \
+         'user-org-001-0001', 'After truncate', 'todo', 1, 'user-org-001-0001', 1, \
+         '2026-05-01T00:00:00Z', 'after truncate');",
+    );
+    wait_equal(&mut client, &rig, "TRUNCATE");
+    let last = client.send(&json!({"cmd": "dump"}));
+    assert_eq!(last["tables"]["tasks"].as_array().unwrap().len(), 1);
+    assert_no_warnings(&last, "the whole session");
+    client.finish();
+}
+
+#[test]
+fn sdk_syncs_edition_3_streams() {
+    sync_end_to_end(Rules::Streams);
+}
+
+#[test]
+fn sdk_syncs_legacy_bucket_definitions() {
+    sync_end_to_end(Rules::Legacy);
+}
+
+/// Short-lived tokens: the client refreshes its credentials before they expire (the
+/// server's `token_expires_in` lines) and keeps syncing on the new connection.
+#[test]
+fn sdk_refreshes_expiring_tokens() {
+    let Some(rig) = Rig::start(Rules::Legacy) else {
+        return;
+    };
+    let mut client = rig.client().with_env("PSM_TOKEN_TTL_S", "35").watch(WAIT);
+    let answer =
+        client.try_send(&json!({"cmd": "wait_credentials", "count": 2, "timeout_ms": 30000}));
+    assert!(
+        answer["ok"] == true,
+        "the client fetched new credentials before the token expired: {answer}"
+    );
+    rig.primary.sql(
+        "UPDATE tasks SET title = 'After a token refresh' WHERE id = 'task-sentinel-update-0001'",
+    );
+    wait_equal(&mut client, &rig, "after a token refresh");
+    let last = client.send(&json!({"cmd": "dump"}));
+    assert_no_warnings(&last, "token refresh");
+    client.finish();
+}
