@@ -168,18 +168,35 @@ async function rowsOf(table) {
   return rows.map((row) => Object.fromEntries(Object.keys(row).sort().map((k) => [k, row[k]])));
 }
 
+const MAX_I64 = '9223372036854775807';
+
+/** The core's write-checkpoint state (ps_kv): the target the client waits for (MAX while
+ * uploads are pending), the last one seen in a checkpoint, the last one applied. */
+async function writeCheckpointState() {
+  const rows = await db.getAll(
+    "SELECT key, CAST(value AS TEXT) AS value FROM ps_kv WHERE key IN " +
+      "('target_checkpoint_request_id', 'last_seen_checkpoint_request_id', 'last_applied_checkpoint_request_id')"
+  );
+  const get = (key) => rows.find((r) => r.key === key)?.value ?? null;
+  return {
+    target: get('target_checkpoint_request_id'),
+    seen: get('last_seen_checkpoint_request_id'),
+    applied: get('last_applied_checkpoint_request_id')
+  };
+}
+
 async function snapshot() {
   const tables = {};
   for (const table of TABLES) tables[table] = await rowsOf(table);
   const buckets = (await db.getAll("SELECT name FROM ps_buckets WHERE name != '$local' ORDER BY name")).map(
     (r) => r.name
   );
-  const local = await db.getOptional("SELECT last_op, target_op FROM ps_buckets WHERE name = '$local'");
+  const local = await writeCheckpointState();
   const queue = await db.getUploadQueueStats();
   return {
     tables,
     buckets,
-    local_target: local ? { last_op: String(local.last_op), target_op: String(local.target_op) } : null,
+    write_checkpoint: local,
     upload_queue: queue.count,
     uploaded_transactions: uploadedTransactions,
     credentials_fetched: credentials.count(),
@@ -342,7 +359,7 @@ async function command(cmd) {
     case 'wait_synced_after_upload': {
       // The local writes were uploaded (queue empty, not uploading), the client asked for
       // a write checkpoint and a later checkpoint carrying it was applied: the core's
-      // `$local` target is reached and a sync completed after the last upload.
+      // write-checkpoint target is reached and a sync completed after the last upload.
       await until('the upload queue to drain and the write checkpoint to be applied', timeoutMs, async () => {
         const status = db.currentStatus;
         if (status.dataFlowStatus.uploading || !status.hasSynced) return false;
@@ -350,8 +367,8 @@ async function command(cmd) {
         // lastSyncedAt may have whole-second resolution.
         const uploadSecond = Math.floor(lastUploadAt / 1000) * 1000;
         if (lastUploadAt === 0 || !status.lastSyncedAt || status.lastSyncedAt.getTime() < uploadSecond) return false;
-        const local = await db.getOptional("SELECT last_op, target_op FROM ps_buckets WHERE name = '$local'");
-        return !local || BigInt(local.target_op) <= BigInt(local.last_op);
+        const { target, seen } = await writeCheckpointState();
+        return target === null || (target !== MAX_I64 && seen !== null && BigInt(target) <= BigInt(seen));
       });
       return snapshot();
     }

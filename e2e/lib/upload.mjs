@@ -37,6 +37,12 @@ function statement(entry, defaults) {
 
 export async function uploadTransaction(uri, entries, defaults) {
   if (!uri) throw new Error('PSM_PRIMARY_URI is not set: cannot upload local writes');
+  if (/^https?:/.test(uri)) {
+    // A stand-in app backend (e2e/selftest): the CRUD entries as JSON.
+    const res = await fetch(uri, { method: 'POST', body: JSON.stringify(entries.map(({ op, table, id, opData }) => ({ op, table, id, opData }))) });
+    if (!res.ok) throw new Error(`upload to ${uri} failed: ${res.status}`);
+    return;
+  }
   const client = new pg.Client({ connectionString: uri });
   await client.connect();
   try {
