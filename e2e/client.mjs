@@ -221,6 +221,7 @@ async function until(what, timeoutMs, check) {
 const subscriptions = [];
 
 async function connectAndSync(timeoutMs) {
+  const connectStarted = Date.now();
   connectErrors = 0;
   maxProgressTotal = null;
   const abort = new AbortController();
@@ -244,7 +245,14 @@ async function connectAndSync(timeoutMs) {
       db.waitForFirstSync(abort.signal),
       ...subscriptions.map((sub) => sub.waitForFirstSync(abort.signal))
     ]);
-    await Promise.race([synced, failure]);
+    // A database that synced before resolves waitForFirstSync at once: wait for a full
+    // sync on this connection too (lastSyncedAt has whole-second resolution).
+    const since = Math.floor(connectStarted / 1000) * 1000;
+    const thisConnection = until('a full sync on this connection', timeoutMs, async () => {
+      const s = db.currentStatus;
+      return s.connected && !s.dataFlowStatus.downloading && s.lastSyncedAt && s.lastSyncedAt.getTime() >= since;
+    });
+    await Promise.race([Promise.all([synced, thisConnection]), failure]);
     if (abort.signal.aborted) throw new Error(`timed out after ${timeoutMs} ms waiting for the first sync`);
   } catch (error) {
     if (abort.signal.aborted && !(error instanceof Error && /failed \d+ times/.test(error.message))) {

@@ -117,6 +117,7 @@ await check('watch: changes, local writes with a write checkpoint, reconnect', a
   assert((await c.send({ cmd: 'disconnect' })).ok, 'disconnect');
   mock.put('c', row(4));
   answer = await c.send({ cmd: 'reconnect', timeout_ms: 5000 });
+  console.log(`  reconnect: max_progress_total ${answer.max_progress_total}, first sync: ${first.max_progress_total}`);
   assert(answer.ok, JSON.stringify(answer));
   answer = await c.send({ cmd: 'wait_equal', table: 'tasks', rows: sorted(mock.rows()), timeout_ms: 5000 });
   assert(answer.ok, JSON.stringify(answer));
