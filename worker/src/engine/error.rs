@@ -21,6 +21,9 @@ pub enum EngineError {
     /// Replication stopped on an error the operator must fix.
     #[error(transparent)]
     Replication(#[from] ReplicationError),
+    /// `client_auth` holds keys that cannot be used.
+    #[error("PSM_C1020 client_auth in the config file: {0}; fix the keys, then reload")]
+    Auth(#[from] crate::auth::AuthError),
     /// The HTTP port cannot be bound.
     #[error(
         "PSM_H1001 cannot listen on {address}: {source}; free the port, or change `port` \
@@ -48,7 +51,7 @@ impl EngineError {
     /// (configuration reload, reset) instead of restarting in a loop.
     pub fn needs_operator(&self) -> bool {
         match self {
-            Self::Config(_) | Self::Listen { .. } | Self::Rules(_) => true,
+            Self::Config(_) | Self::Listen { .. } | Self::Rules(_) | Self::Auth(_) => true,
             Self::Replication(e) => e.needs_operator(),
             Self::Store(e) => e.needs_operator(),
             Self::Thread(_) | Self::Panicked => false,

@@ -7,13 +7,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{EngineConfig, EngineError};
-use crate::http::{self, HttpState};
+use crate::auth::Authenticator;
+use crate::http::{self, HttpState, SyncService};
 use crate::replication::{
     bootstrap, follow_slot, BootstrapOutcome, Progress, ReplicationError, SourcePlan,
     StreamContext, StreamProgress,
 };
 use crate::rules::SyncRules;
-use crate::source::format_lsn;
+use crate::source::{format_lsn, PrimaryHead};
 use crate::status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell, StoreStatus};
 use crate::store::{Checkpoint, Store};
 
@@ -84,6 +85,18 @@ async fn serve(
     );
     status.update(|s| s.store = Some(store_status(&store)));
 
+    let initial = store.read(|view| view.checkpoint())?;
+    let (published, checkpoints) = watch::channel::<Checkpoint>(initial);
+    let auth = Authenticator::new(&config.service.client_auth)?;
+    let sync = Arc::new(SyncService::new(
+        status.clone(),
+        store.clone(),
+        rules.clone(),
+        auth,
+        checkpoints.clone(),
+        PrimaryHead::new(config.service.source.clone()),
+        stop.clone(),
+    ));
     let listeners = http::bind(&config.listen_addresses, config.service.port)
         .await
         .map_err(|(address, source)| EngineError::Listen { address, source })?;
@@ -97,6 +110,7 @@ async fn serve(
         listeners,
         HttpState {
             status: status.clone(),
+            sync,
         },
         stop.clone(),
     ));
@@ -116,8 +130,6 @@ async fn serve(
     });
 
     let progress = Arc::new(Progress::default());
-    let initial = store.read(|view| view.checkpoint())?;
-    let (published, checkpoints) = watch::channel::<Checkpoint>(initial);
     let stream_progress = Arc::new(StreamProgress::default());
     let context = StreamContext {
         rules,
@@ -259,6 +271,10 @@ async fn replicate(
                         }
                     }
                 });
+                // Streams start from the completed snapshot's checkpoint.
+                context
+                    .published
+                    .send_replace(store.read(|view| view.checkpoint())?);
                 return stream(&plan, &context, &status, stop).await;
             }
             Err(e) if e.needs_operator() => return Err(e),

@@ -41,6 +41,38 @@ impl ApiError {
         }
     }
 
+    /// Clients cannot sync yet: the initial snapshot is not complete (they retry).
+    pub fn not_ready() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSYNC_S2302",
+            name: "NotReady",
+            description: "the sync replica has no complete snapshot yet; retry shortly \
+                          (SELECT powersync_mdbx.status() shows the progress)"
+                .into(),
+        }
+    }
+
+    /// The server holds as many streams as it accepts.
+    pub fn too_many_streams() -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "PSM_H1429",
+            name: "TooManyStreams",
+            description: "the server holds as many sync streams as it accepts; retry later".into(),
+        }
+    }
+
+    /// A dependency (the primary, the store) cannot serve the request now.
+    pub fn unavailable(description: String) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSM_H1503",
+            name: "Unavailable",
+            description,
+        }
+    }
+
     /// Renders the JSON response.
     pub fn into_response(self) -> Response<Body> {
         let body = serde_json::json!({
@@ -51,7 +83,17 @@ impl ApiError {
                 "status": self.status.as_u16(),
             }
         });
-        json_response(self.status, &body)
+        let retry = matches!(
+            self.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        );
+        let mut response = json_response(self.status, &body);
+        if retry {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        }
+        response
     }
 }
 

@@ -1,11 +1,17 @@
-//! The HTTP server on the configured port: probes now, the sync protocol in later stages.
+//! The HTTP server on the configured port: probes, `/sync/stream` and
+//! `/write-checkpoint2.json`.
 
+mod cors;
 mod error;
 mod probes;
 mod server;
+mod service;
+mod sync_stream;
+mod write_checkpoint;
 
 pub use error::ApiError;
 pub use server::{bind, serve, HttpState};
+pub use service::{SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
 
 /// The body type every handler answers with (streaming bodies join it later).
 pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;

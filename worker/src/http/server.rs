@@ -13,7 +13,9 @@ use tokio::sync::watch;
 
 use super::error::ApiError;
 use super::probes::{self, Probe};
+use super::service::SyncService;
 use super::Body;
+use super::{cors, sync_stream, write_checkpoint};
 use crate::status::StatusCell;
 
 /// How long open connections get to finish when the engine stops.
@@ -24,6 +26,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct HttpState {
     /// The engine's status (readiness, liveness).
     pub status: Arc<StatusCell>,
+    /// The sync endpoints.
+    pub sync: Arc<SyncService>,
 }
 
 /// Binds `port` on every address in `hosts` (`*` means all IPv4 and IPv6 addresses).
@@ -109,13 +113,29 @@ pub async fn serve(
 }
 
 async fn route(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
-    let path = req.uri().path();
-    if let Some(probe) = Probe::from_path(path) {
-        return if req.method() == Method::GET || req.method() == Method::HEAD {
+    let mut response = dispatch(req, state).await;
+    cors::allow_origin(&mut response);
+    response
+}
+
+async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    if let Some(probe) = Probe::from_path(&path) {
+        return if method == Method::GET || method == Method::HEAD {
             probes::answer(probe, state)
         } else {
-            ApiError::method_not_allowed(req.method(), path).into_response()
+            ApiError::method_not_allowed(&method, &path).into_response()
         };
     }
-    ApiError::not_found(path).into_response()
+    let known = matches!(path.as_str(), "/sync/stream" | "/write-checkpoint2.json");
+    match (method, path.as_str()) {
+        (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
+        (Method::POST, "/sync/stream") => sync_stream::handle(req, state.sync.clone()).await,
+        (Method::GET, "/write-checkpoint2.json") => {
+            write_checkpoint::handle(req, state.sync.clone()).await
+        }
+        (method, _) if known => ApiError::method_not_allowed(&method, &path).into_response(),
+        _ => ApiError::not_found(&path).into_response(),
+    }
 }

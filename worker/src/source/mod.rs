@@ -8,6 +8,7 @@
 mod client;
 mod copy_text;
 mod error;
+mod head;
 mod slot;
 mod snapshot;
 mod tls;
@@ -16,6 +17,7 @@ mod validate;
 pub use client::{connect, replication_uri};
 pub use copy_text::{CopyFields, CopyTextError, Fields};
 pub use error::SourceError;
+pub use head::PrimaryHead;
 pub use slot::{
     create_slot, drop_slot, format_lsn, replication_error, slot_info, start_stream, ExportedSlot,
     SlotInfo,

@@ -285,6 +285,36 @@ impl Store {
         self.sync()
     }
 
+    /// Writes one engine stage's record durably in its own transaction, leaving the data,
+    /// counters and checkpoint untouched (for records kept outside the replication
+    /// stream, such as write-checkpoint requests). Waits for a running write to finish.
+    pub fn put_stage_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        {
+            let tables = tables::Tables::open(&txn, &self.dir)?;
+            txn.put(
+                &tables.meta,
+                format!("stage.{key}").as_bytes(),
+                value,
+                libmdbx::WriteFlags::UPSERT,
+            )
+            .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
+        }
+        if let Err(e) = txn.commit() {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        self.sync()
+    }
+
     /// Runs `read` in a short read-only transaction (a consistent view).
     pub fn read<R>(
         &self,

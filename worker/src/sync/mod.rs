@@ -9,6 +9,7 @@ pub mod lines;
 pub mod paging;
 pub mod request;
 pub mod session;
+pub mod write_checkpoint;
 
 pub use error::SyncError;
 pub use lines::{

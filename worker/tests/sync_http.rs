@@ -1,0 +1,489 @@
+//! Live tests of the HTTP sync endpoints: the engine in-process against a real primary,
+//! clients speaking raw HTTP/1.1. Initial sync checked with a client model (checksums add
+//! up, rows equal the rules' output), incremental changes, write checkpoints, BSON, and
+//! bad input answered with the right status.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_worker::config::ServiceConfig;
+use powersync_mdbx_worker::engine::{Engine, EngineConfig, EngineHandle};
+use powersync_mdbx_worker::status::{Phase, StatusCell};
+use serde_json::{json, Value};
+
+const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
+const AUDIENCE: &str = "powersync-mdbx-test";
+
+const SCHEMA: &str = "
+CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
+CREATE TABLE todos (id text PRIMARY KEY, list_id text, title text);
+CREATE PUBLICATION powersync FOR TABLE lists, todos;
+INSERT INTO lists VALUES ('l1', 'u1'), ('l2', 'u2');
+INSERT INTO todos SELECT 't' || g, CASE WHEN g % 3 = 0 THEN 'l2' ELSE 'l1' END, 'todo ' || g
+  FROM generate_series(1, 2500) g;
+";
+
+const RULES: &str = "
+bucket_definitions:
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT * FROM todos WHERE list_id = bucket.list_id
+  everything_count:
+    priority: 1
+    data:
+      - SELECT id, owner_id FROM lists
+";
+
+struct Rig {
+    _dir: TestDir,
+    primary: Cluster,
+    _store: tempfile::TempDir,
+    engine: Option<EngineHandle>,
+    port: u16,
+}
+
+impl Rig {
+    fn start() -> Self {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(SCHEMA);
+        let store = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let k = base64_url(SECRET);
+        let yaml = format!(
+            "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
+             sync_rules:\n  content: |\n{rules}\n\
+             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{k}'}}\n\
+             port: {port}\n",
+            uri = primary.uri("postgres"),
+            rules = RULES
+                .lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        let service =
+            ServiceConfig::parse(&store.path().join("config.yaml"), &yaml, &|_| None).unwrap();
+        let status = Arc::new(StatusCell::new(std::process::id()));
+        let engine = Engine::start(
+            EngineConfig {
+                service,
+                storage_dir: store.path().join("store"),
+                listen_addresses: vec!["127.0.0.1".into()],
+                runtime_threads: 2,
+                slot_name: "psm_http_test".into(),
+            },
+            status.clone(),
+        )
+        .unwrap();
+        wait_streaming(&status);
+        Self {
+            _dir: dir,
+            primary,
+            _store: store,
+            engine: Some(engine),
+            port,
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(engine) = self.engine.take() {
+            engine.shutdown(Duration::from_secs(5));
+        }
+    }
+}
+
+fn wait_streaming(status: &StatusCell) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while status.snapshot().phase != Phase::Streaming {
+        assert!(Instant::now() < deadline, "{:?}", status.snapshot());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn token(sub: &str, lifetime: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + lifetime}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+/// An open `/sync/stream` response (chunked), read line by line.
+struct Lines {
+    reader: BufReader<TcpStream>,
+    pending: Vec<u8>,
+    content_type: String,
+}
+
+fn post(port: u16, token: Option<&str>, accept: &str, body: &str) -> (u16, Lines) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Token {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Accept: {accept}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    let status = status_line[9..12].parse().unwrap();
+    let mut content_type = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-type: ") {
+            content_type = v.trim().to_owned();
+        }
+    }
+    (
+        status,
+        Lines {
+            reader,
+            pending: Vec::new(),
+            content_type,
+        },
+    )
+}
+
+impl Lines {
+    /// Reads one chunk of the chunked body into `pending`.
+    fn fill(&mut self) -> bool {
+        let mut size = String::new();
+        if self.reader.read_line(&mut size).unwrap_or(0) == 0 {
+            return false;
+        }
+        let size = usize::from_str_radix(size.trim(), 16).unwrap();
+        if size == 0 {
+            return false;
+        }
+        let mut chunk = vec![0; size + 2];
+        self.reader.read_exact(&mut chunk).unwrap();
+        chunk.truncate(size);
+        self.pending.extend_from_slice(&chunk);
+        true
+    }
+
+    fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return Some(serde_json::from_slice(&line).unwrap());
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    fn next_bson_len(&mut self) -> Option<usize> {
+        while self.pending.len() < 4 {
+            if !self.fill() {
+                return None;
+            }
+        }
+        Some(u32::from_le_bytes(self.pending[..4].try_into().unwrap()) as usize)
+    }
+
+    /// Lines up to and including the next `checkpoint_complete`.
+    fn until_complete(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(45);
+        while let Some(line) = self.next() {
+            assert!(Instant::now() < deadline, "no checkpoint_complete: {out:?}");
+            let done = line.get("checkpoint_complete").is_some();
+            out.push(line);
+            if done {
+                return out;
+            }
+        }
+        panic!("the stream ended before checkpoint_complete: {out:?}");
+    }
+}
+
+/// A client model (spec §3.4): per bucket, the ops received; at checkpoint_complete the
+/// sums must equal the announced checksums.
+#[derive(Default)]
+struct Client {
+    announced: BTreeMap<String, u32>,
+    ops: BTreeMap<String, Vec<Value>>,
+    last_op_id: u64,
+    write_checkpoint: Option<String>,
+}
+
+impl Client {
+    fn apply(&mut self, lines: &[Value]) {
+        for line in lines {
+            if let Some(cp) = line.get("checkpoint") {
+                self.announced.clear();
+                for b in cp["buckets"].as_array().unwrap() {
+                    self.announced.insert(
+                        b["bucket"].as_str().unwrap().into(),
+                        checksum(&b["checksum"]),
+                    );
+                }
+                self.last_op_id = cp["last_op_id"].as_str().unwrap().parse().unwrap();
+                self.write_checkpoint = cp["write_checkpoint"].as_str().map(str::to_owned);
+            } else if let Some(diff) = line.get("checkpoint_diff") {
+                for b in diff["updated_buckets"].as_array().unwrap() {
+                    self.announced.insert(
+                        b["bucket"].as_str().unwrap().into(),
+                        checksum(&b["checksum"]),
+                    );
+                }
+                for b in diff["removed_buckets"].as_array().unwrap() {
+                    self.announced.remove(b.as_str().unwrap());
+                    self.ops.remove(b.as_str().unwrap());
+                }
+                self.last_op_id = diff["last_op_id"].as_str().unwrap().parse().unwrap();
+                self.write_checkpoint = diff["write_checkpoint"].as_str().map(str::to_owned);
+            } else if let Some(data) = line.get("data") {
+                let bucket = data["bucket"].as_str().unwrap().to_owned();
+                for op in data["data"].as_array().unwrap() {
+                    let id: u64 = op["op_id"].as_str().unwrap().parse().unwrap();
+                    assert!(id <= self.last_op_id, "op {id} beyond the checkpoint");
+                    self.ops.entry(bucket.clone()).or_default().push(op.clone());
+                }
+            } else if line.get("checkpoint_complete").is_some() {
+                for (bucket, expected) in &self.announced {
+                    let sum = self.ops.get(bucket).map_or(0u32, |ops| {
+                        ops.iter()
+                            .fold(0u32, |s, op| s.wrapping_add(checksum(&op["checksum"])))
+                    });
+                    assert_eq!(sum, *expected, "checksum of {bucket}");
+                }
+            }
+        }
+    }
+
+    fn rows(&self, bucket: &str) -> BTreeMap<String, String> {
+        let mut rows = BTreeMap::new();
+        for op in self.ops.get(bucket).into_iter().flatten() {
+            let id = op["object_id"].as_str().unwrap_or_default().to_owned();
+            match op["op"].as_str().unwrap() {
+                "PUT" => {
+                    rows.insert(id, op["data"].as_str().unwrap().to_owned());
+                }
+                "REMOVE" => {
+                    rows.remove(&id);
+                }
+                _ => {}
+            }
+        }
+        rows
+    }
+}
+
+fn checksum(v: &Value) -> u32 {
+    v.as_i64().unwrap() as u32
+}
+
+#[test]
+fn a_client_syncs_follows_changes_and_gets_its_write_checkpoint() {
+    let rig = Rig::start();
+    let body =
+        json!({"buckets": [], "include_checksum": true, "raw_data": true, "client_id": "c1"});
+    let (status, mut lines) = post(
+        rig.port,
+        Some(&token("u1", 600)),
+        "application/x-ndjson",
+        &body.to_string(),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(lines.content_type, "application/x-ndjson");
+    let first = lines.until_complete();
+    assert!(first[0].get("checkpoint").is_some(), "{}", first[0]);
+    // Priority 1 completes before priority 3.
+    assert!(first
+        .iter()
+        .any(|l| l.get("partial_checkpoint_complete").is_some()));
+    let mut client = Client::default();
+    client.apply(&first);
+    let l1 = "1#by_list[\"l1\"]";
+    let rows = client.rows(l1);
+    assert_eq!(rows.len(), 2500 - 2500 / 3);
+    assert_eq!(rows["t1"], r#"{"id":"t1","list_id":"l1","title":"todo 1"}"#);
+    assert!(!client.announced.contains_key("1#by_list[\"l2\"]"));
+
+    // An insert, an update moving a row out, a new list for u1: one diff each way.
+    rig.primary.sql(
+        "BEGIN; INSERT INTO todos VALUES ('new', 'l1', 'fresh'); \
+         UPDATE todos SET list_id = 'l2' WHERE id = 't1'; INSERT INTO lists VALUES ('l3', 'u1'); \
+         INSERT INTO todos VALUES ('in3', 'l3', 'third list'); COMMIT;",
+    );
+    let next = lines.until_complete();
+    assert!(next[0].get("checkpoint_diff").is_some(), "{}", next[0]);
+    client.apply(&next);
+    let rows = client.rows(l1);
+    assert!(rows.contains_key("new") && !rows.contains_key("t1"));
+    assert_eq!(client.rows("1#by_list[\"l3\"]").len(), 1);
+
+    // A write checkpoint is reported once replication passes it.
+    let reply = write_checkpoint(rig.port, &token("u1", 600), "c1");
+    let id: u64 = reply["data"]["write_checkpoint"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let more = lines.until_complete();
+        client.apply(&more);
+        let seen: u64 = client
+            .write_checkpoint
+            .as_deref()
+            .unwrap_or("0")
+            .parse()
+            .unwrap();
+        if seen >= id {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "write checkpoint {id} never reported"
+        );
+    }
+
+    // Reconnect with the positions held: nothing is sent again, checksums still add up.
+    let positions: Vec<Value> = client
+        .announced
+        .keys()
+        .map(|b| json!({"name": b, "after": client.last_op_id.to_string()}))
+        .collect();
+    let body = json!({"buckets": positions, "client_id": "c1"});
+    let (status, mut again) = post(
+        rig.port,
+        Some(&token("u1", 600)),
+        "application/x-ndjson",
+        &body.to_string(),
+    );
+    assert_eq!(status, 200);
+    let resumed = again.until_complete();
+    assert!(
+        resumed.iter().all(|l| l.get("data").is_none()),
+        "{resumed:?}"
+    );
+}
+
+fn write_checkpoint(port: u16, token: &str, client_id: &str) -> Value {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET /write-checkpoint2.json?client_id={client_id} HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Token {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap()
+}
+
+#[test]
+fn bson_streams_and_bad_requests_get_their_errors() {
+    let rig = Rig::start();
+    let sdk_accept = "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8";
+    let (status, mut lines) = post(rig.port, Some(&token("u1", 600)), sdk_accept, "{}");
+    assert_eq!(status, 200);
+    assert_eq!(lines.content_type, "application/vnd.powersync.bson-stream");
+    let len = lines.next_bson_len().unwrap();
+    assert!(len > 5);
+
+    let good = token("u1", 600);
+    let cases: Vec<(Option<String>, &str, u16, &str)> = vec![
+        (None, "{}", 401, "PSYNC_S2106"),
+        (Some("garbage".into()), "{}", 401, "PSYNC_S2101"),
+        (Some(token("u1", 3 * 86400)), "{}", 401, "PSYNC_S2104"),
+        (Some(good.clone()), "{not json", 400, "PSM_Y1001"),
+        (
+            Some(good.clone()),
+            r#"{"buckets": [{"name": "x", "after": 5}]}"#,
+            400,
+            "PSM_Y1002",
+        ),
+        (
+            Some(good.clone()),
+            r#"{"buckets": [{"name": "x", "after": "-1"}]}"#,
+            400,
+            "PSM_Y1002",
+        ),
+        (
+            Some(good.clone()),
+            r#"{"streams": {"subscriptions": "no"}}"#,
+            400,
+            "PSM_Y1002",
+        ),
+    ];
+    for (token, body, expected, code) in cases {
+        let (status, mut reply) = post(rig.port, token.as_deref(), "application/x-ndjson", body);
+        let mut text = String::new();
+        let _ = reply.reader.read_to_string(&mut text);
+        assert_eq!(status, expected, "{body}: {text}");
+        assert!(text.contains(code), "{body}: {text}");
+    }
+    // An expired token (beyond the clock tolerance) is refused; alg none too.
+    let (status, _) = post(
+        rig.port,
+        Some(&token("u1", -120)),
+        "application/x-ndjson",
+        "{}",
+    );
+    assert_eq!(status, 401);
+    let none = format!(
+        "{}.{}.",
+        base64_url(br#"{"alg":"none","typ":"JWT"}"#),
+        base64_url(
+            json!({"sub": "u1", "aud": AUDIENCE, "iat": 1, "exp": 4_000_000_000u64})
+                .to_string()
+                .as_bytes()
+        )
+    );
+    let (status, _) = post(rig.port, Some(&none), "application/x-ndjson", "{}");
+    assert_eq!(status, 401);
+
+    // An oversized body is refused before it is read whole.
+    let huge = format!("{{\"app_metadata\": \"{}\"}}", "x".repeat(5 << 20));
+    let (status, _) = post(rig.port, Some(&good), "application/x-ndjson", &huge);
+    assert_eq!(status, 413);
+}
