@@ -22,7 +22,7 @@
 // fails the run: one JSON line {"ok":false,...} and exit code 1. So does a timeout.
 
 import { createInterface } from 'node:readline';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeSync } from 'node:fs';
 
 import { LogLevels, PowerSyncDatabase } from '@powersync/node';
 
@@ -40,9 +40,21 @@ const logs = [];
 let db = null;
 let finished = false;
 
+/** Writes one JSON line to stdout synchronously, so that a following process.exit cannot
+ * cut it short (stdout to a pipe is asynchronous in Node, and lines reach 100 kB). */
 function out(value) {
-  process.stdout.write(JSON.stringify(value) + '\n');
+  const buf = Buffer.from(JSON.stringify(value) + '\n');
+  let offset = 0;
+  while (offset < buf.length) {
+    try {
+      offset += writeSync(1, buf, offset);
+    } catch (error) {
+      if (error.code !== 'EAGAIN') throw error;
+      Atomics.wait(pause, 0, 0, 5);
+    }
+  }
 }
+const pause = new Int32Array(new SharedArrayBuffer(4));
 
 function elapsed() {
   return Date.now() - started;

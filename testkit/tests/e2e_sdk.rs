@@ -281,6 +281,12 @@ fn sync_end_to_end(rules: Rules) {
         "{}",
         first["buckets"]
     );
+    eprintln!(
+        "initial sync: {} rows, buckets {}, {} ms",
+        first["tables"]["tasks"].as_array().unwrap().len(),
+        first["buckets"],
+        first["elapsed_ms"]
+    );
     assert_eq!(first["status"]["hasSynced"], true);
     assert_no_warnings(&first, "initial sync");
     if rules == Rules::Streams {
@@ -337,6 +343,10 @@ fn sync_end_to_end(rules: Rules) {
     );
     client.send(&json!({"cmd": "delete", "table": "tasks", "id": "task-org-001-0003-0007"}));
     let synced = client.send(&json!({"cmd": "wait_synced_after_upload", "timeout_ms": 25000}));
+    eprintln!(
+        "after the upload: write checkpoint state {}, uploads {}",
+        synced["write_checkpoint"], synced["uploaded_transactions"]
+    );
     assert_eq!(synced["upload_queue"], 0, "{synced}");
     assert!(
         synced["uploaded_transactions"].as_u64().unwrap() >= 1,
@@ -377,6 +387,10 @@ fn sync_end_to_end(rules: Rules) {
     let resumed = client.send(&json!({"cmd": "reconnect"}));
     wait_equal(&mut client, &rig, "after a reconnect");
     let total_rows = rig.expected_tasks().as_array().unwrap().len() as u64;
+    eprintln!(
+        "reconnect: download progress total {} ops",
+        resumed["max_progress_total"]
+    );
     // The SDK's download progress on the new connection counts only what changed.
     let ops = resumed["max_progress_total"]
         .as_u64()
