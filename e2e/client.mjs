@@ -258,8 +258,8 @@ async function connectAndSync(timeoutMs) {
       ...subscriptions.map((sub) => sub.waitForFirstSync(abort.signal))
     ]);
     // A database that synced before resolves waitForFirstSync at once: wait for a full
-    // sync on this connection too (lastSyncedAt has whole-second resolution).
-    const since = Math.floor(connectStarted / 1000) * 1000;
+    // sync on this connection too (lastSyncedAt has millisecond resolution).
+    const since = connectStarted;
     const thisConnection = until('a full sync on this connection', timeoutMs, async () => {
       const s = db.currentStatus;
       return s.connected && !s.dataFlowStatus.downloading && s.lastSyncedAt && s.lastSyncedAt.getTime() >= since;
@@ -384,9 +384,7 @@ async function command(cmd) {
         const status = db.currentStatus;
         if (status.dataFlowStatus.uploading || !status.hasSynced) return false;
         if ((await db.getUploadQueueStats()).count !== 0) return false;
-        // lastSyncedAt may have whole-second resolution.
-        const uploadSecond = Math.floor(lastUploadAt / 1000) * 1000;
-        if (lastUploadAt === 0 || !status.lastSyncedAt || status.lastSyncedAt.getTime() < uploadSecond) return false;
+        if (lastUploadAt === 0 || !status.lastSyncedAt || status.lastSyncedAt.getTime() < lastUploadAt) return false;
         const { target, seen } = await writeCheckpointState();
         return target === null || (target !== MAX_I64 && seen !== null && BigInt(target) <= BigInt(seen));
       });

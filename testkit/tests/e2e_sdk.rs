@@ -180,17 +180,32 @@ impl Rig {
             .collect()
     }
 
-    /// The flush position of the slot has passed the primary's current WAL position:
-    /// every change made so far is in the store.
+    /// Every change committed on the primary so far is in the store: the worker's
+    /// `applied_lsn` passed the primary's WAL position (a logical message makes an idle
+    /// source advance). The slot's `confirmed_flush_lsn` is not used: it was seen to stay
+    /// at the consistent point for about 28 s while the store had applied later commits.
     fn wait_replicated(&self) {
-        let head = self.primary.sql("SELECT pg_current_wal_lsn()");
-        wait_until(WAIT, "the slot to confirm the primary's head", || {
-            (self.primary.sql(&format!(
-                "SELECT bool_and(confirmed_flush_lsn >= '{head}') FROM pg_replication_slots"
-            )) == "t")
-                .then_some(())
-        });
+        let head = lsn(&self.primary.sql("SELECT pg_current_wal_lsn()"));
+        self.primary
+            .sql("SELECT pg_logical_emit_message(false, 'powersync', 'e2e sync point')");
+        wait_until(
+            WAIT,
+            "the worker's applied_lsn to pass the primary's head",
+            || {
+                let status: Value =
+                    serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.status()"))
+                        .unwrap();
+                let applied = status["replication"]["applied_lsn"].as_str().map(lsn)?;
+                (applied >= head).then_some(())
+            },
+        );
     }
+}
+
+/// `X/Y` → a 64-bit LSN.
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.trim().split_once('/').unwrap();
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
 /// Project ids named by bucket names.
@@ -261,6 +276,8 @@ fn sync_end_to_end(rules: Rules) {
     };
     let access = rig.access_projects();
     assert_eq!(access.len(), 4, "fixture profile S=4");
+    let started = std::time::Instant::now();
+    let step = |what: &str| eprintln!("[{:>6.1} s] {what}", started.elapsed().as_secs_f64());
 
     // 1. Initial sync: every row the user should see, and one bucket per access row.
     let first = rig.client().run("initial");
@@ -298,6 +315,7 @@ fn sync_end_to_end(rules: Rules) {
         assert_eq!(routed["hasSynced"], true, "{routed}");
     }
 
+    step("initial sync checked");
     // 2. A new process on the same database resumes, then follows source changes.
     let mut client = rig.client().watch(WAIT);
     rig.primary.sql(
@@ -310,6 +328,7 @@ fn sync_end_to_end(rules: Rules) {
     );
     wait_equal(&mut client, &rig, "insert, update, delete");
 
+    step("watch client synced; insert/update/delete arrived");
     // A row moving from an accessible project to another, in one transaction with a
     // parameter row giving the user one more project (a new bucket).
     rig.primary.sql(
@@ -330,6 +349,7 @@ fn sync_end_to_end(rules: Rules) {
         "a new access row adds its bucket: {answer}"
     );
 
+    step("move + new bucket arrived");
     // 3. Local writes: uploaded by the connector to the primary, acknowledged by a write
     // checkpoint, then replaced by the server's version of the rows.
     client.send(&json!({"cmd": "insert", "table": "tasks", "row": {
@@ -366,6 +386,7 @@ fn sync_end_to_end(rules: Rules) {
         &synced["tables"]["tasks"],
         &rig.expected_tasks(),
     );
+    step("write checkpoint acknowledged");
     // A change on the primary after the upload still arrives (downloads are not held back
     // by an unacknowledged write checkpoint).
     rig.primary.sql(
@@ -374,6 +395,7 @@ fn sync_end_to_end(rules: Rules) {
     );
     wait_equal(&mut client, &rig, "a primary change after the upload");
 
+    step("primary change after upload arrived");
     // 4. Disconnect, changes while offline, reconnect: the client catches up from its
     // positions.
     client.send(&json!({"cmd": "disconnect"}));
@@ -383,8 +405,11 @@ fn sync_end_to_end(rules: Rules) {
          '2026-04-01T00:00:00Z', 'offline');
          DELETE FROM tasks WHERE id = 'task-org-001-0004-0001';",
     );
+    step("disconnected, offline changes made");
     rig.wait_replicated();
+    step("offline changes replicated");
     let resumed = client.send(&json!({"cmd": "reconnect"}));
+    step("reconnected");
     wait_equal(&mut client, &rig, "after a reconnect");
     let total_rows = rig.expected_tasks().as_array().unwrap().len() as u64;
     eprintln!(
@@ -400,6 +425,7 @@ fn sync_end_to_end(rules: Rules) {
         "a reconnect resumes instead of downloading everything again ({ops} ops for {total_rows} rows)"
     );
 
+    step("reconnect caught up");
     // 5. TRUNCATE empties the buckets; rows inserted after it arrive.
     rig.primary.sql(
         "TRUNCATE tasks;
@@ -411,6 +437,7 @@ fn sync_end_to_end(rules: Rules) {
     let last = client.send(&json!({"cmd": "dump"}));
     assert_eq!(last["tables"]["tasks"].as_array().unwrap().len(), 1);
     assert_no_warnings(&last, "the whole session");
+    step("TRUNCATE arrived");
     client.finish();
 }
 
