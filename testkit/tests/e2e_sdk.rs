@@ -62,13 +62,15 @@ impl Rules {
     }
 }
 
+/// Fields drop in order: the clusters stop (their drop reads the pid from the data
+/// directory) before the directory is removed.
 struct Rig {
-    _dir: TestDir,
-    primary: Cluster,
     replica: Cluster,
+    primary: Cluster,
     http_port: u16,
     rules: Rules,
     db_dir: tempfile::TempDir,
+    _dir: TestDir,
 }
 
 impl Rig {
@@ -114,12 +116,12 @@ impl Rig {
         );
         replica.sql("CREATE EXTENSION powersync_mdbx");
         let rig = Self {
-            _dir: dir,
-            primary,
             replica,
+            primary,
             http_port,
             rules,
             db_dir: tempfile::tempdir().unwrap(),
+            _dir: dir,
         };
         rig.wait_streaming();
         Some(rig)
