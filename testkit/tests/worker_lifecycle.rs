@@ -43,7 +43,7 @@ impl Rig {
             "# A PowerSync service config, as operators already have it.\n\
              replication:\n  connections:\n    - type: postgresql\n      uri: {}\n\
              sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - SELECT * FROM lists\n\
-             client_auth:\n  audience: [powersync-test]\n\
+             client_auth:\n  audience: [powersync-test]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, k: c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA}}\n\
              port: {}\nstorage:\n  type: postgresql\n",
             self.primary.uri("postgres"),
             self.http_port
@@ -95,7 +95,7 @@ fn worker_serves_probes_and_reports_status() {
     let rig = Rig::new();
     assert_eq!(rig.primary.sql("SHOW wal_level"), "logical");
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     assert_eq!(s["ready"], true);
     let replication = &s["replication"];
     assert_eq!(replication["slot"], "powersync_mdbx", "{s}");
@@ -184,7 +184,7 @@ fn bad_config_is_reported_and_a_reload_recovers() {
 
     rig.dir.write("config.yaml", &rig.config_yaml());
     replica.sql("SELECT pg_reload_conf()");
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     assert!(s["last_error"].is_null());
     assert_eq!(
         worker_pid(&replica),
@@ -201,7 +201,7 @@ fn bad_config_is_reported_and_a_reload_recovers() {
 fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
     let rig = Rig::new();
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
     let pid = worker_pid(&replica).unwrap();
 
@@ -210,7 +210,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
     let second = wait_until(WAIT, "a restarted worker", || {
         worker_pid(&replica).filter(|p| *p != pid)
     });
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     assert_eq!(s["worker_pid"].as_i64(), Some(second));
     assert_eq!(
         s["store"]["store_id"],
@@ -225,7 +225,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
     let third = wait_until(WAIT, "a restarted worker", || {
         worker_pid(&replica).filter(|p| *p != second)
     });
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     assert_eq!(s["worker_pid"].as_i64(), Some(third));
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     assert_eq!(
@@ -244,7 +244,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
 fn fast_stop_is_prompt_and_clean_and_storage_survives() {
     let rig = Rig::new();
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
     let pid = worker_pid(&replica).unwrap();
 
@@ -277,7 +277,7 @@ fn fast_stop_is_prompt_and_clean_and_storage_survives() {
     assert!(http_get(rig.http_port, "/probes/liveness").is_none());
 
     replica.start();
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     let mode = std::fs::metadata(store_dir(&replica))
         .unwrap()
@@ -329,7 +329,7 @@ fn foreign_storage_is_refused_and_reset_rebuilds_our_own() {
 
     std::fs::remove_file(foreign.join("PG_VERSION")).unwrap();
     replica.sql("SELECT pg_reload_conf()");
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     let first = s["store"]["store_id"].as_str().unwrap().to_owned();
     let reply: Value = serde_json::from_str(&replica.sql("SELECT powersync_mdbx.reset()")).unwrap();
     assert_eq!(reply["reset"], true, "{reply}");
@@ -337,7 +337,7 @@ fn foreign_storage_is_refused_and_reset_rebuilds_our_own() {
         reply["removed_files"],
         serde_json::json!(["mdbx.dat", "mdbx.lck"])
     );
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     assert_ne!(
         s["store"]["store_id"],
         first.as_str(),
@@ -377,7 +377,7 @@ fn functions_without_preload_explain_the_fix() {
 fn a_crashed_worker_comes_back_and_reopens_its_store() {
     let rig = Rig::new();
     let replica = rig.replica(&rig.config_yaml(), &[]);
-    let s = wait_phase(&replica, "ready");
+    let s = wait_phase(&replica, "streaming");
     let store_id = s["store"]["store_id"].as_str().unwrap().to_owned();
     let pid = worker_pid(&replica).unwrap();
 
@@ -388,7 +388,7 @@ fn a_crashed_worker_comes_back_and_reopens_its_store() {
     let s = wait_until(WAIT, "the worker serving again after a crash", || {
         let s = replica.try_sql("SELECT powersync_mdbx.status()").ok()?;
         let s: Value = serde_json::from_str(&s).ok()?;
-        (s["phase"] == "ready" && s["worker_pid"].as_i64() != Some(pid)).then_some(s)
+        (s["phase"] == "streaming" && s["worker_pid"].as_i64() != Some(pid)).then_some(s)
     });
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     assert_eq!(

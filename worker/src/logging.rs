@@ -73,8 +73,15 @@ impl<S: Subscriber> Layer<S> for ChannelLayer {
         }
         let mut visitor = MessageVisitor::default();
         event.record(&mut visitor);
+        // Libraries' warnings (pg_walstream's "slot already exists, continuing") are
+        // context, not operator news: the engine reports real failures itself.
+        let level = if meta.target().starts_with("powersync_mdbx") {
+            *meta.level()
+        } else {
+            (*meta.level()).max(Level::INFO)
+        };
         let log = LogEvent {
-            level: *meta.level(),
+            level,
             target: meta.target().to_owned(),
             message: visitor.finish(),
         };

@@ -59,7 +59,13 @@ impl Client {
                                 OpKind::Remove => {
                                     rows.remove(&op.object.as_ref().unwrap().object_id);
                                 }
-                                OpKind::Move | OpKind::Clear => assert!(op.object.is_none()),
+                                OpKind::Move => assert!(op.object.is_none()),
+                                OpKind::Clear => {
+                                    // Everything before it is replaced: start over.
+                                    assert!(op.object.is_none());
+                                    rows.clear();
+                                    *sum = op.checksum;
+                                }
                             }
                             after = op.op_id;
                         }
@@ -103,6 +109,7 @@ fn run(seed: u64) {
     let mut model: BTreeMap<u64, (Vec<&'static str>, String)> = BTreeMap::new();
     let mut clients: Vec<Client> = vec![Client::default()];
     let mut last_cp = 0;
+    let mut compacted = 0;
     for commit in 0..60u64 {
         let lsn = 100 + commit;
         let (_, cp) = store
@@ -142,6 +149,27 @@ fn run(seed: u64) {
                 Ok(())
             })
             .unwrap();
+        // Now and then, CLEAR-compact every bucket (clients stay wherever they are).
+        if rng.below(4) == 0 {
+            let ids: Vec<u32> = store
+                .read(|v| {
+                    Ok(BUCKETS
+                        .iter()
+                        .filter_map(|b| v.bucket(b).ok().flatten().map(|s| s.id))
+                        .collect())
+                })
+                .unwrap();
+            let (removed, _) = store
+                .write(lsn, |w| {
+                    let mut removed = 0;
+                    for id in &ids {
+                        removed += w.compact_bucket(*id)?;
+                    }
+                    Ok(removed)
+                })
+                .unwrap();
+            compacted += removed;
+        }
         assert!(cp.op_id >= last_cp, "checkpoints never go back");
         assert_eq!(cp.lsn, lsn);
         last_cp = cp.op_id;
@@ -171,6 +199,7 @@ fn run(seed: u64) {
             fresh.sync(&store, &truth);
         }
     }
+    assert!(compacted > 0, "compaction never ran on seed {seed}");
     drop(store);
     // Reopened, the store serves the same state.
     let store = Store::open(&dir.path().join("store")).unwrap();

@@ -273,6 +273,25 @@ async fn every_change_reaches_the_buckets() {
     streaming.sync_point(p).await;
     assert_matches_primary(&rig, &store, "a key update and a bulk transaction").await;
 
+    // Full-table update rounds: superseded history is CLEAR-compacted, storage stays flat.
+    for _ in 0..3 {
+        p.sql("UPDATE todos SET title = title || '!'");
+    }
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "full-table update rounds").await;
+    let (count, live) = store
+        .read(|v| {
+            let state = v.bucket("1#by_list[\"l1\"]")?.unwrap();
+            let cp = v.checkpoint()?.op_id;
+            let ops = v.ops(state.id, 0, cp, usize::MAX)?.ops;
+            assert_eq!(ops.len() as u64, state.count);
+            let live = ops.iter().filter(|o| o.kind == OpKind::Put).count() as u64;
+            assert_eq!(ops[0].kind, OpKind::Clear);
+            Ok((state.count, live))
+        })
+        .unwrap();
+    assert_eq!(count, live + 1, "one CLEAR, then the live rows");
+
     // A TOASTed value left unchanged by an update; then changed.
     p.sql("INSERT INTO docs SELECT 2, 'big', string_agg(md5(g::text), '') FROM generate_series(1, 400) g");
     p.sql("UPDATE docs SET title = 'big, renamed' WHERE id = 2");

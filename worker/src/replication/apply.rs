@@ -8,6 +8,7 @@
 //! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
 //! slices, so memory stays bounded.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -23,6 +24,8 @@ use crate::store::{encode_values, identity_key, Checkpoint, LookupPut, RowPut, S
 
 /// Source transactions share one store commit while this few rows were applied in it.
 const GROUP_ROWS: u64 = 4096;
+/// A bucket is CLEAR-compacted once this many of its ops became superseded or REMOVEs.
+const COMPACT_AFTER_OPS: u64 = 1024;
 
 /// A decoded source change, addressed to a table by its index in the applier's list.
 #[derive(Debug)]
@@ -132,6 +135,8 @@ pub(super) struct Applier {
     pub published: watch::Sender<Checkpoint>,
     pub feedback: Arc<SharedLsnFeedback>,
     pub progress: Arc<StreamProgress>,
+    /// Per bucket id: compactable ops not compacted yet.
+    pub debt: HashMap<u32, u64>,
 }
 
 impl Applier {
@@ -173,6 +178,7 @@ impl Applier {
         input: &mut mpsc::Receiver<Change>,
     ) -> Result<Option<Change>, ReplicationError> {
         let durable_lsn = self.durable.lsn;
+        let mut debt = std::mem::take(&mut self.debt);
         let this = &*self;
         let ((held, transactions, changes), checkpoint) =
             self.store.write_with(durable_lsn, |w| {
@@ -197,14 +203,20 @@ impl Applier {
                         }
                     }
                     transactions += 1;
-                    match input.try_recv() {
+                    let held = match input.try_recv() {
                         Ok(Change::Begin { commit_lsn })
-                            if changes < GROUP_ROWS && commit_lsn >= durable_lsn => {}
-                        Ok(other) => return Ok((Some(other), transactions, changes)),
-                        Err(_) => return Ok((None, transactions, changes)),
-                    }
+                            if changes < GROUP_ROWS && commit_lsn >= durable_lsn =>
+                        {
+                            continue
+                        }
+                        Ok(other) => Some(other),
+                        Err(_) => None,
+                    };
+                    compact(w, &mut debt)?;
+                    return Ok((held, transactions, changes));
                 }
             })?;
+        self.debt = debt;
         use std::sync::atomic::Ordering::Relaxed;
         self.progress.transactions.fetch_add(transactions, Relaxed);
         self.progress.changes.fetch_add(changes, Relaxed);
@@ -403,6 +415,24 @@ fn identity_of(table: &StreamTable, values: &[Presence]) -> Vec<u8> {
             .iter()
             .map(|&i| values.get(i).and_then(Presence::as_deref)),
     )
+}
+
+/// Adds this transaction's superseded ops to the debt and CLEAR-compacts the buckets
+/// that owe enough, in the same commit (storage stays bounded under update churn).
+fn compact(w: &mut WriteTxn<'_, '_>, debt: &mut HashMap<u32, u64>) -> Result<(), ReplicationError> {
+    for (bucket, ops) in w.take_compactable() {
+        *debt.entry(bucket).or_default() += ops;
+    }
+    let due: Vec<u32> = debt
+        .iter()
+        .filter(|(_, &ops)| ops >= COMPACT_AFTER_OPS)
+        .map(|(&bucket, _)| bucket)
+        .collect();
+    for bucket in due {
+        w.compact_bucket(bucket)?;
+        debt.remove(&bucket);
+    }
+    Ok(())
 }
 
 /// Drops the changes of a transaction that is already in the store.

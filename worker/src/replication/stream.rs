@@ -80,6 +80,7 @@ pub async fn follow_slot(
         published: context.published.clone(),
         feedback: stream.shared_lsn_feedback.clone(),
         progress: context.progress.clone(),
+        debt: HashMap::new(),
     };
     let applying = std::thread::Builder::new()
         .name("psm-stream-apply".into())

@@ -136,7 +136,12 @@ pub struct WriteTxn<'t, 'db> {
     pending_ops: usize,
     /// The LSN to commit with, when the changes decided it ([`Self::set_lsn`]).
     lsn: Option<u64>,
+    /// Per bucket id: ops this transaction made compactable (superseded PUTs, REMOVEs).
+    compactable: HashMap<u32, u64>,
 }
+
+/// Ops folded into one CLEAR per compaction step (bounds the memory of one step).
+const CLEAR_BATCH: usize = 100_000;
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
 const PENDING_OPS_LIMIT: usize = 65_536;
@@ -173,6 +178,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             pending: HashMap::new(),
             pending_ops: 0,
             lsn: None,
+            compactable: HashMap::new(),
         })
     }
 
@@ -287,6 +293,80 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
                 }
             }
         }
+    }
+
+    /// Per bucket id, the ops this transaction made compactable so far (and resets the
+    /// tally): the writer's caller decides when a bucket is worth compacting.
+    pub fn take_compactable(&mut self) -> HashMap<u32, u64> {
+        std::mem::take(&mut self.compactable)
+    }
+
+    /// CLEAR compaction (spec §4.5): the longest prefix of a bucket's ops made only of
+    /// REMOVE, MOVE and CLEAR ops becomes one CLEAR with the largest op id, the sum of
+    /// their checksums and the largest target. Checksums are unchanged; the count drops.
+    /// A client behind the prefix receives the CLEAR, drops the bucket's rows and gets
+    /// the live ones from the PUTs after it. Returns the number of ops removed.
+    pub fn compact_bucket(&mut self, bucket_id: u32) -> Result<u64, StoreError> {
+        self.write_pending()?;
+        let key = bucket_id.to_ne_bytes();
+        let mut prefix = Vec::new();
+        {
+            let mut cursor = self
+                .txn
+                .cursor(&self.tables.ops)
+                .map_err(self.mdbx("open a cursor"))?;
+            let mut next: Option<Vec<u8>> = cursor
+                .set::<Vec<u8>>(&key)
+                .map_err(self.mdbx("find a bucket's ops"))?;
+            while let Some(bytes) = next {
+                let op =
+                    StoredOp::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                if op.kind == OpKind::Put || prefix.len() == CLEAR_BATCH {
+                    break;
+                }
+                prefix.push(op);
+                next = cursor
+                    .next_dup::<(), Vec<u8>>()
+                    .map_err(self.mdbx("read ops"))?
+                    .map(|(_, v)| v);
+            }
+        }
+        if prefix.len() < 2 {
+            return Ok(0);
+        }
+        let mut clear = StoredOp {
+            op_id: 0,
+            kind: OpKind::Clear,
+            output: 0,
+            checksum: 0,
+            reference: 0,
+        };
+        for op in &prefix {
+            clear.op_id = clear.op_id.max(op.op_id);
+            clear.checksum = clear.checksum.wrapping_add(op.checksum);
+            let target = match op.kind {
+                OpKind::Remove => op.op_id,
+                _ => op.reference,
+            };
+            clear.reference = clear.reference.max(target);
+            self.txn
+                .del(&self.tables.ops, key, Some(&op.encode()))
+                .map_err(self.mdbx("compact ops"))?;
+            if op.kind == OpKind::Remove {
+                self.txn
+                    .del(&self.tables.tombstones, op.op_id.to_ne_bytes(), None)
+                    .map_err(self.mdbx("remove a tombstone"))?;
+            }
+        }
+        self.txn
+            .put(&self.tables.ops, key, clear.encode(), WriteFlags::UPSERT)
+            .map_err(self.mdbx("write a CLEAR"))?;
+        let name = self.bucket_name(bucket_id)?;
+        let mut state = self.bucket(&name)?;
+        let removed = prefix.len() as u64 - 1;
+        state.count = state.count.saturating_sub(removed);
+        self.dirty.insert(name, state);
+        Ok(removed)
     }
 
     /// Commit with checkpoint LSN `lsn` instead of the one the write was started with
@@ -687,6 +767,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
 
     /// Turns op `op_id` of a bucket into a MOVE that points at `target`.
     fn supersede(&mut self, bucket_id: u32, op_id: u64, target: u64) -> Result<(), StoreError> {
+        *self.compactable.entry(bucket_id).or_default() += 1;
         if let Some(ops) = self.pending.get_mut(&bucket_id) {
             if let Ok(i) = ops.binary_search_by_key(&op_id, |op| op.op_id) {
                 if let Some(op) = ops.get_mut(i) {
@@ -747,6 +828,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         let bucket = self.bucket(&name)?;
         let checksum = remove_checksum(&tombstone.subkey);
         let op_id = self.append(&name, bucket, OpKind::Remove, 0, checksum, row_id)?;
+        *self.compactable.entry(membership.bucket_id).or_default() += 1;
         self.txn
             .put(
                 &self.tables.tombstones,
