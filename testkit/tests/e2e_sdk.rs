@@ -428,7 +428,56 @@ fn sync_end_to_end(rules: Rules) {
     );
 
     step("reconnect caught up");
-    // 5. TRUNCATE empties the buckets; rows inserted after it arrive.
+    // 5. Churn past the compaction threshold (1,024 compactable ops in a bucket): every
+    // row updated four times and a project's rows deleted, while connected; then more of
+    // it while disconnected, so the reconnect resumes from positions inside the compacted
+    // history; then a fresh client downloads the compacted buckets.
+    for round in 1..=4 {
+        rig.primary.sql(&format!(
+            "UPDATE tasks SET story_points = story_points + 1, \
+             updated_at = '2026-06-0{round}T00:00:00Z'"
+        ));
+    }
+    rig.primary
+        .sql("DELETE FROM tasks WHERE project_id = 'project-org-001-0012'");
+    wait_equal(&mut client, &rig, "churn while connected");
+    step("churn while connected arrived");
+    client.send(&json!({"cmd": "disconnect"}));
+    for round in 5..=8 {
+        rig.primary.sql(&format!(
+            "UPDATE tasks SET priority = priority % 5 + 1, \
+             updated_at = '2026-06-0{round}T00:00:00Z'"
+        ));
+    }
+    rig.primary
+        .sql("DELETE FROM tasks WHERE project_id = 'project-org-001-0011'");
+    rig.wait_replicated();
+    client.send(&json!({"cmd": "reconnect"}));
+    wait_equal(&mut client, &rig, "churn while disconnected");
+    step("churn while disconnected arrived");
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = SdkClient::new(
+        &format!("http://127.0.0.1:{}", rig.http_port),
+        SECRET,
+        USER,
+        fresh_dir.path(),
+        &rig.primary.uri("postgres"),
+    )
+    .unwrap()
+    .run("initial");
+    assert_rows(
+        "a fresh client after compaction",
+        &fresh["tables"]["tasks"],
+        &rig.expected_tasks(),
+    );
+    assert_no_warnings(&fresh, "a fresh client after compaction");
+    step(&format!(
+        "fresh client after churn synced: {} rows, {} ops downloaded",
+        fresh["tables"]["tasks"].as_array().unwrap().len(),
+        fresh["max_progress_total"]
+    ));
+
+    // 6. TRUNCATE empties the buckets; rows inserted after it arrive.
     rig.primary.sql(
         "TRUNCATE tasks;
          INSERT INTO tasks VALUES ('task-e2e-after-truncate', 'org-001', 'project-org-001-0001', \
