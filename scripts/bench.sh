@@ -5,6 +5,12 @@
 #
 #   scripts/bench.sh [profile]        profile: 100k (default), 250k, 1m, 2m, 5m
 #   PSM_BENCH_BUILD=skip              use the installed extension as it is
+#   PSM_BENCH_COMMITS=200             single-row commits timed from COMMIT to the client
+#   PSM_BENCH_ROUNDS=10               full-table update rounds (0: no churn phase)
+#
+# Readiness is the fixture's probe (fixture/README.md): process start on empty storage
+# until a /sync/stream response for the probe user reaches checkpoint_complete with
+# checksums that add up and exactly the project's rows (checked against the primary).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/env.sh
@@ -43,6 +49,7 @@ cleanup() {
 trap cleanup EXIT
 
 p_port="$(free_port)"; r_port="$(free_port)"; http_port="$(free_port)"
+secret="bench-secret-$(date +%s%N)"
 for name in primary replica; do
   run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/$name" >/dev/null
 done
@@ -86,6 +93,11 @@ replication:
       uri: postgresql://postgres@127.0.0.1:$p_port/postgres?sslmode=disable
 sync_config:
   path: $root/fixture/sync-config.yaml
+client_auth:
+  audience: [powersync-user-value-benchmark]
+  jwks:
+    keys:
+      - {kty: oct, alg: HS256, kid: bench, k: $(python3 -c "import base64,sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).rstrip(b'=').decode())" "$secret")}
 port: $http_port
 YAML
 chmod 644 "$work/config.yaml"
@@ -100,6 +112,8 @@ psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U
 
 log "starting the sync replica on empty storage"
 t_start="$(now)"
+python3 "$root/scripts/bench_stream.py" probe "$http_port" "$secret" > "$work/probe.json" &
+probe_pid=$!
 run_pg "$bin/pg_ctl" -w -D "$work/replica" -l "$work/replica.log" start >/dev/null
 psql_r -c "CREATE EXTENSION powersync_mdbx" >/dev/null
 worker=""
@@ -120,26 +134,48 @@ while :; do
     [ "${rss:-0}" -gt "$peak_rss" ] && peak_rss="$rss"
   fi
   case "$phase" in
-    ready) break ;;
+    ready|streaming) kill -0 "$probe_pid" 2>/dev/null || break ;;
     failed|config_error) log "worker failed: $st"; tail -20 "$work/replica.log" >&2; exit 1 ;;
   esac
   sleep 0.05
 done
-t_ready="$(now)"
+wait "$probe_pid"
 if [ -n "${perf_pid:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
 ticks="$(getconf CLK_TCK)"
 cpu="$(awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat")"
 status="$(psql_r -c "SELECT powersync_mdbx.status()")"
+# Gate: the probe holds exactly project 1's rows, as the primary has them.
+psql_p -c "SELECT json_agg(id ORDER BY id) FROM tasks WHERE project_id = 'project-org-001-0001'" > "$work/probe_expected.json"
+python3 - "$work/probe.json" "$work/probe_expected.json" <<'PY'
+import json, sys
+got = json.load(open(sys.argv[1]))["row_ids"]
+want = json.load(open(sys.argv[2]))
+if sorted(got) != sorted(want):
+    sys.exit(f"readiness probe rows differ from the primary: {len(got)} vs {len(want)}")
+PY
+
+commits="${PSM_BENCH_COMMITS:-200}"
+rounds="${PSM_BENCH_ROUNDS:-10}"
+churn='{}'
+if [ "$rounds" -gt 0 ] || [ "$commits" -gt 0 ]; then
+  log "streaming: $commits timed commits, $rounds full-table update rounds"
+  churn="$(python3 "$root/scripts/bench_stream.py" churn "$http_port" "$secret" \
+    "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres -- "$commits" "$rounds")"
+fi
+status_after="$(psql_r -c "SELECT powersync_mdbx.status()")"
 store_dir="$work/replica.powersync_mdbx"
 mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
 mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
 
-python3 - "$status" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
+probe = json.load(open(sys.argv[2]))
+churn = json.loads(sys.argv[3])
+after = json.loads(sys.argv[4])
 rep = status.get("replication") or {}
 rows = $tasks + $access
-ready = $t_ready - $t_start
+ready = probe["ready_at"] - $t_start
 out = {
   "profile": "$profile",
   "rows": rows,
@@ -147,8 +183,9 @@ out = {
   "floor_text_seconds": round($floor_text, 3),
   "floor_binary_seconds": round($floor_binary, 3),
   "snapshot_seconds": round(rep.get("snapshot_seconds", 0), 3),
-  "start_to_ready_seconds": round(ready, 3),
-  "ready_over_floor": round(ready / $floor_text, 2),
+  "readiness_seconds": round(ready, 3),
+  "readiness_over_floor": round(ready / $floor_text, 2),
+  "probe_rows": probe["rows"],
   "worker_cpu_seconds": round($cpu, 3),
   "worker_cpu_us_per_row": round($cpu * 1e6 / rows, 2),
   "peak_anon_rss_bytes": $peak_anon * 1024,
@@ -158,6 +195,10 @@ out = {
   "mdbx_allocated_bytes": $mdbx_alloc,
   "source_relation_bytes": $source_bytes,
   "mdbx_used_over_source": round(status["store"]["used_bytes"] / $source_bytes, 3),
+  **churn,
+  **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}
+     if churn.get("rounds") else {}),
+  "mdbx_used_bytes_after_churn": after["store"]["used_bytes"],
 }
 print(json.dumps(out))
 PY

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Client side of scripts/bench.sh: the readiness probe and the streaming measurements.
+
+  bench_stream.py probe   PORT SECRET               -> JSON: when the probe request first
+                                                       reached checkpoint_complete, its rows
+  bench_stream.py churn   PORT SECRET PSQL... --     -> JSON: commit-to-checkpoint latency
+                                                       (median, p99) and full-table rounds
+
+Only the standard library: tokens are HS256 JWTs signed here, the stream is read with
+http.client, commits go through one long-lived psql process.
+"""
+import base64
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+
+AUDIENCE = "powersync-user-value-benchmark"
+PROBE_USER = "user-benchmark-readiness-probe"
+PROBE_BUCKET = '1#tasks_by_auth_project|0["project-org-001-0001"]'
+PROBE_BODY = {
+    "buckets": [],
+    "include_checksum": True,
+    "raw_data": True,
+    "streams": {
+        "include_defaults": False,
+        "subscriptions": [
+            {"stream": "tasks_by_auth_project", "parameters": {}, "override_priority": None}
+        ],
+    },
+}
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def token(secret: str, sub: str, lifetime: int = 3600) -> str:
+    now = int(time.time())
+    header = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "bench"}).encode())
+    payload = b64(json.dumps({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + lifetime}).encode())
+    signing = f"{header}.{payload}".encode()
+    sig = b64(hmac.new(secret.encode(), signing, hashlib.sha256).digest())
+    return f"{header}.{payload}.{sig}"
+
+
+class Stream:
+    """One open /sync/stream response, read line by line (NDJSON)."""
+
+    def __init__(self, port: int, tok: str, body: dict):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        self.conn.request(
+            "POST",
+            "/sync/stream",
+            body=json.dumps(body),
+            headers={
+                "Authorization": f"Token {tok}",
+                "Content-Type": "application/json",
+                "Accept": "application/x-ndjson",
+            },
+        )
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.announced = {}
+        self.sums = {}
+        self.rows = {}
+
+    def line(self):
+        raw = self.resp.readline()
+        if not raw:
+            raise EOFError("the stream ended")
+        return json.loads(raw)
+
+    def until_complete(self):
+        """Reads to the next checkpoint_complete; checks every announced checksum."""
+        while True:
+            line = self.line()
+            if "checkpoint" in line:
+                cp = line["checkpoint"]
+                self.announced = {b["bucket"]: b["checksum"] & 0xFFFFFFFF for b in cp["buckets"]}
+            elif "checkpoint_diff" in line:
+                d = line["checkpoint_diff"]
+                for b in d["updated_buckets"]:
+                    self.announced[b["bucket"]] = b["checksum"] & 0xFFFFFFFF
+                for name in d["removed_buckets"]:
+                    self.announced.pop(name, None)
+            elif "data" in line:
+                d = line["data"]
+                bucket = d["bucket"]
+                rows = self.rows.setdefault(bucket, {})
+                for op in d["data"]:
+                    checksum = op["checksum"] & 0xFFFFFFFF
+                    if op["op"] == "CLEAR":
+                        rows.clear()
+                        self.sums[bucket] = checksum
+                        continue
+                    self.sums[bucket] = (self.sums.get(bucket, 0) + checksum) & 0xFFFFFFFF
+                    if op["op"] == "PUT":
+                        rows[op["object_id"]] = op["data"]
+                    elif op["op"] == "REMOVE":
+                        rows.pop(op["object_id"], None)
+            elif "checkpoint_complete" in line:
+                for bucket, checksum in self.announced.items():
+                    got = self.sums.get(bucket, 0)
+                    if got != checksum:
+                        raise AssertionError(f"checksum mismatch in {bucket}: {got} != {checksum}")
+                return line
+
+
+def probe(port: int, secret: str) -> None:
+    tok = token(secret, PROBE_USER)
+    while True:
+        try:
+            stream = Stream(port, tok, PROBE_BODY)
+        except OSError:
+            time.sleep(0.02)
+            continue
+        if stream.status == 200:
+            break
+        stream.conn.close()
+        time.sleep(0.02)
+    stream.until_complete()
+    done = time.time()
+    rows = stream.rows.get(PROBE_BUCKET, {})
+    print(json.dumps({"ready_at": done, "rows": len(rows), "row_ids": sorted(rows)}))
+
+
+class Psql:
+    """One psql session fed through stdin; `run` returns when the statements are done."""
+
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(
+            argv + ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.n = 0
+
+    def run(self, sql: str) -> list:
+        """Runs `sql`; returns the lines it printed."""
+        self.n += 1
+        marker = f"done-{self.n}"
+        self.proc.stdin.write(f"{sql};\nSELECT '{marker}';\n")
+        self.proc.stdin.flush()
+        printed = []
+        while True:
+            out = self.proc.stdout.readline()
+            if not out:
+                raise EOFError("psql ended")
+            if out.strip() == marker:
+                return printed
+            printed.append(out.strip())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
+    stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
+    stream.until_complete()
+    db = Psql(psql_argv)
+    # Latency: one single-row update per commit, from COMMIT's return to the client
+    # holding the checkpoint that contains it (checkpoint_complete of its diff).
+    latencies = []
+    for i in range(commits):
+        db.run(
+            "UPDATE tasks SET priority = priority + 1 "
+            f"WHERE id = 'task-sentinel-update-0001' /* {i} */"
+        )
+        t0 = time.time()
+        stream.until_complete()
+        latencies.append(time.time() - t0)
+    latencies.sort()
+    # Sustained: full-table update rounds, each one transaction; time until the client
+    # holds the last one's checkpoint: the probe bucket's sentinel row shows the value the
+    # primary has after the last round (a transaction is applied whole, so every row of
+    # that round is in the same checkpoint).
+    t0 = time.time()
+    for _ in range(rounds):
+        db.run("UPDATE tasks SET story_points = story_points + 1")
+    final = int(db.run("SELECT story_points FROM tasks WHERE id = 'task-sentinel-update-0001'")[0])
+    sentinel = "task-sentinel-update-0001"
+    while True:
+        data = stream.rows.get(PROBE_BUCKET, {}).get(sentinel)
+        if data is not None and json.loads(data)["story_points"] == final:
+            break
+        stream.until_complete()
+    seconds = time.time() - t0
+    db.close()
+
+    def pct(p):
+        return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2)
+
+    print(
+        json.dumps(
+            {
+                "commits": commits,
+                "commit_to_client_ms_median": pct(0.5),
+                "commit_to_client_ms_p99": pct(0.99),
+                "commit_to_client_ms_max": round(latencies[-1] * 1000, 2),
+                "rounds": rounds,
+                "rounds_seconds": round(seconds, 3),
+            }
+        )
+    )
+
+
+def main() -> None:
+    mode, port, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if mode == "probe":
+        probe(port, secret)
+    elif mode == "churn":
+        rest = sys.argv[4:]
+        split = rest.index("--")
+        psql_argv = rest[:split]
+        commits, rounds = int(rest[split + 1]), int(rest[split + 2])
+        churn(port, secret, psql_argv, commits, rounds)
+    else:
+        sys.exit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
