@@ -70,9 +70,9 @@ fn spec_global_bucket_put() {
     assert_eq!(out.buckets.len(), 1);
     let b = &out.buckets[0];
     assert_eq!(b.bucket, "1#global[]");
-    assert_eq!(b.object_type, "test");
-    assert_eq!(b.object_id, "t1");
-    assert_eq!(b.data, r#"{"id":"t1","description":"Test 1"}"#);
+    assert_eq!(&*b.object_type, "test");
+    assert_eq!(&*b.object_id, "t1");
+    assert_eq!(&*b.data, r#"{"id":"t1","description":"Test 1"}"#);
     assert_eq!(b.checksum, 920318466);
 }
 
@@ -117,7 +117,7 @@ fn spec_worked_example_b() {
         r#"by_list["c1d2e3f4-0000-4000-8000-000000000001"]"#
     );
     assert_eq!(
-        b.data,
+        &*b.data,
         r#"{"id":"0a6b5a3e-6a43-4f3c-9f0e-3a5b0c1d2e3f","list_id":"c1d2e3f4-0000-4000-8000-000000000001","description":"Buy milk","completed":0,"created_at":"2024-05-01 10:00:00Z"}"#
     );
     assert_eq!(b.checksum, 3046294055);
@@ -245,9 +245,9 @@ fn streams_reproduce_captured_puts() {
                 .iter()
                 .find(|b| b.bucket == bucket)
                 .unwrap_or_else(|| panic!("{id} not in {bucket}: {:?}", out.buckets));
-            assert_eq!(m.object_type, op["object_type"].as_str().unwrap());
-            assert_eq!(m.object_id, id);
-            assert_eq!(m.data, want_data, "{id}");
+            assert_eq!(&*m.object_type, op["object_type"].as_str().unwrap());
+            assert_eq!(&*m.object_id, id);
+            assert_eq!(&*m.data, want_data, "{id}");
             assert_eq!(m.checksum, want, "{id}");
             checked += 1;
         }
@@ -380,7 +380,7 @@ fn legacy_fixture_edition1() {
         r#""title":"Task 1.1","status":"todo","priority":1,"assignee_id":"user-org-001-0001","story_points":1,"#,
         r#""updated_at":"2026-01-01 00:00:00Z","summary":"57325864169bad4e7c06a9218bc8a62657325864169bad4e7c06a9218bc8a62657325864169bad4e7c06a9218bc8a626"}"#
     );
-    assert_eq!(out.buckets[0].data, want);
+    assert_eq!(&*out.buckets[0].data, want);
     assert_eq!(
         out.buckets[0].checksum,
         put_checksum("tasks", "task-org-001-0001-0001", want)
@@ -487,7 +487,7 @@ fn spec_section_7_examples() {
     let got: Vec<_> = out
         .buckets
         .iter()
-        .map(|b| (b.bucket.as_str(), b.object_type.as_str()))
+        .map(|b| (b.bucket.as_str(), &*b.object_type))
         .collect();
     assert_eq!(
         got,

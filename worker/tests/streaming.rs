@@ -174,9 +174,10 @@ async fn expected(rig: &Rig) -> Contents {
             }
             let columns = source.source_columns();
             for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
-                out.entry(b.bucket)
-                    .or_default()
-                    .insert((b.object_type, b.object_id), b.data);
+                out.entry(b.bucket).or_default().insert(
+                    (b.object_type.to_string(), b.object_id.to_string()),
+                    b.data.to_string(),
+                );
             }
         }
     }

@@ -148,9 +148,10 @@ impl Db {
                 .evaluate(&row.view(&columns))
                 .unwrap();
             for b in eval.buckets {
-                out.entry(b.bucket)
-                    .or_default()
-                    .insert((b.object_type, b.object_id), b.data);
+                out.entry(b.bucket).or_default().insert(
+                    (b.object_type.to_string(), b.object_id.to_string()),
+                    b.data.to_string(),
+                );
             }
         }
         out

@@ -4,6 +4,7 @@
 //! straight into a `String` and hashes it once, whatever the number of buckets.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use super::bucket::bucket_name;
 use super::checksum::put_checksum;
@@ -40,13 +41,8 @@ impl TablePlan {
         let mut objects: Vec<Option<Object>> = Vec::with_capacity(self.data.len());
         for (i, d) in self.data.iter().enumerate() {
             let slots = slot_values(&d.slots, row, &values);
-            let twin = self
-                .twins
-                .get(i)
-                .copied()
-                .flatten()
-                .and_then(|j| objects.get(j).cloned().flatten());
-            let object = self.evaluate_data(d, row, &values, &slots, twin, &mut out.buckets);
+            let object =
+                self.evaluate_data(i, d, row, (&values, &slots), &objects, &mut out.buckets);
             objects.push(object);
         }
         let mut seen_keys = HashSet::new();
@@ -57,17 +53,25 @@ impl TablePlan {
         Ok(out)
     }
 
-    /// Adds the row's memberships from one data query; returns the object it built (for a
-    /// twin query to reuse), or `None` when the row is in none of its buckets.
+    /// Adds the row's memberships from data query `index` (`d`); returns the object it
+    /// built (for a twin query or an identical output of another query to reuse), or
+    /// `None` when the row is in none of its buckets. `built` holds the objects of the
+    /// queries before it.
     fn evaluate_data(
         &self,
+        index: usize,
         d: &DataEvaluator,
         row: &SourceRow<'_>,
-        values: &[Value<'_>],
-        slots: &[Value<'_>],
-        twin: Option<Object>,
+        (values, slots): (&[Value<'_>], &[Value<'_>]),
+        built: &[Option<Object>],
         out: &mut Vec<BucketRow>,
     ) -> Option<Object> {
+        let twin = self
+            .twins
+            .get(index)
+            .copied()
+            .flatten()
+            .and_then(|j| built.get(j).cloned().flatten());
         let env = Env {
             row: slots,
             request: None,
@@ -78,7 +82,7 @@ impl TablePlan {
         }
         let object = match twin {
             Some(object) => object,
-            None => Self::build_object(d, row, values, env),
+            None => Self::build_object(d, row, values, env, built),
         };
         for t in tuples {
             let Some(bucket) = bucket_name(&d.prefix, &t) else {
@@ -108,6 +112,7 @@ impl TablePlan {
         row: &SourceRow<'_>,
         values: &[Value<'_>],
         env: Env<'_>,
+        built: &[Option<Object>],
     ) -> Object {
         let mut data = String::with_capacity(256);
         data.push('{');
@@ -145,26 +150,31 @@ impl TablePlan {
             .to_text()
             .map(|t| t.into_owned())
             .unwrap_or_default();
-        let object_type = d
-            .object_type
-            .clone()
-            .unwrap_or_else(|| row.table.to_string());
-        let checksum = put_checksum(&object_type, &object_id, &data);
+        let object_type: &str = d.object_type.as_deref().unwrap_or(row.table);
+        // Another data query of this row may have built the same object (same columns,
+        // different bucket parameters): share it and its checksum.
+        if let Some(same) = built.iter().flatten().find(|o| {
+            *o.data == *data && *o.object_id == *object_id && *o.object_type == *object_type
+        }) {
+            return same.clone();
+        }
+        let checksum = put_checksum(object_type, &object_id, &data);
         Object {
-            object_type,
-            object_id,
-            data,
+            object_type: Arc::from(object_type),
+            object_id: Arc::from(object_id),
+            data: Arc::from(data),
             checksum,
         }
     }
 }
 
-/// One output object of a row, shared by twin data queries.
+/// One output object of a row, shared by twin data queries and by every bucket that
+/// holds it (reference-counted: no copy per bucket).
 #[derive(Debug, Clone)]
 struct Object {
-    object_type: String,
-    object_id: String,
-    data: String,
+    object_type: Arc<str>,
+    object_id: Arc<str>,
+    data: Arc<str>,
     checksum: u32,
 }
 

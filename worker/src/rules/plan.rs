@@ -155,12 +155,12 @@ pub(crate) fn lookup_key(source: &str, query: &str, values: &[Value<'_>]) -> Opt
 pub struct BucketRow {
     /// The full bucket name (with version prefix).
     pub bucket: String,
-    /// Output table name (`object_type` on the wire).
-    pub object_type: String,
+    /// Output table name (`object_type` on the wire). Shared by the row's buckets.
+    pub object_type: std::sync::Arc<str>,
     /// Row id as text (`object_id` on the wire).
-    pub object_id: String,
-    /// The exact `data` JSON string.
-    pub data: String,
+    pub object_id: std::sync::Arc<str>,
+    /// The exact `data` JSON string (one allocation however many buckets hold the row).
+    pub data: std::sync::Arc<str>,
     /// PUT checksum of `(object_type, object_id, data)`.
     pub checksum: u32,
 }
