@@ -7,12 +7,14 @@
 // A test rig reports set-up failures by panicking the test that asked for them.
 #![allow(clippy::expect_used)]
 
+mod certs;
 mod cluster;
 mod http;
 mod install;
 mod ports;
 mod wait;
 
+pub use certs::{ServerCert, TestCa};
 pub use cluster::{Cluster, ClusterKind, TestDir};
 pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
