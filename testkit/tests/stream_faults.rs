@@ -46,13 +46,14 @@ const RULES: &str = "bucket_definitions:
 const TABLES: &[&str] = &["lists", "todos"];
 
 struct Rig {
-    dir: TestDir,
     install: PgInstall,
-    primary: Cluster,
     replica: Cluster,
+    primary: Cluster,
     connection: SourceConnection,
     rules: SyncRules,
     runtime: tokio::runtime::Runtime,
+    /// Last: fields drop in order, and a cluster stops by the pid in its data directory.
+    _dir: TestDir,
 }
 
 impl Rig {
@@ -81,7 +82,7 @@ impl Rig {
         replica.sql("CREATE EXTENSION powersync_mdbx");
         let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
         Self {
-            dir,
+            _dir: dir,
             install,
             primary,
             replica,
@@ -346,8 +347,6 @@ fn a_worker_killed_inside_a_large_transaction_applies_it_once_after_restart() {
         .sql("UPDATE lists SET owner_id = 'u3' WHERE id = 'l2'");
     rig.sync_point();
     rig.assert_store_matches_primary("more changes after the restart");
-
-    let _ = &rig.dir;
 }
 
 #[test]

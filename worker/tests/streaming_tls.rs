@@ -47,10 +47,11 @@ hostssl replication all 127.0.0.1/32 trust
 
 /// A PostgreSQL 15 primary with TLS on, its certificate issued by `ca` for `sans`.
 struct TlsRig {
-    dir: TestDir,
     primary: Cluster,
     ca: TestCa,
     rules: Arc<SyncRules>,
+    /// Last: fields drop in order, and a cluster stops by the pid in its data directory.
+    dir: TestDir,
 }
 
 impl TlsRig {
