@@ -5,6 +5,8 @@ use std::process::Command;
 
 /// Default location `scripts/setup.sh` unpacks PostgreSQL 16 to.
 const DEFAULT_PG16_BIN: &str = "/opt/powersync-mdbx/pg16/pgserver/pginstall/bin";
+/// Debian's PostgreSQL 15.
+const DEFAULT_PG15_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// Default unprivileged user for clusters when running as root.
 const DEFAULT_TEST_USER: &str = "powersync_test";
 
@@ -20,6 +22,15 @@ impl PgInstall {
     pub fn pg16() -> Self {
         let bin = std::env::var_os("PSM_PG16_BIN")
             .map_or_else(|| PathBuf::from(DEFAULT_PG16_BIN), PathBuf::from);
+        Self::at(bin)
+    }
+
+    /// Debian's PostgreSQL 15 (`PSM_PG15_BIN`, default `/usr/lib/postgresql/15/bin`): built
+    /// with OpenSSL, so it can be a primary with `ssl = on` (the PostgreSQL 16 in use has
+    /// no TLS).
+    pub fn pg15() -> Self {
+        let bin = std::env::var_os("PSM_PG15_BIN")
+            .map_or_else(|| PathBuf::from(DEFAULT_PG15_BIN), PathBuf::from);
         Self::at(bin)
     }
 

@@ -7,6 +7,7 @@
 // A test rig reports set-up failures by panicking the test that asked for them.
 #![allow(clippy::expect_used)]
 
+mod certs;
 mod cluster;
 mod http;
 mod install;
@@ -14,6 +15,7 @@ mod ports;
 mod sdk;
 mod wait;
 
+pub use certs::{ServerCert, TestCa};
 pub use cluster::{Cluster, ClusterKind, TestDir};
 pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
