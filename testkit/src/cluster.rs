@@ -67,6 +67,9 @@ pub struct Cluster {
     socket_dir: PathBuf,
     log: PathBuf,
     port: u16,
+    /// The postmaster's pid as of the last start: lets `drop` stop it even when the test
+    /// directory (with `postmaster.pid`) was removed first.
+    started_pid: std::cell::Cell<Option<i32>>,
 }
 
 impl Cluster {
@@ -143,6 +146,7 @@ impl Cluster {
             socket_dir,
             log,
             port,
+            started_pid: std::cell::Cell::new(None),
         };
         cluster.start();
         cluster
@@ -166,6 +170,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr),
             self.log_text()
         );
+        self.started_pid.set(self.postmaster_pid());
     }
 
     /// `pg_ctl stop -m fast`; returns how long it took.
@@ -269,7 +274,12 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let Some(pid) = self.postmaster_pid() else {
+        let started = self.started_pid.get().filter(|pid| {
+            // Only a live postgres process: the pid may have been reused.
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(8).any(|w| w == b"postgres"))
+        });
+        let Some(pid) = self.postmaster_pid().or(started) else {
             return;
         };
         // SAFETY: signalling a process id we read from our own cluster's postmaster.pid.

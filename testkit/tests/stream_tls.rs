@@ -115,9 +115,6 @@ fn the_worker_streams_from_a_tls_primary_with_verify_full() {
 }
 
 #[test]
-#[ignore = "bug: after a replication error that needs the operator the engine hangs in phase \
-            `stopping` (engine/run.rs awaits the HTTP server task, which ends only on the stop \
-            signal), so status never shows `failed` nor the error"]
 fn a_wrong_ca_waits_for_the_operator_and_a_reload_recovers() {
     let (pg15, pg16) = (PgInstall::pg15(), PgInstall::pg16());
     let dir = TestDir::new(&pg16);

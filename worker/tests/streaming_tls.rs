@@ -331,7 +331,6 @@ async fn a_certificate_for_another_host_is_refused_under_verify_full() {
 /// from an environment variable): `source/tls.rs` accepts it for the SQL connections, so
 /// the replication connection must accept it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: inline PEM cacert is passed to pg_walstream as sslrootcert, which it opens as a file path"]
 async fn an_inline_pem_cacert_works_for_both_connections() {
     let rig = TlsRig::new(&["DNS:localhost", "IP:127.0.0.1"]);
     let mut inline = rig.conn("127.0.0.1", "verify-full", None);

@@ -63,8 +63,12 @@ impl Engine {
                 let outcome = outcome.clone();
                 move || {
                     let result = run::run(config, status.clone(), stop_rx);
+                    // Errors for the operator are logged once by the host, with what it
+                    // waits for; the others end the worker, so this is their record.
                     if let Err(e) = &result {
-                        tracing::error!("{e}");
+                        if !e.needs_operator() {
+                            tracing::error!("{e}");
+                        }
                     }
                     *outcome.lock() = Some(result);
                 }

@@ -55,7 +55,29 @@ pub(super) fn run(
 async fn serve(
     config: EngineConfig,
     status: Arc<StatusCell>,
-    mut stop: watch::Receiver<bool>,
+    mut host_stop: watch::Receiver<bool>,
+) -> Result<(), EngineError> {
+    // `halt` stops the HTTP server, the sync streams and replication: on the host's stop
+    // signal, and when the engine ends on an error of its own.
+    let (halt, mut stop) = watch::channel(false);
+    let forward = {
+        let halt = halt.clone();
+        tokio::spawn(async move {
+            let _ = host_stop.wait_for(|s| *s).await;
+            halt.send_replace(true);
+        })
+    };
+    let result = run_engine(config, status, &mut stop, &halt).await;
+    halt.send_replace(true);
+    forward.abort();
+    result
+}
+
+async fn run_engine(
+    config: EngineConfig,
+    status: Arc<StatusCell>,
+    stop: &mut watch::Receiver<bool>,
+    halt: &watch::Sender<bool>,
 ) -> Result<(), EngineError> {
     status.update(|s| {
         s.phase = Phase::OpeningStorage;
@@ -199,6 +221,8 @@ async fn serve(
         replication.abort();
         let _ = replication.await;
     }
+    // Ends the server (and every stream) also when the engine failed.
+    halt.send_replace(true);
     let _ = server.await;
     // The bootstrap's threads hold the store; they are joined when its task is dropped.
     drop(store);

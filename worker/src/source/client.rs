@@ -77,7 +77,8 @@ fn connect_error(e: tokio_postgres::Error) -> SourceError {
 }
 
 /// A libpq URI for `pg_walstream`'s replication connection (`replication=database`).
-pub fn replication_uri(conn: &SourceConnection) -> String {
+/// An inline PEM `cacert` is written to a private file first (libpq wants a path).
+pub fn replication_uri(conn: &SourceConnection) -> Result<String, SourceError> {
     let enc = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
     let mut uri = format!("postgresql://{}", enc(&conn.username));
     if let Some(password) = &conn.password {
@@ -105,7 +106,7 @@ pub fn replication_uri(conn: &SourceConnection) -> String {
         params.push(("sslmode".into(), mode.into()));
     }
     if let Some(cacert) = &conn.cacert {
-        params.push(("sslrootcert".into(), cacert.clone()));
+        params.push(("sslrootcert".into(), super::tls::cacert_file(cacert)?));
     }
     params.push(("application_name".into(), APPLICATION_NAME.into()));
     let query: Vec<String> = params
@@ -114,7 +115,7 @@ pub fn replication_uri(conn: &SourceConnection) -> String {
         .collect();
     uri.push('?');
     uri.push_str(&query.join("&"));
-    uri
+    Ok(uri)
 }
 
 #[cfg(test)]
@@ -128,7 +129,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            replication_uri(&conn),
+            replication_uri(&conn).unwrap(),
             "postgresql://rep%40l:p%20w@db:5433/app?replication=database&sslmode=verify%2Dca\
              &sslrootcert=%2Fca%2Epem&application_name=powersync%5Fmdbx"
         );

@@ -90,7 +90,7 @@ pub async fn create_slot(
             snapshot: Some("export".into()),
             ..ReplicationSlotOptions::default()
         });
-    let mut stream = LogicalReplicationStream::new(&replication_uri(conn), config)
+    let mut stream = LogicalReplicationStream::new(&replication_uri(conn)?, config)
         .await
         .map_err(replication_error)?;
     stream
@@ -135,7 +135,7 @@ pub async fn start_stream(
             max_attempts: 1,
             ..RetryConfig::default()
         });
-    let mut stream = LogicalReplicationStream::new(&replication_uri(conn), config)
+    let mut stream = LogicalReplicationStream::new(&replication_uri(conn)?, config)
         .await
         .map_err(replication_error)?;
     stream

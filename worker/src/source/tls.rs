@@ -40,6 +40,45 @@ pub(super) fn client_config(conn: &SourceConnection) -> Result<Option<ClientConf
     Ok(Some(config))
 }
 
+/// A file holding `cacert` for libraries that want a path (`pg_walstream`'s
+/// `sslrootcert`): the path itself, or — for PEM text inline in the config — a private
+/// file (mode 0600) in the temporary directory named after the text's hash.
+pub(crate) fn cacert_file(cacert: &str) -> Result<String, SourceError> {
+    if !cacert.trim_start().starts_with("-----BEGIN") {
+        return Ok(cacert.to_owned());
+    }
+    use sha2::Digest;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let digest = sha2::Sha256::digest(cacert.as_bytes());
+    let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    let path = std::env::temp_dir().join(format!(
+        "powersync_mdbx-{}-ca-{name}.pem",
+        // SAFETY: getuid has no preconditions.
+        unsafe { libc::getuid() }
+    ));
+    if std::fs::read(&path).is_ok_and(|existing| existing == cacert.as_bytes()) {
+        return Ok(path.display().to_string());
+    }
+    let failed = |e: std::io::Error| {
+        SourceError::Tls(format!(
+            "cannot write the inline cacert to {}: {e}",
+            path.display()
+        ))
+    };
+    let partial = path.with_extension(format!("{}.tmp", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)
+        .map_err(failed)?;
+    file.write_all(cacert.as_bytes()).map_err(failed)?;
+    std::fs::rename(&partial, &path).map_err(failed)?;
+    Ok(path.display().to_string())
+}
+
 /// Roots from `cacert` (a PEM file path, or PEM text inline), else the public web roots.
 fn root_store(cacert: Option<&str>) -> Result<RootCertStore, SourceError> {
     let mut store = RootCertStore::empty();
