@@ -96,6 +96,9 @@ pub async fn follow_slot(
         })
     };
     let received = loop {
+        // Report what the applier made durable (throttled to the feedback interval) before
+        // waiting: without it the primary learns only at its next keepalive request.
+        stream.maybe_send_feedback().await;
         let event = match stream.next_event(&cancel).await {
             Ok(event) => event,
             Err(pg_walstream::ReplicationError::Cancelled(_)) => break Ok(()),
