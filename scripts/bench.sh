@@ -157,10 +157,20 @@ PY
 commits="${PSM_BENCH_COMMITS:-200}"
 rounds="${PSM_BENCH_ROUNDS:-10}"
 churn='{}'
+churn_anon=0
 if [ "$rounds" -gt 0 ] || [ "$commits" -gt 0 ]; then
   log "streaming: $commits timed commits, $rounds full-table update rounds"
+  # Peak anonymous RSS while streaming (each round is one transaction of every task row).
+  ( peak=0; while [ -r "/proc/$worker/status" ]; do
+      a="$(awk '/^RssAnon:/ {print $2}' "/proc/$worker/status" 2>/dev/null || echo 0)"
+      [ "${a:-0}" -gt "$peak" ] && { peak="$a"; echo "$peak" > "$work/churn_anon"; }
+      sleep 0.05
+    done ) &
+  sampler=$!
   churn="$(python3 "$root/scripts/bench_stream.py" churn "$http_port" "$secret" \
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres -- "$commits" "$rounds")"
+  kill "$sampler" 2>/dev/null || true
+  churn_anon="$(cat "$work/churn_anon" 2>/dev/null || echo 0)"
 fi
 status_after="$(psql_r -c "SELECT powersync_mdbx.status()")"
 store_dir="$work/replica.powersync_mdbx"
@@ -199,6 +209,7 @@ out = {
   **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}
      if churn.get("rounds") else {}),
   "mdbx_used_bytes_after_churn": after["store"]["used_bytes"],
+  "peak_anon_rss_bytes_streaming": $churn_anon * 1024,
 }
 print(json.dumps(out))
 PY
