@@ -148,6 +148,16 @@ struct Lines {
 }
 
 fn post(port: u16, token: Option<&str>, accept: &str, body: &str) -> (u16, Lines) {
+    post_with(port, token, accept, "", body)
+}
+
+fn post_with(
+    port: u16,
+    token: Option<&str>,
+    accept: &str,
+    extra_headers: &str,
+    body: &str,
+) -> (u16, Lines) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -158,7 +168,7 @@ fn post(port: u16, token: Option<&str>, accept: &str, body: &str) -> (u16, Lines
     write!(
         stream,
         "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Accept: {accept}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+         {extra_headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -481,6 +491,31 @@ fn bson_streams_and_bad_requests_get_their_errors() {
     );
     let (status, _) = post(rig.port, Some(&none), "application/x-ndjson", "{}");
     assert_eq!(status, 401);
+
+    // gzip and zstd when asked for: the first checkpoint decodes from the chunks sent so
+    // far (each chunk is flushed through the compressor).
+    for (coding, header) in [
+        ("gzip", "Accept-Encoding: gzip, deflate\r\n"),
+        ("zstd", "Accept-Encoding: zstd\r\n"),
+    ] {
+        let (status, mut lines) =
+            post_with(rig.port, Some(&good), "application/x-ndjson", header, "{}");
+        assert_eq!(status, 200);
+        let mut text = String::new();
+        while !text.contains("checkpoint_complete") {
+            assert!(lines.fill(), "{coding}: the stream ended");
+            let mut decoded = Vec::new();
+            let compressed = lines.pending.as_slice();
+            let _ = match coding {
+                "gzip" => flate2::read::GzDecoder::new(compressed).read_to_end(&mut decoded),
+                _ => zstd::stream::read::Decoder::new(compressed)
+                    .unwrap()
+                    .read_to_end(&mut decoded),
+            };
+            text = String::from_utf8_lossy(&decoded).into_owned();
+        }
+        assert!(text.starts_with("{\"checkpoint\":"), "{coding}: {text}");
+    }
 
     // An oversized body is refused before it is read whole.
     let huge = format!("{{\"app_metadata\": \"{}\"}}", "x".repeat(5 << 20));

@@ -12,6 +12,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{header, Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
+use super::compress::{Coding, Compressor};
 use super::error::ApiError;
 use super::service::SyncService;
 use super::Body;
@@ -53,6 +54,10 @@ async fn start(
         .authenticate(authorization, SystemTime::now())
         .await?;
     let encoding = negotiate(req.headers().get(header::ACCEPT));
+    let coding = Coding::negotiate(req.headers().get(header::ACCEPT_ENCODING));
+    let compressor = coding
+        .compressor()
+        .map_err(|e| ApiError::unavailable(format!("cannot start compression: {e}")))?;
     let permit = service
         .streams
         .clone()
@@ -81,6 +86,7 @@ async fn start(
             service,
             session: Some(session),
             encoding,
+            compressor,
             key,
             reported: None,
             tx,
@@ -103,6 +109,13 @@ async fn start(
         header::HeaderValue::from_static(encoding.content_type()),
     );
     headers.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
+    headers.insert(
+        header::VARY,
+        header::HeaderValue::from_static("accept, accept-encoding"),
+    );
+    if let Some(value) = coding.header() {
+        headers.insert(header::CONTENT_ENCODING, value);
+    }
     headers.insert(
         header::CACHE_CONTROL,
         header::HeaderValue::from_static("no-store"),
@@ -163,6 +176,8 @@ struct Stream {
     /// Taken out while a blocking read works on it.
     session: Option<SyncSession>,
     encoding: Encoding,
+    /// Response compression, flushed per chunk.
+    compressor: Compressor,
     key: String,
     /// The `write_checkpoint` of the last checkpoint-type line.
     reported: Option<u64>,
@@ -296,6 +311,10 @@ impl Stream {
     }
 
     async fn send(&mut self, bytes: Vec<u8>) -> Result<(), End> {
+        let bytes = self
+            .compressor
+            .chunk(bytes)
+            .map_err(|e| End::Failed(format!("compression: {e}")))?;
         self.tx
             .send(Bytes::from(bytes))
             .await

@@ -34,8 +34,6 @@ pub use writer::{LookupPut, RowPut, Stash, WriteTxn};
 const MAX_TABLES: u64 = 32;
 /// Address space reserved for the map; disk is only used as data grows.
 const MAX_MAP_BYTES: isize = 1 << 40;
-/// Dirty pages a write transaction keeps in memory before spilling.
-const MAX_DIRTY_PAGES: u64 = 8192;
 /// File growth step.
 const GROWTH_STEP: isize = 64 << 20;
 
@@ -96,10 +94,6 @@ impl Store {
         let fresh = dir::prepare(dir)?;
         let options = DatabaseOptions {
             max_tables: Some(MAX_TABLES),
-            // A write transaction spills dirty pages to the file beyond this many (32 MiB
-            // of 4 KiB pages), so a source transaction of millions of rows stays within a
-            // bounded memory.
-            txn_dp_limit: Some(MAX_DIRTY_PAGES),
             mode: Mode::ReadWrite(ReadWriteOptions {
                 // Commits do not fsync by themselves; `write` syncs explicitly before it
                 // returns, `write_unsynced` leaves that to the next durable write.
