@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use libmdbx::{Database, NoWriteMap, TableFlags, WriteFlags};
+use libmdbx::{Database, TableFlags, WriteFlags, WriteMap};
 
 use super::tables::{META as META_TABLE, TABLES};
 use super::StoreError;
@@ -28,7 +28,7 @@ pub struct StoreIdentity {
 /// Reads the identity, or writes a new one into an empty environment.
 /// Returns the identity and whether it was just created.
 pub(super) fn load_or_init(
-    db: &Database<NoWriteMap>,
+    db: &Database<WriteMap>,
     dir: &Path,
     fresh: bool,
 ) -> Result<(StoreIdentity, bool), StoreError> {

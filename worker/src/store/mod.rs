@@ -19,7 +19,7 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, ReadWriteOptions, SyncMode};
+use libmdbx::{Database, DatabaseOptions, Mode, ReadWriteOptions, SyncMode, WriteMap};
 
 pub use dir::{remove_store_files, STORE_FILES};
 pub use error::StoreError;
@@ -49,7 +49,7 @@ pub fn quiet_library_logging() {
 
 /// An open store. Dropping it closes the environment.
 pub struct Store {
-    db: Database<NoWriteMap>,
+    db: Database<WriteMap>,
     dir: PathBuf,
     identity: StoreIdentity,
     created: bool,
@@ -105,7 +105,7 @@ impl Store {
             permissions: Some(0o600),
             ..Default::default()
         };
-        let db = Database::<NoWriteMap>::open_with_options(dir, options)
+        let db = Database::<WriteMap>::open_with_options(dir, options)
             .map_err(|e| StoreError::mdbx(dir, "open the environment", e))?;
         let (identity, created) = meta::load_or_init(&db, dir, fresh)?;
         if created {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use libmdbx::{NoWriteMap, Transaction, RO};
+use libmdbx::{Transaction, WriteMap, RO};
 
 use super::compress::RecordCodec;
 use super::op::{BucketState, OpKind, StoredOp};
@@ -52,7 +52,7 @@ pub struct OpsPage {
 
 /// An open read. Build it with [`super::Store::read`].
 pub struct ReadTxn<'t, 'db> {
-    pub(super) txn: &'t Transaction<'db, RO, NoWriteMap>,
+    pub(super) txn: &'t Transaction<'db, RO, WriteMap>,
     pub(super) tables: &'t Tables<'t>,
     pub(super) dir: &'t Path,
     codec: &'t RecordCodec,
@@ -60,7 +60,7 @@ pub struct ReadTxn<'t, 'db> {
 
 impl<'t, 'db> ReadTxn<'t, 'db> {
     pub(super) fn new(
-        txn: &'t Transaction<'db, RO, NoWriteMap>,
+        txn: &'t Transaction<'db, RO, WriteMap>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
         codec: &'t RecordCodec,

@@ -48,7 +48,7 @@ fn refuses_an_mdbx_environment_it_did_not_write() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     {
-        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
+        let db = libmdbx::Database::<libmdbx::WriteMap>::open(&dir).unwrap();
         let txn = db.begin_rw_txn().unwrap();
         let t = txn.create_table(None, Default::default()).unwrap();
         txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
@@ -68,7 +68,7 @@ fn refuses_another_format_and_shared_directories() {
     let dir = root.path().join("store");
     drop(Store::open(&dir).unwrap());
     {
-        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open_with_options(
+        let db = libmdbx::Database::<libmdbx::WriteMap>::open_with_options(
             &dir,
             libmdbx::DatabaseOptions {
                 max_tables: Some(4),

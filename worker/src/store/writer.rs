@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
+use libmdbx::{Transaction, WriteFlags, WriteMap, RW};
 
 use super::codec::fixed;
 use super::compress::{RecordCodec, TRAINING_SAMPLES};
@@ -34,7 +34,7 @@ const KEY_DICTIONARY: &[u8] = b"dictionary";
 
 /// The record codec stored in `db`: with its dictionary, or raw.
 pub(super) fn load_codec(
-    db: &libmdbx::Database<NoWriteMap>,
+    db: &libmdbx::Database<WriteMap>,
     dir: &Path,
 ) -> Result<RecordCodec, StoreError> {
     let txn = db
@@ -118,7 +118,7 @@ impl Counters {
 
 /// An open write. Build it with [`super::Store::write`].
 pub struct WriteTxn<'t, 'db> {
-    txn: &'t Transaction<'db, RW, NoWriteMap>,
+    txn: &'t Transaction<'db, RW, WriteMap>,
     tables: &'t Tables<'t>,
     dir: &'t Path,
     counters: Counters,
@@ -151,7 +151,7 @@ pub type Stash = Vec<(String, Vec<u8>)>;
 
 impl<'t, 'db> WriteTxn<'t, 'db> {
     pub(super) fn begin(
-        txn: &'t Transaction<'db, RW, NoWriteMap>,
+        txn: &'t Transaction<'db, RW, WriteMap>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
         codec: &'t RecordCodec,
