@@ -100,6 +100,9 @@ impl Store {
                 sync_mode: SyncMode::SafeNoSync,
                 max_size: Some(MAX_MAP_BYTES),
                 growth_step: Some(GROWTH_STEP),
+                // Give back space beyond the last used page (WRITEMAP grows the file
+                // ahead of the pages it writes).
+                shrink_threshold: Some(2 * GROWTH_STEP),
                 ..Default::default()
             }),
             permissions: Some(0o600),
