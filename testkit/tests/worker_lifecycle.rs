@@ -99,6 +99,16 @@ fn worker_serves_probes_and_reports_status() {
     assert_eq!(s["ready"], true);
     let replication = &s["replication"];
     assert_eq!(replication["slot"], "powersync_mdbx", "{s}");
+    // While streaming: the applied LSN and the WAL the primary retains for the slot.
+    let streaming = wait_until(WAIT, "streaming figures in status()", || {
+        let s = status(&replica);
+        let r = &s["replication"];
+        (r["applied_lsn"].is_string() && r["retained_wal_bytes"].as_u64() > Some(0)).then_some(s)
+    });
+    assert!(
+        streaming["replication"]["last_op_id"].as_u64() > Some(0),
+        "{streaming}"
+    );
     assert_eq!(
         (
             replication["rows"].as_u64(),

@@ -136,6 +136,8 @@ pub struct ReplicationStatus {
     pub transactions: u64,
     /// Row changes applied since streaming (re)started.
     pub changes: u64,
+    /// WAL the primary retains for the slot, bytes (checked every 10 s).
+    pub retained_wal_bytes: u64,
 }
 
 /// A [`Status`] shared between threads, with a version number so publishers copy it only

@@ -194,6 +194,7 @@ async fn run_engine(
                             r.last_op_id = checkpoint.op_id;
                             r.transactions = stream_progress.transactions.load(std::sync::atomic::Ordering::Relaxed);
                             r.changes = stream_progress.changes.load(std::sync::atomic::Ordering::Relaxed);
+                            r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(std::sync::atomic::Ordering::Relaxed);
                         }
                     }
                     if s.phase == Phase::Snapshotting {

@@ -70,6 +70,9 @@ pub struct StreamProgress {
     pub transactions: std::sync::atomic::AtomicU64,
     /// Row changes applied since the stream started.
     pub changes: std::sync::atomic::AtomicU64,
+    /// WAL the primary keeps for the slot (`pg_current_wal_lsn() - restart_lsn`), bytes,
+    /// as of the last slot check (every 10 s while streaming).
+    pub retained_wal_bytes: std::sync::atomic::AtomicU64,
 }
 
 /// A table as the stream applies it.

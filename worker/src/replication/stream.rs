@@ -87,6 +87,7 @@ pub async fn follow_slot(
         .spawn(move || applier.run(changes))
         .map_err(|e| stream_error(format!("cannot start the apply thread: {e}")))?;
 
+    let watcher = tokio::spawn(watch_slot(plan.clone(), context.progress.clone()));
     let cancel = CancellationToken::new();
     let stopper = {
         let cancel = cancel.clone();
@@ -115,6 +116,7 @@ pub async fn follow_slot(
         }
     };
     stopper.abort();
+    watcher.abort();
     drop(input);
     let _ = stream.stop().await;
     let applied = tokio::task::spawn_blocking(move || applying.join())
@@ -152,6 +154,40 @@ async fn check_slot(plan: &SourcePlan) -> Result<(), ReplicationError> {
             plan.slot
         ))),
         Some(_) => Ok(()),
+    }
+}
+
+/// Every 10 s, how much WAL the primary retains for the slot (for `status()`), over an
+/// ordinary connection; errors only skip a reading (the stream reports real failures).
+async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+    let mut client = None;
+    loop {
+        if client.is_none() {
+            client = connect(&plan.connection).await.ok();
+        }
+        if let Some(c) = &client {
+            let row = c
+                .query_opt(
+                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint \
+                     FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&plan.slot],
+                )
+                .await;
+            match row {
+                Ok(Some(row)) => {
+                    if let Ok(Some(bytes)) = row.try_get::<_, Option<i64>>(0) {
+                        progress.retained_wal_bytes.store(
+                            u64::try_from(bytes).unwrap_or(0),
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => client = None,
+            }
+        }
+        tokio::time::sleep(EVERY).await;
     }
 }
 
