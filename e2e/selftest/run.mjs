@@ -2,7 +2,7 @@
 //   e2e/node_modules/.bin/node e2e/selftest/run.mjs
 // Prints `N passed, N failed`.
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -13,6 +13,15 @@ import { startMockServer } from './mock-server.mjs';
 const client = fileURLToPath(new URL('../client.mjs', import.meta.url));
 let passed = 0;
 let failed = 0;
+// Client databases of this run, removed when it ends.
+const dirs = [];
+process.on('exit', () => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+function dbDir() {
+  const dir = mkdtempSync(join(tmpdir(), 'psm-e2e-selftest-'));
+  dirs.push(dir);
+  return dir;
+}
 
 function env(mock, extra = {}) {
   return {
@@ -20,7 +29,7 @@ function env(mock, extra = {}) {
     PSM_ENDPOINT: mock.url,
     PSM_JWT_SECRET: Buffer.from('selftest-secret').toString('base64url'),
     PSM_USER: 'user-1',
-    PSM_DB_DIR: mkdtempSync(join(tmpdir(), 'psm-e2e-selftest-')),
+    PSM_DB_DIR: dbDir(),
     PSM_PRIMARY_URI: `${mock.url}/backend/crud`,
     PSM_TIMEOUT_MS: '8000',
     ...extra
