@@ -127,7 +127,8 @@ async fn run_engine(
         .filter_map(|l| l.local_addr().ok())
         .map(|a| a.to_string())
         .collect();
-    tracing::info!(addresses = %listen.join(","), "HTTP server listening");
+    let open_files = http::raise_open_files_limit();
+    tracing::info!(addresses = %listen.join(","), open_files, "HTTP server listening");
     let server = tokio::spawn(http::serve(
         listeners,
         HttpState {

@@ -11,7 +11,7 @@ mod sync_stream;
 mod write_checkpoint;
 
 pub use error::ApiError;
-pub use server::{bind, serve, HttpState};
+pub use server::{bind, raise_open_files_limit, serve, HttpState};
 pub use service::{SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
 
 /// The body type every handler answers with (streaming bodies join it later).

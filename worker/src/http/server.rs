@@ -30,6 +30,32 @@ pub struct HttpState {
     pub sync: Arc<SyncService>,
 }
 
+/// Raises this process's soft limit of open files to its hard limit: every sync stream
+/// holds a socket, and PostgreSQL's children start with the common soft limit of 1,024.
+/// Returns the limit in force.
+pub fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
 /// Binds `port` on every address in `hosts` (`*` means all IPv4 and IPv6 addresses).
 pub async fn bind(
     hosts: &[String],

@@ -1,0 +1,204 @@
+//! Live test: 10,000 concurrent `/sync/stream` connections on one sync replica (the real
+//! extension). Each gets its first checkpoint; then one commit on the primary fans out to
+//! every stream. Prints the fan-out time and the worker's memory; asserts that every
+//! stream was served and saw the change (timings are reported, not asserted).
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use powersync_mdbx_testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Streams held open at once (the process limit here is 20,000 descriptors).
+const STREAMS: usize = 10_000;
+const SECRET: &[u8] = b"many-streams-secret-of-32-bytes!";
+const AUDIENCE: &str = "powersync-mdbx-test";
+
+fn token() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({"sub": "u1", "aud": AUDIENCE, "iat": now, "exp": now + 600}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// Opens a stream and reads until its first `checkpoint_complete`; returns the socket
+/// and what was read.
+async fn open(port: u16, request: &str) -> Option<(tokio::net::TcpStream, Vec<u8>)> {
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    socket.write_all(request.as_bytes()).await.ok()?;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !contains(&seen, b"checkpoint_complete") {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    Some((socket, seen))
+}
+
+/// Reads until a second `checkpoint_complete` (the one after the change).
+async fn until_next_complete(mut socket: tokio::net::TcpStream, before: usize) -> bool {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if count(&seen, b"checkpoint_complete") > before {
+            return true;
+        }
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    count(haystack, needle) > 0
+}
+
+fn count(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count()
+}
+
+fn rss_kib(pid: i64, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn ten_thousand_streams_are_served_and_all_see_a_change() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(
+        "CREATE TABLE notes (id text PRIMARY KEY, body text); \
+         CREATE PUBLICATION powersync FOR TABLE notes; \
+         INSERT INTO notes SELECT 'n' || g, 'note ' || g FROM generate_series(1, 100) g;",
+    );
+    let http_port = free_port();
+    let config = format!(
+        "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
+         sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - SELECT * FROM notes\n\
+         client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
+         port: {http_port}\n",
+        primary.uri("postgres"),
+        base64_url(SECRET)
+    );
+    let config_path = dir.write("config.yaml", &config);
+    let replica = Cluster::start_new(
+        &install,
+        &dir,
+        "replica",
+        ClusterKind::SyncReplica,
+        &[format!(
+            "powersync_mdbx.config_file = '{}'",
+            config_path.display()
+        )],
+    );
+    replica.sql("CREATE EXTENSION powersync_mdbx");
+    let status = wait_until(Duration::from_secs(60), "the worker streaming", || {
+        let s: Value =
+            serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;
+        (s["phase"] == "streaming").then_some(s)
+    });
+    let worker = status["worker_pid"].as_i64().unwrap();
+    let body = r#"{"buckets":[],"include_checksum":true,"raw_data":true}"#;
+    let request = format!(
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token {}\r\n\
+         Accept: application/x-ndjson\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        token(),
+        body.len()
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let started = Instant::now();
+        let mut opening = tokio::task::JoinSet::new();
+        for _ in 0..STREAMS {
+            let request = request.clone();
+            opening.spawn(async move { open(http_port, &request).await });
+            // Pace the connects a little: the listen backlog is finite.
+            tokio::task::yield_now().await;
+        }
+        let mut sockets = Vec::with_capacity(STREAMS);
+        while let Some(opened) = opening.join_next().await {
+            if let Some((socket, seen)) = opened.unwrap() {
+                assert!(
+                    seen.starts_with(b"HTTP/1.1 200"),
+                    "{}",
+                    String::from_utf8_lossy(&seen)
+                );
+                sockets.push(socket);
+            }
+        }
+        let opened_in = started.elapsed();
+        assert_eq!(
+            sockets.len(),
+            STREAMS,
+            "every stream got its first checkpoint"
+        );
+        let anon = rss_kib(worker, "RssAnon:");
+
+        // One change fans out to every stream.
+        let mut waiting = tokio::task::JoinSet::new();
+        for socket in sockets {
+            waiting.spawn(until_next_complete(socket, 0));
+        }
+        let committed = Instant::now();
+        primary.sql("UPDATE notes SET body = 'changed' WHERE id = 'n1'");
+        let mut saw = 0;
+        while let Some(done) = waiting.join_next().await {
+            if done.unwrap() {
+                saw += 1;
+            }
+        }
+        let fan_out = committed.elapsed();
+        println!(
+            "{STREAMS} streams: all opened with their first checkpoint in {:.2} s; one commit \
+             reached all of them in {:.2} s; worker RssAnon {} MiB with the streams open",
+            opened_in.as_secs_f64(),
+            fan_out.as_secs_f64(),
+            anon / 1024
+        );
+        assert_eq!(saw, STREAMS, "every stream saw the change");
+    });
+}
