@@ -154,6 +154,9 @@ if sorted(got) != sorted(want):
     sys.exit(f"readiness probe rows differ from the primary: {len(got)} vs {len(want)}")
 PY
 
+log "downloading the global tasks bucket on a fresh connection"
+download="$(python3 "$root/scripts/bench_stream.py" download "$http_port" "$secret")"
+
 commits="${PSM_BENCH_COMMITS:-200}"
 rounds="${PSM_BENCH_ROUNDS:-10}"
 churn='{}'
@@ -177,12 +180,13 @@ store_dir="$work/replica.powersync_mdbx"
 mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
 mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
 churn = json.loads(sys.argv[3])
 after = json.loads(sys.argv[4])
+download = json.loads(sys.argv[5])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -205,6 +209,7 @@ out = {
   "mdbx_allocated_bytes": $mdbx_alloc,
   "source_relation_bytes": $source_bytes,
   "mdbx_used_over_source": round(status["store"]["used_bytes"] / $source_bytes, 3),
+  **download,
   **churn,
   **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}
      if churn.get("rounds") else {}),

@@ -129,6 +129,24 @@ def probe(port: int, secret: str) -> None:
     print(json.dumps({"ready_at": done, "rows": len(rows), "row_ids": sorted(rows)}))
 
 
+def download(port: int, secret: str) -> None:
+    """Downloads the global `tasks` bucket (every task row) on a fresh connection; times
+    the request to its checkpoint_complete (client parsing included)."""
+    body = {
+        "buckets": [],
+        "raw_data": True,
+        "streams": {"include_defaults": False, "subscriptions": [{"stream": "tasks", "parameters": {}}]},
+    }
+    started = time.time()
+    stream = Stream(port, token(secret, "user-benchmark-download"), body)
+    if stream.status != 200:
+        sys.exit(f"download: HTTP {stream.status}")
+    stream.until_complete()
+    seconds = time.time() - started
+    rows = sum(len(r) for r in stream.rows.values())
+    print(json.dumps({"download_rows": rows, "download_seconds": round(seconds, 3)}))
+
+
 class Psql:
     """One psql session fed through stdin; `run` returns when the statements are done."""
 
@@ -216,6 +234,8 @@ def main() -> None:
     mode, port, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "probe":
         probe(port, secret)
+    elif mode == "download":
+        download(port, secret)
     elif mode == "churn":
         rest = sys.argv[4:]
         split = rest.index("--")
