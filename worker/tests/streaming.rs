@@ -6,7 +6,6 @@
 //! mid-stream, a changed table, and a dropped slot.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +14,13 @@ use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::replication::{
     bootstrap, follow_slot, Progress, ReplicationError, SourcePlan, StreamContext, StreamProgress,
 };
-use powersync_mdbx_worker::rules::{OwnedSourceRow, PgType, SyncRules};
-use powersync_mdbx_worker::source::connect;
+use powersync_mdbx_worker::rules::SyncRules;
 use powersync_mdbx_worker::store::{Checkpoint, OpKind, Store};
 use tokio::sync::watch;
+
+#[path = "support/buckets.rs"]
+mod buckets;
+use buckets::{diff, expected, lsn, stored};
 
 const SLOT: &str = "psm_stream_test";
 
@@ -142,97 +144,14 @@ impl Streaming {
     }
 }
 
-fn lsn(text: &str) -> u64 {
-    let (hi, lo) = text.trim().split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
-type Contents = BTreeMap<String, BTreeMap<(String, String), String>>;
-
-/// Bucket → live rows, from the primary's rows evaluated with the rules library.
-async fn expected(rig: &Rig) -> Contents {
-    let client = connect(&rig.plan().connection).await.unwrap();
-    let mut out = Contents::new();
-    for table in TABLES {
-        let sql = format!("SELECT * FROM {table}");
-        let statement = client.prepare(&sql).await.unwrap();
-        let types: Vec<(String, u32)> = statement
-            .columns()
-            .iter()
-            .map(|c| (c.name().to_owned(), c.type_().oid()))
-            .collect();
-        let Some(plan) = rig.rules.plan_for("public", table) else {
-            continue;
-        };
-        for message in client.simple_query(&sql).await.unwrap() {
-            let tokio_postgres::SimpleQueryMessage::Row(row) = message else {
-                continue;
-            };
-            let mut source = OwnedSourceRow::new("public", table);
-            for (i, (name, oid)) in types.iter().enumerate() {
-                source = source.column(name, PgType::from_oid(*oid), row.get(i));
-            }
-            let columns = source.source_columns();
-            for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
-                out.entry(b.bucket).or_default().insert(
-                    (b.object_type.to_string(), b.object_id.to_string()),
-                    b.data.to_string(),
-                );
-            }
-        }
-    }
-    out
-}
-
-/// Bucket → live rows, by replaying every stored op up to the checkpoint as a client
-/// would; also checks each bucket's ops against its accumulators.
-fn stored(store: &Store) -> Contents {
-    store
-        .read(|view| {
-            let checkpoint = view.checkpoint()?;
-            let mut out = Contents::new();
-            for (id, name) in view.bucket_names()? {
-                let state = view.bucket(&name)?.unwrap();
-                let page = view.ops(id, 0, checkpoint.op_id, usize::MAX)?;
-                assert!(!page.has_more);
-                let sum = page
-                    .ops
-                    .iter()
-                    .fold(0u32, |s, op| s.wrapping_add(op.checksum));
-                assert_eq!(
-                    (page.ops.len() as u64, sum),
-                    (state.count, state.checksum),
-                    "{name}"
-                );
-                let mut rows: BTreeMap<(String, String, String), String> = BTreeMap::new();
-                for op in page.ops {
-                    let Some(object) = op.object else { continue };
-                    let key = (object.object_type, object.object_id, object.subkey);
-                    match op.kind {
-                        OpKind::Put => {
-                            rows.insert(key, object.data.unwrap());
-                        }
-                        OpKind::Remove => {
-                            rows.remove(&key);
-                        }
-                        OpKind::Move | OpKind::Clear => {}
-                    }
-                }
-                let live: BTreeMap<(String, String), String> =
-                    rows.into_iter().map(|((t, i, _), d)| ((t, i), d)).collect();
-                if !live.is_empty() {
-                    out.insert(name, live);
-                }
-            }
-            Ok(out)
-        })
-        .unwrap()
-}
-
 async fn assert_matches_primary(rig: &Rig, store: &Store, when: &str) {
-    let expected = expected(rig).await;
+    let expected = expected(&rig.plan().connection, &rig.rules, TABLES).await;
     let stored = stored(store);
-    assert_eq!(stored, expected, "buckets after {when}");
+    assert!(
+        stored == expected,
+        "buckets after {when}: {}",
+        diff(&stored, &expected)
+    );
 }
 
 async fn bootstrapped(rig: &Rig) -> Arc<Store> {
