@@ -7,6 +7,8 @@ use std::io::Write;
 
 use hyper::header::HeaderValue;
 
+use super::accept::quality;
+
 /// zstd level: fast, most of the gain on JSON lines.
 const ZSTD_LEVEL: i32 = 3;
 
@@ -24,20 +26,7 @@ pub enum Coding {
 impl Coding {
     /// zstd or gzip when `Accept-Encoding` allows them (q > 0), zstd first.
     pub fn negotiate(accept: Option<&HeaderValue>) -> Self {
-        let Some(accept) = accept.and_then(|v| v.to_str().ok()) else {
-            return Self::Identity;
-        };
-        let allowed = |coding: &str| {
-            accept.split(',').any(|part| {
-                let mut pieces = part.split(';').map(str::trim);
-                let name = pieces.next().unwrap_or_default();
-                let q = pieces
-                    .find_map(|p| p.strip_prefix("q="))
-                    .and_then(|q| q.parse::<f32>().ok())
-                    .unwrap_or(1.0);
-                name.eq_ignore_ascii_case(coding) && q > 0.0
-            })
-        };
+        let allowed = |coding| quality(accept, coding).is_some_and(|q| q > 0.0);
         if allowed("zstd") {
             Self::Zstd
         } else if allowed("gzip") {

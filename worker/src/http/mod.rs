@@ -1,6 +1,7 @@
 //! The HTTP server on the configured port: probes, `/sync/stream` and
 //! `/write-checkpoint2.json`.
 
+mod accept;
 mod compress;
 mod cors;
 mod error;

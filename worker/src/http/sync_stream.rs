@@ -12,6 +12,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{header, Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
+use super::accept::quality;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
 use super::service::SyncService;
@@ -127,26 +128,9 @@ async fn start(
 /// BSON when the client ranks it at least as high as NDJSON (every SDK asks for it
 /// first); NDJSON otherwise and without an `Accept` header.
 fn negotiate(accept: Option<&header::HeaderValue>) -> Encoding {
-    let Some(accept) = accept.and_then(|v| v.to_str().ok()) else {
-        return Encoding::Ndjson;
-    };
-    let quality = |wanted: &str| -> Option<f32> {
-        accept.split(',').find_map(|part| {
-            let mut pieces = part.split(';').map(str::trim);
-            let media = pieces.next()?;
-            if !media.eq_ignore_ascii_case(wanted) {
-                return None;
-            }
-            let q = pieces
-                .find_map(|p| p.strip_prefix("q="))
-                .and_then(|q| q.parse().ok())
-                .unwrap_or(1.0);
-            Some(q)
-        })
-    };
     match (
-        quality(Encoding::Bson.content_type()),
-        quality(Encoding::Ndjson.content_type()),
+        quality(accept, Encoding::Bson.content_type()),
+        quality(accept, Encoding::Ndjson.content_type()),
     ) {
         (Some(b), n) if b > 0.0 && b >= n.unwrap_or(0.0) => Encoding::Bson,
         _ => Encoding::Ndjson,
