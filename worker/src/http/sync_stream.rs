@@ -219,19 +219,17 @@ impl Stream {
 
     /// Sends the line for `checkpoint` (if it concerns this connection) and its data.
     async fn announce(&mut self, checkpoint: Checkpoint) -> Result<(), End> {
+        // One blocking call per checkpoint (this runs for every stream on every commit):
+        // the write-checkpoint request, then the line.
         let store = self.service.store.clone();
         let key = self.key.clone();
-        let wanted = self
-            .blocking(move |_| {
-                store
-                    .read(|view| requested(view, &key))
-                    .map_err(SyncError::from)
+        let reported = self.reported;
+        let (line, report) = self
+            .blocking(move |session| {
+                let wanted = store.read(|view| requested(view, &key))?;
+                let report = to_report(wanted, checkpoint.lsn, reported);
+                Ok((session.checkpoint(&store, report)?, report))
             })
-            .await?;
-        let report = to_report(wanted, checkpoint.lsn, self.reported);
-        let store = self.service.store.clone();
-        let line = self
-            .blocking(move |session| session.checkpoint(&store, report))
             .await?;
         let Some(line) = line else { return Ok(()) };
         self.reported = report;
