@@ -87,10 +87,6 @@ pub enum StoreError {
         /// libmdbx's error.
         source: libmdbx::Error,
     },
-    /// The changes of a write failed with an error of their own (reported by the
-    /// caller); nothing was committed.
-    #[error("PSM_S1008 a write was abandoned before its commit; nothing was stored")]
-    Aborted,
 }
 
 impl StoreError {
@@ -123,9 +119,6 @@ impl StoreError {
 
     /// True when only the operator can fix it (restarting will not help).
     pub fn needs_operator(&self) -> bool {
-        !matches!(
-            self,
-            Self::Mdbx { .. } | Self::Poisoned { .. } | Self::Aborted
-        )
+        !matches!(self, Self::Mdbx { .. } | Self::Poisoned { .. })
     }
 }

@@ -182,9 +182,7 @@ impl Store {
         lsn: u64,
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
     ) -> Result<(R, Checkpoint), StoreError> {
-        let result = self.write_unsynced(lsn, changes)?;
-        self.sync()?;
-        Ok(result)
+        self.write_with(lsn, changes)
     }
 
     /// [`write`](Self::write) for changes that can fail with errors of their own
@@ -194,20 +192,9 @@ impl Store {
         lsn: u64,
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
     ) -> Result<(R, Checkpoint), E> {
-        let mut failure = None;
-        let written = self.write(lsn, |w| match changes(w) {
-            Ok(r) => Ok(Some(r)),
-            Err(e) => {
-                failure = Some(e);
-                Err(StoreError::Aborted)
-            }
-        });
-        match (written, failure) {
-            (_, Some(e)) => Err(e),
-            (Ok((Some(r), checkpoint)), None) => Ok((r, checkpoint)),
-            (Ok((None, _)), None) => Err(StoreError::Aborted.into()),
-            (Err(e), None) => Err(e.into()),
-        }
+        let result = self.commit(lsn, changes)?;
+        self.sync()?;
+        Ok(result)
     }
 
     /// Like [`write`](Self::write) but without waiting for the disk: a crash of the
@@ -219,10 +206,21 @@ impl Store {
         lsn: u64,
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
     ) -> Result<(R, Checkpoint), StoreError> {
+        self.commit(lsn, changes)
+    }
+
+    /// One read-write transaction: `changes`, then the accumulators, counters and
+    /// checkpoint, then the commit (not synced).
+    fn commit<R, E: From<StoreError>>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
+    ) -> Result<(R, Checkpoint), E> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(StoreError::Poisoned {
                 path: self.dir.clone(),
-            });
+            }
+            .into());
         }
         let txn = self
             .db
@@ -237,7 +235,7 @@ impl Store {
         };
         if let Err(e) = txn.commit() {
             self.poisoned.store(true, Ordering::Release);
-            return Err(StoreError::mdbx(&self.dir, "commit", e));
+            return Err(StoreError::mdbx(&self.dir, "commit", e).into());
         }
         if let Some(dictionary) = trained {
             *self.codec.write() =
