@@ -228,13 +228,14 @@ fn write_loop(
                 if rows.is_empty() {
                     continue;
                 }
+                let count = rows.len() as u64;
                 store.write_unsynced(0, |w| {
-                    for row in &rows {
+                    for row in rows {
                         write_row(w, row)?;
                     }
                     Ok(())
                 })?;
-                progress.add_rows(rows.len() as u64);
+                progress.add_rows(count);
             }
             WriteMsg::Finish(mut intent) => {
                 intent.rows = progress.rows();
@@ -250,7 +251,7 @@ fn write_loop(
 
 fn write_row(
     w: &mut crate::store::WriteTxn<'_, '_>,
-    row: &EvaluatedRow,
+    row: EvaluatedRow,
 ) -> Result<(), crate::store::StoreError> {
     let puts: Vec<RowPut<'_>> = row.eval.buckets.iter().map(RowPut::from).collect();
     let lookups: Vec<LookupPut<'_>> = row
@@ -266,6 +267,6 @@ fn write_row(
         &row.identity,
         &puts,
         &lookups,
-        row.stash.clone(),
+        row.stash,
     )
 }

@@ -67,10 +67,12 @@ pub(crate) fn cacert_file(cacert: &str) -> Result<String, SourceError> {
         ))
     };
     let partial = path.with_extension(format!("{}.tmp", std::process::id()));
+    // A fresh file only (never through a link someone else left in the shared directory);
+    // the rename then replaces whatever `path` was.
+    let _ = std::fs::remove_file(&partial);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&partial)
         .map_err(failed)?;
