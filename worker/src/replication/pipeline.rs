@@ -262,11 +262,5 @@ fn write_row(
             outputs: v,
         })
         .collect();
-    w.insert_row_stashed(
-        row.table_id,
-        &row.identity,
-        &puts,
-        &lookups,
-        row.stash,
-    )
+    w.insert_row_stashed(row.table_id, &row.identity, &puts, &lookups, row.stash)
 }
