@@ -143,11 +143,16 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
     runtime.block_on(async {
         let started = Instant::now();
         let mut opening = tokio::task::JoinSet::new();
+        // At most this many connections being set up at once (the listen backlog is
+        // finite); an open stream no longer counts against it.
+        let connecting = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
         for _ in 0..STREAMS {
             let request = request.clone();
-            opening.spawn(async move { open(http_port, &request).await });
-            // Pace the connects a little: the listen backlog is finite.
-            tokio::task::yield_now().await;
+            let connecting = connecting.clone();
+            opening.spawn(async move {
+                let _permit = connecting.acquire_owned().await.ok()?;
+                open(http_port, &request).await
+            });
         }
         let mut sockets = Vec::with_capacity(STREAMS);
         while let Some(opened) = opening.join_next().await {
