@@ -204,7 +204,9 @@ async fn verify_full_with_the_ca_bootstraps_and_streams() {
     assert!(stored_now["1#by_owner[\"u1\"]"].contains_key(&("lists".into(), "l3".into())));
 
     stop.send_replace(true);
-    tokio::time::timeout(Duration::from_secs(10), task)
+    // Over TLS the replication read may notice the stop only at the primary's next
+    // keepalive (wal_sender_timeout / 2 = 30 s); one CI run took over 10 s.
+    tokio::time::timeout(Duration::from_secs(45), task)
         .await
         .unwrap()
         .unwrap()
