@@ -195,10 +195,7 @@ pub async fn bootstrap(
     let copied = copy_all(&reader, &copies, &pipeline, &progress).await;
     if copied.is_ok() {
         intent.state = BootstrapState::Complete;
-        let _ = pipeline
-            .input
-            .send(EvalMsg::Finish(Box::new(intent.clone())))
-            .await;
+        pipeline.finish(intent.clone()).await;
     }
     let joined = tokio::task::spawn_blocking(move || pipeline.join())
         .await

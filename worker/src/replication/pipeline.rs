@@ -1,10 +1,14 @@
-//! The snapshot pipeline: COPY bytes arrive on the async side; one thread decodes and
-//! evaluates rows against the rules; one thread writes batches into MDBX. Bounded
-//! channels between them keep memory flat and let the three overlap.
+//! The snapshot pipeline: COPY bytes arrive on the async side; evaluator threads (two or
+//! more, sharing one queue) decode rows and evaluate them against the rules; one thread
+//! writes batches into MDBX. Bounded channels between them keep memory flat and let the
+//! stages overlap. Rows may reach the writer in any order: op ids follow the writer.
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
 
 use bytes::Bytes;
 
@@ -12,14 +16,17 @@ use super::toast::stash_for;
 use super::{BootstrapIntent, Progress, ReplicationError};
 use crate::rules::{PgType, RowEvaluation, SourceColumn, SourceRow, SyncRules};
 use crate::source::{ColumnMeta, CopyFields};
-use crate::store::{encode_values, identity_key, LookupPut, RowPut, Stash, Store};
+use crate::store::{encode_values, identity_key, PreparedRow, RowPut, Store};
 
 /// Rows per MDBX write transaction during the snapshot.
 const BATCH_ROWS: usize = 2048;
 /// Row chunks buffered between COPY and the evaluator.
 const EVAL_QUEUE: usize = 16;
-/// Batches buffered between the evaluator and the writer.
-const WRITE_QUEUE: usize = 1;
+/// Batches buffered between the evaluators and the writer.
+const WRITE_QUEUE: usize = 2;
+/// At most this many evaluator threads (at least two: the writer is the only other
+/// thread, so one evaluator would leave a core idle while it waits).
+const MAX_EVALUATORS: usize = 4;
 
 /// What the evaluator needs to know about a table.
 pub(super) struct TableJob {
@@ -34,32 +41,28 @@ pub(super) struct TableJob {
 pub(super) enum EvalMsg {
     /// Rows of table `table` (index into the jobs), one line each.
     Rows(usize, Vec<Bytes>),
-    /// Every table is copied: flush and complete with this record.
-    Finish(Box<BootstrapIntent>),
+    /// Every table is copied: the evaluator that takes it flushes and stops. One is sent
+    /// per evaluator ([`Pipeline::finish`]).
+    Finish(Arc<BootstrapIntent>),
 }
 
 enum WriteMsg {
-    Batch(Vec<EvaluatedRow>),
-    Finish(Box<BootstrapIntent>),
+    Batch(Vec<PreparedRow>),
+    /// One evaluator flushed everything it took; the snapshot is complete when every
+    /// evaluator said so.
+    Done(Arc<BootstrapIntent>),
 }
 
-struct EvaluatedRow {
-    table_id: u32,
-    identity: Vec<u8>,
-    eval: RowEvaluation,
-    lookups: Vec<(String, Vec<u8>)>,
-    stash: Stash,
-}
 
-/// The two pipeline threads.
 /// A pipeline thread and what it ends with.
 type Stage = JoinHandle<Result<(), ReplicationError>>;
 
-/// Dropping it (on cancellation) closes the input and waits for both threads, so no
+/// Dropping it (on cancellation) closes the input and waits for every thread, so no
 /// writer outlives the bootstrap that started it.
 pub(super) struct Pipeline {
     pub input: tokio::sync::mpsc::Sender<EvalMsg>,
-    threads: Option<(Stage, Stage)>,
+    evaluators: Vec<Stage>,
+    writer: Option<Stage>,
 }
 
 impl Pipeline {
@@ -69,40 +72,92 @@ impl Pipeline {
         store: Arc<Store>,
         progress: Arc<Progress>,
     ) -> std::io::Result<Self> {
+        let count = std::thread::available_parallelism()
+            .map_or(2, usize::from)
+            .clamp(2, MAX_EVALUATORS);
         let (input, eval_rx) = tokio::sync::mpsc::channel(EVAL_QUEUE);
         let (write_tx, write_rx) = sync_channel(WRITE_QUEUE);
         let writer = std::thread::Builder::new()
             .name("psm-snapshot-write".into())
-            .spawn(move || write_loop(&store, write_rx, &progress))?;
-        let evaluator = std::thread::Builder::new()
-            .name("psm-snapshot-eval".into())
-            .spawn(move || eval_loop(&rules, &jobs, eval_rx, write_tx))?;
-        Ok(Self {
+            .spawn({
+                let store = store.clone();
+                move || write_loop(&store, write_rx, count, &progress)
+            })?;
+        let mut pipeline = Self {
             input,
-            threads: Some((evaluator, writer)),
-        })
+            evaluators: Vec::with_capacity(count),
+            writer: Some(writer),
+        };
+        let shared = Arc::new(SharedInput {
+            rows: Mutex::new(eval_rx),
+            failed: AtomicBool::new(false),
+        });
+        let jobs = Arc::new(jobs);
+        for n in 0..count {
+            let (rules, jobs, shared, output, store) = (
+                rules.clone(),
+                jobs.clone(),
+                shared.clone(),
+                write_tx.clone(),
+                store.clone(),
+            );
+            let evaluator = std::thread::Builder::new()
+                .name(format!("psm-snapshot-eval{n}"))
+                .spawn(move || {
+                    let result = eval_loop(&rules, &jobs, &store, &shared, output);
+                    if result.is_err() {
+                        shared.failed.store(true, Ordering::Relaxed);
+                    }
+                    result
+                })?;
+            pipeline.evaluators.push(evaluator);
+        }
+        Ok(pipeline)
     }
 
-    /// Waits for both threads (after `Finish`, or after the input was dropped) and
+    /// Tells every evaluator that all rows were sent; the writer then completes the
+    /// snapshot with `intent`. False when the pipeline already stopped.
+    pub async fn finish(&self, intent: BootstrapIntent) -> bool {
+        let intent = Arc::new(intent);
+        for _ in 0..self.evaluators.len() {
+            if self.input.send(EvalMsg::Finish(intent.clone())).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Waits for every thread (after `finish`, or after the input was dropped) and
     /// returns the first error.
     pub fn join(mut self) -> Result<(), ReplicationError> {
         self.join_threads()
     }
 
     fn join_threads(&mut self) -> Result<(), ReplicationError> {
-        let Some((evaluator, writer)) = self.threads.take() else {
+        let Some(writer) = self.writer.take() else {
             return Ok(());
         };
-        // Closing the input ends the evaluator, which ends the writer.
+        // Closing the input ends the evaluators, which ends the writer.
         let (closed, _) = tokio::sync::mpsc::channel(1);
         drop(std::mem::replace(&mut self.input, closed));
-        let evaluated = evaluator
-            .join()
-            .unwrap_or_else(|_| Err(panicked("evaluator")));
+        let mut evaluated = Ok(());
+        for evaluator in self.evaluators.drain(..) {
+            let result = evaluator
+                .join()
+                .unwrap_or_else(|_| Err(panicked("evaluator")));
+            evaluated = evaluated.and(result);
+        }
         let written = writer.join().unwrap_or_else(|_| Err(panicked("writer")));
-        // A writer error is the cause when both failed (the evaluator then saw a closed channel).
+        // A writer error is the cause when both failed (an evaluator then saw a closed channel).
         written.and(evaluated)
     }
+}
+
+/// The queue the evaluators share, and whether one of them failed (the others then stop
+/// instead of evaluating rows that will never be written).
+struct SharedInput {
+    rows: Mutex<tokio::sync::mpsc::Receiver<EvalMsg>>,
+    failed: AtomicBool,
 }
 
 impl Drop for Pipeline {
@@ -121,7 +176,8 @@ fn panicked(which: &str) -> ReplicationError {
 fn eval_loop(
     rules: &SyncRules,
     jobs: &[TableJob],
-    mut input: tokio::sync::mpsc::Receiver<EvalMsg>,
+    store: &Store,
+    input: &SharedInput,
     output: SyncSender<WriteMsg>,
 ) -> Result<(), ReplicationError> {
     let mut decoders: Vec<CopyFields> = jobs
@@ -145,7 +201,14 @@ fn eval_loop(
         .map(|j| rules.plan_for(&j.schema, &j.name))
         .collect();
     let mut batch = Vec::with_capacity(BATCH_ROWS);
-    while let Some(msg) = input.blocking_recv() {
+    loop {
+        // One evaluator waits on the queue while the others work; the lock is only held
+        // for the wait.
+        let next = input.rows.lock().blocking_recv();
+        let Some(msg) = next else { return Ok(()) };
+        if input.failed.load(Ordering::Relaxed) {
+            return Ok(()); // another evaluator failed; its error is reported
+        }
         match msg {
             EvalMsg::Rows(index, lines) => {
                 let (Some(job), Some(decoder), Some(types), Some(plan)) = (
@@ -189,18 +252,20 @@ fn eval_loop(
                     let lookups = eval
                         .lookups
                         .iter()
-                        .map(|l| (l.key.encode(), encode_values(&l.outputs)))
+                        .map(|l| (l.key.encode().into_bytes(), encode_values(&l.outputs)))
                         .collect();
                     let stash = stash_for(&job.columns, |i| fields.get(i), false);
-                    batch.push(EvaluatedRow {
-                        table_id: job.id,
-                        identity,
-                        eval,
-                        lookups,
-                        stash,
-                    });
+                    let puts: Vec<RowPut<'_>> = eval.buckets.iter().map(RowPut::from).collect();
+                    let row = PreparedRow::new(job.id, identity, &puts, lookups, stash)
+                        .ok_or_else(|| ReplicationError::Copy {
+                            table: format!("{}.{}", job.schema, job.name),
+                            problem: "a row with more than 255 distinct outputs".into(),
+                        })?;
+                    batch.push(row);
                     if batch.len() >= BATCH_ROWS {
-                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+                        let mut full =
+                            std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+                        store.pack_rows(&mut full);
                         if output.send(WriteMsg::Batch(full)).is_err() {
                             return Ok(()); // the writer failed; its error is reported
                         }
@@ -208,20 +273,25 @@ fn eval_loop(
                 }
             }
             EvalMsg::Finish(intent) => {
+                store.pack_rows(&mut batch);
                 let _ = output.send(WriteMsg::Batch(std::mem::take(&mut batch)));
-                let _ = output.send(WriteMsg::Finish(intent));
+                let _ = output.send(WriteMsg::Done(intent));
                 return Ok(());
             }
         }
     }
-    Ok(())
 }
 
+/// Writes batches until every one of `evaluators` is done, then commits the completion
+/// record. When an evaluator stops without being done (an error, or cancellation), the
+/// channel closes early and the snapshot stays incomplete.
 fn write_loop(
     store: &Store,
     input: Receiver<WriteMsg>,
+    evaluators: usize,
     progress: &Progress,
 ) -> Result<(), ReplicationError> {
+    let mut done = 0;
     while let Ok(msg) = input.recv() {
         match msg {
             WriteMsg::Batch(rows) => {
@@ -231,13 +301,18 @@ fn write_loop(
                 let count = rows.len() as u64;
                 store.write_unsynced(0, |w| {
                     for row in rows {
-                        write_row(w, row)?;
+                        w.insert_prepared(row)?;
                     }
                     Ok(())
                 })?;
                 progress.add_rows(count);
             }
-            WriteMsg::Finish(mut intent) => {
+            WriteMsg::Done(intent) => {
+                done += 1;
+                if done < evaluators {
+                    continue;
+                }
+                let mut intent = BootstrapIntent::clone(&intent);
                 intent.rows = progress.rows();
                 let lsn = intent.consistent_point.unwrap_or(0);
                 let encoded = intent.encode()?;
@@ -249,18 +324,3 @@ fn write_loop(
     Ok(())
 }
 
-fn write_row(
-    w: &mut crate::store::WriteTxn<'_, '_>,
-    row: EvaluatedRow,
-) -> Result<(), crate::store::StoreError> {
-    let puts: Vec<RowPut<'_>> = row.eval.buckets.iter().map(RowPut::from).collect();
-    let lookups: Vec<LookupPut<'_>> = row
-        .lookups
-        .iter()
-        .map(|(k, v)| LookupPut {
-            key: k.as_bytes(),
-            outputs: v,
-        })
-        .collect();
-    w.insert_row_stashed(row.table_id, &row.identity, &puts, &lookups, row.stash)
-}

@@ -7,7 +7,8 @@ use libmdbx::{Transaction, WriteMap, RO};
 
 use super::compress::RecordCodec;
 use super::op::{BucketState, OpKind, StoredOp};
-use super::record::{subkey, RowRecord, Tombstone};
+use super::record::{subkey, Tombstone};
+use super::stored_row;
 use super::tables::Tables;
 use super::writer::KEY_CHECKPOINT;
 use super::{Checkpoint, StoreError};
@@ -178,21 +179,13 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                     .get(&self.tables.rows, op.reference.to_ne_bytes())
                     .map_err(self.mdbx("read a row"))?
                     .ok_or_else(|| StoreError::corrupt(self.dir, "row of a PUT"))?;
-                let raw = self
-                    .codec
-                    .unpack(&bytes)
+                let (table_id, output) = stored_row::output(self.codec, &bytes, op.output)
                     .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
-                let record =
-                    RowRecord::decode(&raw).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
-                let output = record
-                    .outputs
-                    .get(usize::from(op.output))
-                    .ok_or_else(|| StoreError::corrupt(self.dir, "output of a PUT"))?;
                 Some(ObjectRead {
-                    object_type: output.object_type.clone(),
-                    object_id: output.object_id.clone(),
-                    subkey: subkey(record.table_id, op.reference),
-                    data: Some(output.data.clone()),
+                    object_type: output.object_type,
+                    object_id: output.object_id,
+                    subkey: subkey(table_id, op.reference),
+                    data: Some(output.data),
                 })
             }
             OpKind::Remove => {

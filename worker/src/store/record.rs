@@ -56,62 +56,35 @@ pub struct RowRecord {
 const WHAT: &str = "row record";
 
 impl RowRecord {
-    /// Compact binary encoding.
-    pub fn encode(&self) -> Vec<u8> {
-        let size: usize = 16
-            + self.identity.len()
-            + self
-                .outputs
-                .iter()
-                .map(|o| o.data.len() + o.object_id.len() + o.object_type.len() + 6)
-                .sum::<usize>()
-            + self.memberships.len() * 12
-            + self
-                .lookups
-                .iter()
-                .map(|l| l.key.len() + l.value.len() + 4)
-                .sum::<usize>();
-        let mut w = Writer::with_capacity(size);
-        w.varint(u64::from(self.table_id)).bytes(&self.identity);
-        w.varint(self.outputs.len() as u64);
-        for o in &self.outputs {
-            w.str(&o.object_type).str(&o.object_id).str(&o.data);
-        }
-        w.varint(self.memberships.len() as u64);
-        for m in &self.memberships {
-            w.varint(u64::from(m.bucket_id))
-                .varint(m.op_id)
-                .varint(u64::from(m.output));
-        }
-        w.varint(self.lookups.len() as u64);
-        for l in &self.lookups {
-            w.bytes(&l.key).bytes(&l.value);
-        }
-        // Optional trailing section: records without a stash end here.
-        if !self.stash.is_empty() {
-            w.varint(self.stash.len() as u64);
-            for (name, value) in &self.stash {
-                w.str(name).bytes(value);
-            }
-        }
-        w.finish()
+    /// The record's head: everything but the outputs (see [`super::stored_row`]).
+    pub fn encode_head(&self) -> Vec<u8> {
+        encode_head(
+            self.table_id,
+            &self.identity,
+            &self.memberships,
+            &self.lookups,
+            &self.stash,
+        )
     }
 
-    /// Decodes a stored record.
-    pub fn decode(bytes: &[u8]) -> Result<Self, Corrupt> {
-        let mut r = Reader::new(bytes, WHAT);
+    /// The record's outputs section.
+    pub fn encode_outputs(&self) -> Vec<u8> {
+        encode_outputs(self.outputs.iter().map(|o| {
+            (
+                o.object_type.as_str(),
+                o.object_id.as_str(),
+                o.data.as_str(),
+            )
+        }))
+    }
+
+    /// Decodes a record from its head and its (unpacked) outputs section.
+    pub fn decode(head: &[u8], outputs: &[u8]) -> Result<Self, Corrupt> {
+        let outputs = decode_outputs(outputs)?;
+        let mut r = Reader::new(head, WHAT);
         let small = |v: u64| u32::try_from(v).map_err(|_| Corrupt { what: WHAT });
         let table_id = small(r.varint()?)?;
         let identity = r.bytes()?.to_vec();
-        let n = r.varint()?;
-        let mut outputs = Vec::new();
-        for _ in 0..n {
-            outputs.push(Output {
-                object_type: r.str()?.to_owned(),
-                object_id: r.str()?.to_owned(),
-                data: r.str()?.to_owned(),
-            });
-        }
         let n = r.varint()?;
         let mut memberships = Vec::new();
         for _ in 0..n {
@@ -154,6 +127,85 @@ impl RowRecord {
             stash,
         })
     }
+}
+
+/// Encodes a record head: table id, identity, memberships, lookups and the optional
+/// trailing stash (records without one end after the lookups).
+pub fn encode_head(
+    table_id: u32,
+    identity: &[u8],
+    memberships: &[Membership],
+    lookups: &[LookupRef],
+    stash: &[(String, Vec<u8>)],
+) -> Vec<u8> {
+    let size = 8
+        + identity.len()
+        + memberships.len() * 12
+        + lookups
+            .iter()
+            .map(|l| l.key.len() + l.value.len() + 4)
+            .sum::<usize>()
+        + stash
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 4)
+            .sum::<usize>();
+    let mut w = Writer::with_capacity(size);
+    w.varint(u64::from(table_id)).bytes(identity);
+    w.varint(memberships.len() as u64);
+    for m in memberships {
+        w.varint(u64::from(m.bucket_id))
+            .varint(m.op_id)
+            .varint(u64::from(m.output));
+    }
+    w.varint(lookups.len() as u64);
+    for l in lookups {
+        w.bytes(&l.key).bytes(&l.value);
+    }
+    if !stash.is_empty() {
+        w.varint(stash.len() as u64);
+        for (name, value) in stash {
+            w.str(name).bytes(value);
+        }
+    }
+    w.finish()
+}
+
+/// Encodes a row's distinct outputs `(object_type, object_id, data)`.
+pub fn encode_outputs<'a>(outputs: impl Iterator<Item = (&'a str, &'a str, &'a str)> + Clone) -> Vec<u8> {
+    let size: usize = 1 + outputs
+        .clone()
+        .map(|(t, i, d)| t.len() + i.len() + d.len() + 6)
+        .sum::<usize>();
+    let mut w = Writer::with_capacity(size);
+    w.varint(outputs.clone().count() as u64);
+    for (object_type, object_id, data) in outputs {
+        w.str(object_type).str(object_id).str(data);
+    }
+    w.finish()
+}
+
+/// Decodes an outputs section.
+pub fn decode_outputs(bytes: &[u8]) -> Result<Vec<Output>, Corrupt> {
+    let mut r = Reader::new(bytes, WHAT);
+    let n = r.varint()?;
+    let mut outputs = Vec::new();
+    for _ in 0..n {
+        outputs.push(Output {
+            object_type: r.str()?.to_owned(),
+            object_id: r.str()?.to_owned(),
+            data: r.str()?.to_owned(),
+        });
+    }
+    if !r.is_empty() {
+        return Err(Corrupt { what: WHAT });
+    }
+    Ok(outputs)
+}
+
+/// The source table id a record head starts with.
+pub fn head_table_id(head: &[u8]) -> Result<u32, Corrupt> {
+    let value = Reader::new(head, WHAT).varint()?;
+    u32::try_from(value).map_err(|_| Corrupt { what: WHAT })
 }
 
 /// What a REMOVE op shows on the wire after its row is gone.
@@ -227,18 +279,22 @@ mod tests {
             }],
             stash: Vec::new(),
         };
-        let bytes = record.encode();
-        assert_eq!(RowRecord::decode(&bytes).unwrap(), record);
-        for cut in 0..bytes.len() {
-            assert!(RowRecord::decode(&bytes[..cut]).is_err(), "cut {cut}");
+        let (head, outputs) = (record.encode_head(), record.encode_outputs());
+        assert_eq!(RowRecord::decode(&head, &outputs).unwrap(), record);
+        assert_eq!(head_table_id(&head).unwrap(), 7);
+        for cut in 0..head.len() {
+            assert!(RowRecord::decode(&head[..cut], &outputs).is_err(), "cut {cut}");
+        }
+        for cut in 0..outputs.len() {
+            assert!(RowRecord::decode(&head, &outputs[..cut]).is_err(), "cut {cut}");
         }
         // The stash is an optional trailing section.
-        let plain = bytes.len();
+        let plain = head.len();
         record.stash = vec![("summary".into(), b"long text".to_vec())];
-        let bytes = record.encode();
-        assert_eq!(RowRecord::decode(&bytes).unwrap(), record);
-        for cut in (0..bytes.len()).filter(|&c| c != plain) {
-            assert!(RowRecord::decode(&bytes[..cut]).is_err(), "cut {cut}");
+        let head = record.encode_head();
+        assert_eq!(RowRecord::decode(&head, &outputs).unwrap(), record);
+        for cut in (0..head.len()).filter(|&c| c != plain) {
+            assert!(RowRecord::decode(&head[..cut], &outputs).is_err(), "cut {cut}");
         }
         let t = Tombstone {
             object_type: "a".into(),

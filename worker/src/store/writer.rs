@@ -15,6 +15,7 @@ use super::codec::fixed;
 use super::compress::{RecordCodec, TRAINING_SAMPLES};
 use super::op::{BucketState, OpKind, StoredOp, OP_BYTES};
 use super::record::{subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
+use super::stored_row;
 use super::tables::{row_key, Tables};
 use super::{Checkpoint, StoreError};
 use crate::rules::remove_checksum;
@@ -210,17 +211,6 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         self.apply_row(table_id, identity, puts, lookups, stash, false)
     }
 
-    /// [`Self::insert_row`] that also keeps `stash` with the row.
-    pub fn insert_row_stashed(
-        &mut self,
-        table_id: u32,
-        identity: &[u8],
-        puts: &[RowPut<'_>],
-        lookups: &[LookupPut<'_>],
-        stash: Stash,
-    ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, stash, true)
-    }
 
     /// The source values stored with a row, `None` when the row is not stored.
     pub fn stash(&self, table_id: u32, identity: &[u8]) -> Result<Option<Stash>, StoreError> {
@@ -387,7 +377,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         self.apply_row(table_id, identity, puts, lookups, Stash::new(), true)
     }
 
-    fn apply_row(
+    pub(super) fn apply_row(
         &mut self,
         table_id: u32,
         identity: &[u8],
@@ -396,27 +386,10 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         stash: Stash,
         known_new: bool,
     ) -> Result<(), StoreError> {
-        if self.pending_ops >= PENDING_OPS_LIMIT {
-            self.write_pending()?;
-        }
+        self.flush_if_full()?;
         let key = row_key(table_id, identity);
-        if known_new {
-            // Claim the key first; an identity seen before (identical rows of a REPLICA
-            // IDENTITY FULL table) becomes an update of that row, as pgoutput would make it.
-            let row_id = self.counters.next_row;
-            let claim = self.txn.put(
-                &self.tables.row_keys,
-                &key,
-                row_id.to_le_bytes(),
-                WriteFlags::NO_OVERWRITE,
-            );
-            match claim {
-                Ok(()) => self.counters.next_row += 1,
-                Err(libmdbx::Error::KeyExist) => {
-                    return self.apply_row(table_id, identity, puts, lookups, stash, false)
-                }
-                Err(e) => return Err(self.mdbx("write a row key")(e)),
-            }
+        if known_new && self.claim_row(&key)?.is_none() {
+            return self.apply_row(table_id, identity, puts, lookups, stash, false);
         }
         let existing = if known_new { None } else { self.row_id(&key)? };
         let (row_id, old) = match existing {
@@ -529,14 +502,107 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         record: &RowRecord,
         flags: WriteFlags,
     ) -> Result<(), StoreError> {
-        let encoded = record.encode();
+        let packed = RecordCodec::pack(self.compressor.as_mut(), &record.encode_outputs());
+        self.store_packed(row_id, &record.encode_head(), &packed, flags)
+    }
+
+    /// Writes a row record from its head and its packed outputs (keeping the first
+    /// records' outputs as samples for the dictionary).
+    pub(super) fn store_packed(
+        &mut self,
+        row_id: u64,
+        head: &[u8],
+        packed_outputs: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), StoreError> {
         if !self.codec.has_dictionary() && self.samples.len() < TRAINING_SAMPLES {
-            self.samples.push(encoded.clone());
+            let raw = self.unpack_outputs(packed_outputs)?;
+            self.samples.push(raw.into_owned());
         }
-        let stored = RecordCodec::pack(self.compressor.as_mut(), &encoded);
+        let stored = stored_row::join(head, packed_outputs);
         self.txn
             .put(&self.tables.rows, row_id.to_ne_bytes(), stored, flags)
             .map_err(self.mdbx("write a row"))
+    }
+
+    /// The raw outputs section of packed outputs.
+    pub(super) fn unpack_outputs<'b>(
+        &self,
+        packed: &'b [u8],
+    ) -> Result<std::borrow::Cow<'b, [u8]>, StoreError> {
+        self.codec
+            .unpack(packed)
+            .map_err(|c| StoreError::corrupt(self.dir, c.what))
+    }
+
+    pub(super) fn corrupt(&self, what: &'static str) -> StoreError {
+        StoreError::corrupt(self.dir, what)
+    }
+
+    /// Writes the buffered ops out once there are many.
+    pub(super) fn flush_if_full(&mut self) -> Result<(), StoreError> {
+        if self.pending_ops >= PENDING_OPS_LIMIT {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Claims `key` for a new row and returns its row id; `None` when the key is taken
+    /// (identical rows of a REPLICA IDENTITY FULL table: the caller turns the insert into
+    /// an update of that row, as pgoutput would).
+    pub(super) fn claim_row(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+        let row_id = self.counters.next_row;
+        let claim = self.txn.put(
+            &self.tables.row_keys,
+            key,
+            row_id.to_le_bytes(),
+            WriteFlags::NO_OVERWRITE,
+        );
+        match claim {
+            Ok(()) => {
+                self.counters.next_row += 1;
+                Ok(Some(row_id))
+            }
+            Err(libmdbx::Error::KeyExist) => Ok(None),
+            Err(e) => Err(self.mdbx("write a row key")(e)),
+        }
+    }
+
+    /// Appends a PUT of row `row_id` (showing `output`) to bucket `name`.
+    pub(super) fn put_op(
+        &mut self,
+        name: &str,
+        output: u8,
+        checksum: u32,
+        row_id: u64,
+    ) -> Result<Membership, StoreError> {
+        let bucket = self.bucket(name)?;
+        let op_id = self.append(name, bucket, OpKind::Put, output, checksum, row_id)?;
+        Ok(Membership {
+            bucket_id: bucket.id,
+            op_id,
+            output,
+        })
+    }
+
+    /// Writes the lookup entries of a new row.
+    pub(super) fn put_new_lookups(
+        &mut self,
+        row_id: u64,
+        lookups: &[LookupPut<'_>],
+    ) -> Result<Vec<LookupRef>, StoreError> {
+        let mut written = Vec::with_capacity(lookups.len());
+        for lookup in lookups {
+            let value = lookup_value(row_id, lookup.outputs);
+            self.txn
+                .put(&self.tables.lookups, lookup.key, &value, WriteFlags::UPSERT)
+                .map_err(self.mdbx("write a lookup"))?;
+            written.push(LookupRef {
+                key: lookup.key.to_vec(),
+                value,
+            });
+        }
+        Ok(written)
     }
 
     /// Applies a deleted source row: a REMOVE in each of its buckets, lookups dropped.
@@ -676,11 +742,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             .get(&self.tables.rows, row_id.to_ne_bytes())
             .map_err(self.mdbx("read a row"))?
             .ok_or_else(|| StoreError::corrupt(self.dir, "row (key without record)"))?;
-        let raw = self
-            .codec
-            .unpack(&bytes)
-            .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
-        RowRecord::decode(&raw).map_err(|c| StoreError::corrupt(self.dir, c.what))
+        stored_row::decode(self.codec, &bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
     }
 
     fn forget_row(&self, key: &[u8], row_id: u64) -> Result<(), StoreError> {

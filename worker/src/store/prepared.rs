@@ -1,0 +1,156 @@
+//! New source rows made ready for the writer on another thread.
+//!
+//! During the snapshot one thread writes MDBX while several evaluate rows. Everything
+//! about a new row that does not depend on the writer's counters happens on the
+//! evaluator side: its distinct outputs found, encoded and compressed
+//! ([`Store::pack_rows`]). The writer then only assigns ids, appends ops and writes the
+//! record ([`WriteTxn::insert_prepared`]).
+
+use libmdbx::WriteFlags;
+
+use super::compress::RecordCodec;
+use super::record::{decode_outputs, encode_head, encode_outputs};
+use super::tables::row_key;
+use super::writer::{LookupPut, RowPut, Stash, WriteTxn};
+use super::{Store, StoreError};
+
+/// A PUT of a prepared row: the bucket and which of the row's outputs it shows.
+#[derive(Debug, Clone)]
+struct PreparedPut {
+    bucket: String,
+    output: u8,
+    checksum: u32,
+}
+
+/// A new source row, its outputs encoded once and packed ([`Store::pack_rows`]) before
+/// the writer sees it.
+#[derive(Debug, Clone)]
+pub struct PreparedRow {
+    table_id: u32,
+    identity: Vec<u8>,
+    puts: Vec<PreparedPut>,
+    /// `(encoded key, encoded outputs)` of each lookup entry.
+    lookups: Vec<(Vec<u8>, Vec<u8>)>,
+    stash: Stash,
+    /// The outputs section: raw until packed.
+    outputs: Vec<u8>,
+    packed: bool,
+}
+
+impl PreparedRow {
+    /// Prepares a new row of table `table_id`. `None` when it has more than 255 distinct
+    /// outputs (the record indexes them with one byte).
+    pub fn new(
+        table_id: u32,
+        identity: Vec<u8>,
+        puts: &[RowPut<'_>],
+        lookups: Vec<(Vec<u8>, Vec<u8>)>,
+        stash: Stash,
+    ) -> Option<Self> {
+        // Outputs are stored once per row; the buckets of one evaluation usually share
+        // one object, so compare its pointer before its bytes.
+        let mut distinct: Vec<&RowPut<'_>> = Vec::with_capacity(1);
+        let mut prepared = Vec::with_capacity(puts.len());
+        for put in puts {
+            let index = match distinct.iter().position(|o| same_output(o, put)) {
+                Some(i) => i,
+                None => {
+                    distinct.push(put);
+                    distinct.len() - 1
+                }
+            };
+            prepared.push(PreparedPut {
+                bucket: put.bucket.to_owned(),
+                output: u8::try_from(index).ok()?,
+                checksum: put.checksum,
+            });
+        }
+        let outputs = encode_outputs(
+            distinct
+                .iter()
+                .map(|o| (o.object_type, o.object_id, o.data)),
+        );
+        Some(Self {
+            table_id,
+            identity,
+            puts: prepared,
+            lookups,
+            stash,
+            outputs,
+            packed: false,
+        })
+    }
+}
+
+fn same_output(a: &RowPut<'_>, b: &RowPut<'_>) -> bool {
+    let same = |x: &str, y: &str| std::ptr::eq(x, y) || x == y;
+    same(a.data, b.data) && same(a.object_id, b.object_id) && same(a.object_type, b.object_type)
+}
+
+impl Store {
+    /// Compresses the outputs of `rows` with the store's current record codec (raw until
+    /// the store has trained its dictionary). Safe to call from any thread.
+    pub fn pack_rows(&self, rows: &mut [PreparedRow]) {
+        let codec = self.codec.read().clone();
+        let mut compressor = codec.compressor();
+        for row in rows.iter_mut().filter(|r| !r.packed) {
+            row.outputs = RecordCodec::pack(compressor.as_mut(), &row.outputs);
+            row.packed = true;
+        }
+    }
+}
+
+impl WriteTxn<'_, '_> {
+    /// Inserts a prepared new row: its PUTs, lookups and record. An identity already
+    /// stored (identical rows of a REPLICA IDENTITY FULL table) becomes an update of
+    /// that row.
+    pub fn insert_prepared(&mut self, mut row: PreparedRow) -> Result<(), StoreError> {
+        if !row.packed {
+            row.outputs = RecordCodec::pack(None, &row.outputs);
+            row.packed = true;
+        }
+        self.flush_if_full()?;
+        let key = row_key(row.table_id, &row.identity);
+        let Some(row_id) = self.claim_row(&key)? else {
+            return self.update_with_prepared(row);
+        };
+        let mut memberships = Vec::with_capacity(row.puts.len());
+        for put in &row.puts {
+            memberships.push(self.put_op(&put.bucket, put.output, put.checksum, row_id)?);
+        }
+        let lookups: Vec<LookupPut<'_>> = row
+            .lookups
+            .iter()
+            .map(|(key, outputs)| LookupPut { key, outputs })
+            .collect();
+        let lookups = self.put_new_lookups(row_id, &lookups)?;
+        let head = encode_head(row.table_id, &row.identity, &memberships, &lookups, &row.stash);
+        // New rows get increasing ids: appending skips the search for their place.
+        self.store_packed(row_id, &head, &row.outputs, WriteFlags::APPEND)
+    }
+
+    /// The rare path: the identity is stored already, so apply the row as an update.
+    fn update_with_prepared(&mut self, row: PreparedRow) -> Result<(), StoreError> {
+        let raw = self.unpack_outputs(&row.outputs)?;
+        let outputs = decode_outputs(&raw).map_err(|c| self.corrupt(c.what))?;
+        let mut puts = Vec::with_capacity(row.puts.len());
+        for put in &row.puts {
+            let o = outputs
+                .get(usize::from(put.output))
+                .ok_or_else(|| self.corrupt("prepared row output"))?;
+            puts.push(RowPut {
+                bucket: &put.bucket,
+                object_type: &o.object_type,
+                object_id: &o.object_id,
+                data: &o.data,
+                checksum: put.checksum,
+            });
+        }
+        let lookups: Vec<LookupPut<'_>> = row
+            .lookups
+            .iter()
+            .map(|(key, outputs)| LookupPut { key, outputs })
+            .collect();
+        self.apply_row(row.table_id, &row.identity, &puts, &lookups, row.stash, false)
+    }
+}
