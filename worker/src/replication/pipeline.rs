@@ -3,8 +3,8 @@
 //! writes batches into MDBX. Bounded channels between them keep memory flat and let the
 //! stages overlap. Rows may reach the writer in any order: op ids follow the writer.
 
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -52,7 +52,6 @@ enum WriteMsg {
     /// evaluator said so.
     Done(Arc<BootstrapIntent>),
 }
-
 
 /// A pipeline thread and what it ends with.
 type Stage = JoinHandle<Result<(), ReplicationError>>;
@@ -120,7 +119,12 @@ impl Pipeline {
     pub async fn finish(&self, intent: BootstrapIntent) -> bool {
         let intent = Arc::new(intent);
         for _ in 0..self.evaluators.len() {
-            if self.input.send(EvalMsg::Finish(intent.clone())).await.is_err() {
+            if self
+                .input
+                .send(EvalMsg::Finish(intent.clone()))
+                .await
+                .is_err()
+            {
                 return false;
             }
         }
@@ -323,4 +327,3 @@ fn write_loop(
     }
     Ok(())
 }
-

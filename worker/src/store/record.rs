@@ -171,7 +171,9 @@ pub fn encode_head(
 }
 
 /// Encodes a row's distinct outputs `(object_type, object_id, data)`.
-pub fn encode_outputs<'a>(outputs: impl Iterator<Item = (&'a str, &'a str, &'a str)> + Clone) -> Vec<u8> {
+pub fn encode_outputs<'a>(
+    outputs: impl Iterator<Item = (&'a str, &'a str, &'a str)> + Clone,
+) -> Vec<u8> {
     let size: usize = 1 + outputs
         .clone()
         .map(|(t, i, d)| t.len() + i.len() + d.len() + 6)
@@ -283,10 +285,16 @@ mod tests {
         assert_eq!(RowRecord::decode(&head, &outputs).unwrap(), record);
         assert_eq!(head_table_id(&head).unwrap(), 7);
         for cut in 0..head.len() {
-            assert!(RowRecord::decode(&head[..cut], &outputs).is_err(), "cut {cut}");
+            assert!(
+                RowRecord::decode(&head[..cut], &outputs).is_err(),
+                "cut {cut}"
+            );
         }
         for cut in 0..outputs.len() {
-            assert!(RowRecord::decode(&head, &outputs[..cut]).is_err(), "cut {cut}");
+            assert!(
+                RowRecord::decode(&head, &outputs[..cut]).is_err(),
+                "cut {cut}"
+            );
         }
         // The stash is an optional trailing section.
         let plain = head.len();
@@ -294,7 +302,10 @@ mod tests {
         let head = record.encode_head();
         assert_eq!(RowRecord::decode(&head, &outputs).unwrap(), record);
         for cut in (0..head.len()).filter(|&c| c != plain) {
-            assert!(RowRecord::decode(&head[..cut], &outputs).is_err(), "cut {cut}");
+            assert!(
+                RowRecord::decode(&head[..cut], &outputs).is_err(),
+                "cut {cut}"
+            );
         }
         let t = Tombstone {
             object_type: "a".into(),

@@ -25,7 +25,9 @@ pub(super) fn join(head: &[u8], packed_outputs: &[u8]) -> Vec<u8> {
 fn split(stored: &[u8]) -> Result<(&[u8], &[u8]), Corrupt> {
     let mut r = Reader::new(stored, WHAT);
     let head = r.bytes()?;
-    let rest = stored.get(stored.len() - r.remaining()..).unwrap_or_default();
+    let rest = stored
+        .get(stored.len() - r.remaining()..)
+        .unwrap_or_default();
     Ok((head, rest))
 }
 

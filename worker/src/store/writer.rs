@@ -211,7 +211,6 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         self.apply_row(table_id, identity, puts, lookups, stash, false)
     }
 
-
     /// The source values stored with a row, `None` when the row is not stored.
     pub fn stash(&self, table_id: u32, identity: &[u8]) -> Result<Option<Stash>, StoreError> {
         let key = row_key(table_id, identity);
