@@ -154,7 +154,16 @@ if sorted(got) != sorted(want):
     sys.exit(f"readiness probe rows differ from the primary: {len(got)} vs {len(want)}")
 PY
 
-log "downloading the global tasks bucket on a fresh connection"
+worker_cpu() { awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat"; }
+log "downloading the global tasks bucket on fresh connections (unparsed, then parsed)"
+cpu_before="$(worker_cpu)"
+if [ -n "${PSM_BENCH_PROFILE_DOWNLOAD:-}" ]; then
+  perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE_DOWNLOAD" >/dev/null 2>&1 &
+  download_perf=$!
+fi
+download_raw="$(python3 "$root/scripts/bench_stream.py" download-raw "$http_port" "$secret")"
+if [ -n "${download_perf:-}" ]; then kill -INT "$download_perf"; wait "$download_perf" 2>/dev/null || true; fi
+download_cpu="$(awk -v a="$cpu_before" -v b="$(worker_cpu)" 'BEGIN {print b - a}')"
 download="$(python3 "$root/scripts/bench_stream.py" download "$http_port" "$secret")"
 
 commits="${PSM_BENCH_COMMITS:-200}"
@@ -180,13 +189,14 @@ store_dir="$work/replica.powersync_mdbx"
 mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
 mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
 churn = json.loads(sys.argv[3])
 after = json.loads(sys.argv[4])
 download = json.loads(sys.argv[5])
+download_raw = json.loads(sys.argv[6])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -210,6 +220,8 @@ out = {
   "source_relation_bytes": $source_bytes,
   "mdbx_used_over_source": round(status["store"]["used_bytes"] / $source_bytes, 3),
   **download,
+  **download_raw,
+  "download_worker_cpu_seconds": round($download_cpu, 3),
   **churn,
   **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}
      if churn.get("rounds") else {}),

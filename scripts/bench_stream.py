@@ -129,16 +129,47 @@ def probe(port: int, secret: str) -> None:
     print(json.dumps({"ready_at": done, "rows": len(rows), "row_ids": sorted(rows)}))
 
 
-def download(port: int, secret: str) -> None:
-    """Downloads the global `tasks` bucket (every task row) on a fresh connection; times
-    the request to its checkpoint_complete (client parsing included)."""
-    body = {
-        "buckets": [],
-        "raw_data": True,
-        "streams": {"include_defaults": False, "subscriptions": [{"stream": "tasks", "parameters": {}}]},
-    }
+def download_unparsed(port: int, tok: str, body: dict) -> tuple:
+    """Reads a response's bytes up to the first checkpoint_complete line without decoding
+    them: the time is the server's (plus loopback transfer), not the client's."""
+    marker = b'{"checkpoint_complete"'
     started = time.time()
-    stream = Stream(port, token(secret, "user-benchmark-download"), body)
+    stream = Stream(port, tok, body)
+    if stream.status != 200:
+        sys.exit(f"download: HTTP {stream.status}")
+    total, tail = 0, b""
+    while True:
+        chunk = stream.resp.read1(1 << 20)
+        if not chunk:
+            sys.exit("download: the stream ended before checkpoint_complete")
+        total += len(chunk)
+        if marker in tail + chunk:
+            break
+        tail = chunk[-len(marker):]
+    seconds = time.time() - started
+    stream.conn.close()
+    return seconds, total
+
+
+DOWNLOAD_BODY = {
+    "buckets": [],
+    "raw_data": True,
+    "streams": {"include_defaults": False, "subscriptions": [{"stream": "tasks", "parameters": {}}]},
+}
+
+
+def download_raw(port: int, secret: str) -> None:
+    """Downloads the global `tasks` bucket (every task row) without decoding it."""
+    seconds, total = download_unparsed(port, token(secret, "user-benchmark-download"), DOWNLOAD_BODY)
+    print(json.dumps({"download_unparsed_seconds": round(seconds, 3), "download_bytes": total}))
+
+
+def download(port: int, secret: str) -> None:
+    """Downloads the global `tasks` bucket on a fresh connection, decoding every line and
+    checking every checksum; times the request to its checkpoint_complete (client parsing
+    included)."""
+    started = time.time()
+    stream = Stream(port, token(secret, "user-benchmark-download"), DOWNLOAD_BODY)
     if stream.status != 200:
         sys.exit(f"download: HTTP {stream.status}")
     stream.until_complete()
@@ -236,6 +267,8 @@ def main() -> None:
         probe(port, secret)
     elif mode == "download":
         download(port, secret)
+    elif mode == "download-raw":
+        download_raw(port, secret)
     elif mode == "churn":
         rest = sys.argv[4:]
         split = rest.index("--")

@@ -16,6 +16,13 @@ const DICTIONARY_BYTES: usize = 16 * 1024;
 /// zstd level: 1 compresses nearly as well as 3 on these records, faster.
 const LEVEL: i32 = 1;
 
+thread_local! {
+    /// One decompression context per thread: creating one per record cost more than
+    /// decompressing the record.
+    static DECOMPRESSOR: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> =
+        std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
+}
+
 const RAW: u8 = 0;
 const ZSTD_DICT: u8 = 1;
 const WHAT: &str = "compressed row record";
@@ -82,10 +89,12 @@ impl RecordCodec {
                 let mut r = Reader::new(rest, WHAT);
                 let len = usize::try_from(r.varint()?).map_err(|_| corrupt.clone())?;
                 let frame = &rest[rest.len() - r.remaining()..];
-                let mut d = zstd::bulk::Decompressor::with_prepared_dictionary(decoder)
-                    .map_err(|_| corrupt.clone())?;
-                let raw = d.decompress(frame, len).map_err(|_| corrupt.clone())?;
-                if raw.len() != len {
+                let mut raw = Vec::with_capacity(len);
+                let written = DECOMPRESSOR.with(|d| {
+                    d.borrow_mut()
+                        .decompress_using_ddict(&mut raw, frame, decoder.as_ddict())
+                });
+                if written != Ok(len) {
                     return Err(corrupt);
                 }
                 Ok(Cow::Owned(raw))

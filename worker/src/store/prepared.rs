@@ -124,13 +124,7 @@ impl WriteTxn<'_, '_> {
             .map(|(key, outputs)| LookupPut { key, outputs })
             .collect();
         let lookups = self.put_new_lookups(row_id, &lookups)?;
-        let head = encode_head(
-            row.table_id,
-            &row.identity,
-            &memberships,
-            &lookups,
-            &row.stash,
-        );
+        let head = encode_head(row.table_id, &memberships, &lookups, &row.stash);
         // New rows get increasing ids: appending skips the search for their place.
         self.store_packed(row_id, &head, &row.outputs, WriteFlags::APPEND)
     }

@@ -40,8 +40,6 @@ pub struct LookupRef {
 pub struct RowRecord {
     /// Source table id (the store's own numbering).
     pub table_id: u32,
-    /// Encoded replica identity.
-    pub identity: Vec<u8>,
     /// Distinct outputs.
     pub outputs: Vec<Output>,
     /// Current bucket memberships.
@@ -58,13 +56,7 @@ const WHAT: &str = "row record";
 impl RowRecord {
     /// The record's head: everything but the outputs (see [`super::stored_row`]).
     pub fn encode_head(&self) -> Vec<u8> {
-        encode_head(
-            self.table_id,
-            &self.identity,
-            &self.memberships,
-            &self.lookups,
-            &self.stash,
-        )
+        encode_head(self.table_id, &self.memberships, &self.lookups, &self.stash)
     }
 
     /// The record's outputs section.
@@ -84,12 +76,12 @@ impl RowRecord {
         let mut r = Reader::new(head, WHAT);
         let small = |v: u64| u32::try_from(v).map_err(|_| Corrupt { what: WHAT });
         let table_id = small(r.varint()?)?;
-        let identity = r.bytes()?.to_vec();
         let n = r.varint()?;
         let mut memberships = Vec::new();
+        let mut op_id = 0u64;
         for _ in 0..n {
             let bucket_id = small(r.varint()?)?;
-            let op_id = r.varint()?;
+            op_id = op_id.wrapping_add(unzigzag(r.varint()?));
             let output = u8::try_from(r.varint()?).map_err(|_| Corrupt { what: WHAT })?;
             if usize::from(output) >= outputs.len() {
                 return Err(Corrupt { what: WHAT });
@@ -120,7 +112,6 @@ impl RowRecord {
         }
         Ok(Self {
             table_id,
-            identity,
             outputs,
             memberships,
             lookups,
@@ -129,17 +120,17 @@ impl RowRecord {
     }
 }
 
-/// Encodes a record head: table id, identity, memberships, lookups and the optional
-/// trailing stash (records without one end after the lookups).
+/// Encodes a record head: table id, memberships (each op id as the difference to the
+/// previous one: a row's ops are usually consecutive), lookups and the optional trailing
+/// stash (records without one end after the lookups). The replica identity is not kept:
+/// the row-key table maps it to the row, and nothing needs the way back.
 pub fn encode_head(
     table_id: u32,
-    identity: &[u8],
     memberships: &[Membership],
     lookups: &[LookupRef],
     stash: &[(String, Vec<u8>)],
 ) -> Vec<u8> {
     let size = 8
-        + identity.len()
         + memberships.len() * 12
         + lookups
             .iter()
@@ -150,12 +141,14 @@ pub fn encode_head(
             .map(|(n, v)| n.len() + v.len() + 4)
             .sum::<usize>();
     let mut w = Writer::with_capacity(size);
-    w.varint(u64::from(table_id)).bytes(identity);
+    w.varint(u64::from(table_id));
     w.varint(memberships.len() as u64);
+    let mut previous = 0u64;
     for m in memberships {
         w.varint(u64::from(m.bucket_id))
-            .varint(m.op_id)
+            .varint(zigzag(m.op_id.wrapping_sub(previous)))
             .varint(u64::from(m.output));
+        previous = m.op_id;
     }
     w.varint(lookups.len() as u64);
     for l in lookups {
@@ -168,6 +161,16 @@ pub fn encode_head(
         }
     }
     w.finish()
+}
+
+/// A signed difference as an unsigned varint value (small magnitudes stay small).
+fn zigzag(delta: u64) -> u64 {
+    let signed = delta as i64;
+    ((signed << 1) ^ (signed >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> u64 {
+    ((value >> 1) as i64 ^ -((value & 1) as i64)) as u64
 }
 
 /// Encodes a row's distinct outputs `(object_type, object_id, data)`.
@@ -257,7 +260,6 @@ mod tests {
     fn records_round_trip_and_reject_damage() {
         let mut record = RowRecord {
             table_id: 7,
-            identity: b"\x03abc".to_vec(),
             outputs: vec![Output {
                 object_type: "tasks".into(),
                 object_id: "t1".into(),
@@ -272,6 +274,11 @@ mod tests {
                 Membership {
                     bucket_id: 2,
                     op_id: 11,
+                    output: 0,
+                },
+                Membership {
+                    bucket_id: 3,
+                    op_id: 4,
                     output: 0,
                 },
             ],

@@ -1,6 +1,6 @@
 //! The stored form of a row record: `varint(head length) · head · packed outputs`.
 //!
-//! The head (table, identity, memberships, lookups, stash) is small and changes with
+//! The head (table, memberships, lookups, stash) is small and changes with
 //! every write; it stays raw. The outputs (object type, id and data JSON) are most of the
 //! bytes, compress well and are all a reader needs; the record codec packs them apart, so
 //! the snapshot's evaluator threads can compress them before the one writer sees the row
@@ -66,7 +66,6 @@ mod tests {
     fn stored_rows_round_trip_and_reject_damage() {
         let record = RowRecord {
             table_id: 3,
-            identity: b"\x01k".to_vec(),
             outputs: vec![Output {
                 object_type: "tasks".into(),
                 object_id: "t1".into(),

@@ -232,9 +232,6 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             return Ok(false);
         };
         self.delete_row(table_id, new)?;
-        let mut record = self.load_row(row_id)?;
-        record.identity = new.to_vec();
-        self.store_record(row_id, &record, WriteFlags::UPSERT)?;
         self.txn
             .del(&self.tables.row_keys, &old_key, None)
             .map_err(self.mdbx("remove a row key"))?;
@@ -402,7 +399,6 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         };
         let mut record = RowRecord {
             table_id,
-            identity: identity.to_vec(),
             stash,
             ..RowRecord::default()
         };
