@@ -86,7 +86,7 @@ fn main() {
     let t0 = Instant::now();
     let dict = zstd::dict::from_samples(&samples, 16 * 1024).unwrap();
     let train = t0.elapsed();
-    for level in [1, 3] {
+    for level in [-5, -1, 1, 3] {
         let enc = zstd::dict::EncoderDictionary::copy(&dict, level);
         let mut c = zstd::bulk::Compressor::with_prepared_dictionary(&enc).unwrap();
         c.include_checksum(false).unwrap();

@@ -16,7 +16,7 @@ use super::toast::stash_for;
 use super::{BootstrapIntent, Progress, ReplicationError};
 use crate::rules::{PgType, RowEvaluation, SourceColumn, SourceRow, SyncRules};
 use crate::source::{ColumnMeta, CopyFields};
-use crate::store::{encode_values, identity_key, PreparedRow, RowPut, Store};
+use crate::store::{encode_values, identity_key, PreparedRow, Store};
 
 /// Rows per MDBX write transaction during the snapshot.
 const BATCH_ROWS: usize = 2048;
@@ -202,7 +202,12 @@ fn eval_loop(
         .collect();
     let plans: Vec<_> = jobs
         .iter()
-        .map(|j| rules.plan_for(&j.schema, &j.name))
+        .map(|j| {
+            rules.plan_for(&j.schema, &j.name).map(|plan| {
+                let binding = plan.bind(j.columns.iter().map(|c| c.name.as_str()));
+                (plan, binding)
+            })
+        })
         .collect();
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     loop {
@@ -246,7 +251,7 @@ fn eval_loop(
                         columns: &columns,
                     };
                     let eval = match plan {
-                        Some(plan) => plan.evaluate(&row)?,
+                        Some((plan, binding)) => plan.evaluate_bound(binding, &row)?,
                         None => RowEvaluation::default(),
                     };
                     if eval.buckets.is_empty() && eval.lookups.is_empty() {
@@ -259,8 +264,7 @@ fn eval_loop(
                         .map(|l| (l.key.encode().into_bytes(), encode_values(&l.outputs)))
                         .collect();
                     let stash = stash_for(&job.columns, |i| fields.get(i), false);
-                    let puts: Vec<RowPut<'_>> = eval.buckets.iter().map(RowPut::from).collect();
-                    let row = PreparedRow::new(job.id, identity, &puts, lookups, stash)
+                    let row = PreparedRow::new(job.id, identity, eval.buckets, lookups, stash)
                         .ok_or_else(|| ReplicationError::Copy {
                             table: format!("{}.{}", job.schema, job.name),
                             problem: "a row with more than 255 distinct outputs".into(),

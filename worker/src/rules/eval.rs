@@ -19,11 +19,44 @@ use super::row::SourceRow;
 use super::types::convert;
 use super::value::{OwnedValue, Value};
 
+/// Where each column a plan's queries read sits among a source's columns: computed once
+/// per column layout ([`TablePlan::bind`]) instead of matching names for every row.
+#[derive(Debug, Clone)]
+pub struct SlotBinding {
+    data: Vec<Vec<Option<usize>>>,
+    lookups: Vec<Vec<Option<usize>>>,
+}
+
 impl TablePlan {
+    /// The binding of this plan's column slots to a source's columns, by name.
+    pub fn bind<'n>(&self, columns: impl Iterator<Item = &'n str> + Clone) -> SlotBinding {
+        let indices = |slots: &[String]| -> Vec<Option<usize>> {
+            slots
+                .iter()
+                .map(|s| columns.clone().position(|c| c == s))
+                .collect()
+        };
+        SlotBinding {
+            data: self.data.iter().map(|d| indices(&d.slots)).collect(),
+            lookups: self.lookups.iter().map(|l| indices(&l.slots)).collect(),
+        }
+    }
+
     /// Evaluate one row: its bucket memberships and lookup entries. An error means a
     /// column value could not be converted faithfully; the caller must not skip the row
     /// silently.
     pub fn evaluate(&self, row: &SourceRow<'_>) -> Result<RowEvaluation, RulesError> {
+        let binding = self.bind(row.columns.iter().map(|c| c.name));
+        self.evaluate_bound(&binding, row)
+    }
+
+    /// [`Self::evaluate`] with a binding made by [`Self::bind`] for the row's columns
+    /// (the same names in the same order).
+    pub fn evaluate_bound(
+        &self,
+        binding: &SlotBinding,
+        row: &SourceRow<'_>,
+    ) -> Result<RowEvaluation, RulesError> {
         let mut values = Vec::with_capacity(row.columns.len());
         for c in row.columns {
             values.push(match c.value {
@@ -39,15 +72,15 @@ impl TablePlan {
         }
         let mut out = RowEvaluation::default();
         let mut objects: Vec<Option<Object>> = Vec::with_capacity(self.data.len());
-        for (i, d) in self.data.iter().enumerate() {
-            let slots = slot_values(&d.slots, row, &values);
+        for (i, (d, bound)) in self.data.iter().zip(&binding.data).enumerate() {
+            let slots = slot_values(bound, &values);
             let object =
                 self.evaluate_data(i, d, row, (&values, &slots), &objects, &mut out.buckets);
             objects.push(object);
         }
         let mut seen_keys = HashSet::new();
-        for l in &self.lookups {
-            let slots = slot_values(&l.slots, row, &values);
+        for (l, bound) in self.lookups.iter().zip(&binding.lookups) {
+            let slots = slot_values(bound, &values);
             evaluate_lookup(l, &slots, &mut seen_keys, &mut out.lookups);
         }
         Ok(out)
@@ -202,20 +235,12 @@ fn write_field(
     write_data_value(out, v);
 }
 
-fn slot_values<'e>(
-    slots: &[String],
-    row: &SourceRow<'_>,
-    values: &'e [Value<'e>],
-) -> Vec<Value<'e>> {
-    slots
+fn slot_values<'e>(bound: &[Option<usize>], values: &'e [Value<'e>]) -> Vec<Value<'e>> {
+    bound
         .iter()
-        .map(|s| {
-            row.columns
-                .iter()
-                .position(|c| c.name == s)
-                .and_then(|i| values.get(i))
-                .map(|v| v.borrowed())
-                .unwrap_or(Value::Null)
+        .map(|i| {
+            i.and_then(|i| values.get(i))
+                .map_or(Value::Null, |v| v.borrowed())
         })
         .collect()
 }

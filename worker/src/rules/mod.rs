@@ -28,6 +28,7 @@ pub(crate) mod yaml;
 pub use bucket::{bucket_name, BucketVersion};
 pub use checksum::{add_checksums, put_checksum, remove_checksum};
 pub use error::{RulesError, SqlLocation};
+pub use eval::SlotBinding;
 pub use options::Compatibility;
 pub use plan::{BucketRow, LookupEntry, LookupKey, RowEvaluation, TablePlan, TableRef};
 pub use request::{

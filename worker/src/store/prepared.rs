@@ -6,6 +6,8 @@
 //! ([`Store::pack_rows`]). The writer then only assigns ids, appends ops and writes the
 //! record ([`WriteTxn::insert_prepared`]).
 
+use std::sync::Arc;
+
 use libmdbx::WriteFlags;
 
 use super::compress::RecordCodec;
@@ -13,6 +15,7 @@ use super::record::{decode_outputs, encode_head, encode_outputs};
 use super::tables::row_key;
 use super::writer::{LookupPut, RowPut, Stash, WriteTxn};
 use super::{Store, StoreError};
+use crate::rules::BucketRow;
 
 /// A PUT of a prepared row: the bucket and which of the row's outputs it shows.
 #[derive(Debug, Clone)]
@@ -38,42 +41,41 @@ pub struct PreparedRow {
 }
 
 impl PreparedRow {
-    /// Prepares a new row of table `table_id`. `None` when it has more than 255 distinct
+    /// Prepares a new row of table `table_id` from its evaluated bucket rows (their
+    /// names move into the prepared row). `None` when it has more than 255 distinct
     /// outputs (the record indexes them with one byte).
     pub fn new(
         table_id: u32,
         identity: Vec<u8>,
-        puts: &[RowPut<'_>],
+        buckets: Vec<BucketRow>,
         lookups: Vec<(Vec<u8>, Vec<u8>)>,
         stash: Stash,
     ) -> Option<Self> {
         // Outputs are stored once per row; the buckets of one evaluation usually share
         // one object, so compare its pointer before its bytes.
-        let mut distinct: Vec<&RowPut<'_>> = Vec::with_capacity(1);
-        let mut prepared = Vec::with_capacity(puts.len());
-        for put in puts {
-            let index = match distinct.iter().position(|o| same_output(o, put)) {
+        let mut distinct: Vec<(Arc<str>, Arc<str>, Arc<str>)> = Vec::with_capacity(1);
+        let mut puts = Vec::with_capacity(buckets.len());
+        for b in buckets {
+            let index = match distinct.iter().position(|(t, i, d)| {
+                same(d, &b.data) && same(i, &b.object_id) && same(t, &b.object_type)
+            }) {
                 Some(i) => i,
                 None => {
-                    distinct.push(put);
+                    distinct.push((b.object_type, b.object_id, b.data));
                     distinct.len() - 1
                 }
             };
-            prepared.push(PreparedPut {
-                bucket: put.bucket.to_owned(),
+            puts.push(PreparedPut {
+                bucket: b.bucket,
                 output: u8::try_from(index).ok()?,
-                checksum: put.checksum,
+                checksum: b.checksum,
             });
         }
-        let outputs = encode_outputs(
-            distinct
-                .iter()
-                .map(|o| (o.object_type, o.object_id, o.data)),
-        );
+        let outputs = encode_outputs(distinct.iter().map(|(t, i, d)| (&**t, &**i, &**d)));
         Some(Self {
             table_id,
             identity,
-            puts: prepared,
+            puts,
             lookups,
             stash,
             outputs,
@@ -82,9 +84,8 @@ impl PreparedRow {
     }
 }
 
-fn same_output(a: &RowPut<'_>, b: &RowPut<'_>) -> bool {
-    let same = |x: &str, y: &str| std::ptr::eq(x, y) || x == y;
-    same(a.data, b.data) && same(a.object_id, b.object_id) && same(a.object_type, b.object_type)
+fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
 }
 
 impl Store {
@@ -177,6 +178,22 @@ mod tests {
         }
     }
 
+    /// Bucket rows sharing one object, as the evaluator makes them.
+    fn bucket_rows(buckets: &[&str], id: &str, data: &str) -> Vec<BucketRow> {
+        let (object_type, object_id, data): (Arc<str>, Arc<str>, Arc<str>) =
+            ("tasks".into(), id.into(), data.into());
+        buckets
+            .iter()
+            .map(|b| BucketRow {
+                bucket: (*b).to_owned(),
+                object_type: object_type.clone(),
+                object_id: object_id.clone(),
+                checksum: data.len() as u32,
+                data: data.clone(),
+            })
+            .collect()
+    }
+
     /// Every op of `bucket` as (kind, object, data), read back through the reader.
     fn ops_of(store: &Store, bucket: &str) -> (u64, u32, Vec<(OpKind, Option<ObjectRead>)>) {
         store
@@ -223,8 +240,8 @@ mod tests {
             let mut batch: Vec<PreparedRow> = chunk
                 .iter()
                 .map(|(id, data)| {
-                    let puts = [put("a[]", id, data), put("b[]", id, data)];
-                    PreparedRow::new(1, id.as_bytes().to_vec(), &puts, Vec::new(), Stash::new())
+                    let rows = bucket_rows(&["a[]", "b[]"], id, data);
+                    PreparedRow::new(1, id.as_bytes().to_vec(), rows, Vec::new(), Stash::new())
                         .unwrap()
                 })
                 .collect();
