@@ -9,7 +9,7 @@ use std::time::Instant;
 use futures_util::{pin_mut, TryStreamExt};
 
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
-use super::pipeline::{EvalMsg, Pipeline, TableJob};
+use super::pipeline::{Pipeline, TableJob};
 use super::{Progress, ReplicationError};
 use crate::config::SourceConnection;
 use crate::rules::SyncRules;
@@ -190,9 +190,9 @@ pub async fn bootstrap(
         .zip(&jobs)
         .map(|(i, j)| (i.table.clone(), j.columns.clone()))
         .collect();
-    let pipeline = Pipeline::start(rules, jobs, store.clone(), progress.clone())
+    let mut pipeline = Pipeline::start(rules, jobs, store.clone(), progress.clone())
         .map_err(|e| SourceError::Connection(format!("cannot start snapshot threads: {e}")))?;
-    let copied = copy_all(&reader, &copies, &pipeline, &progress).await;
+    let copied = copy_all(&reader, &copies, &mut pipeline, &progress).await;
     if copied.is_ok() {
         intent.state = BootstrapState::Complete;
         pipeline.finish(intent.clone()).await;
@@ -219,7 +219,7 @@ pub async fn bootstrap(
 async fn copy_all(
     reader: &tokio_postgres::Client,
     copies: &[(SourceTable, Vec<crate::source::ColumnMeta>)],
-    pipeline: &Pipeline,
+    pipeline: &mut Pipeline,
     progress: &Progress,
 ) -> Result<(), ReplicationError> {
     for (index, (table, columns)) in copies.iter().enumerate() {
@@ -234,23 +234,12 @@ async fn copy_all(
             chunk.push(row);
             if chunk.len() == CHUNK_ROWS {
                 let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));
-                if pipeline
-                    .input
-                    .send(EvalMsg::Rows(index, full))
-                    .await
-                    .is_err()
-                {
+                if !pipeline.send_rows(index, full).await {
                     return Ok(()); // the pipeline stopped; its error is reported
                 }
             }
         }
-        if !chunk.is_empty()
-            && pipeline
-                .input
-                .send(EvalMsg::Rows(index, chunk))
-                .await
-                .is_err()
-        {
+        if !chunk.is_empty() && !pipeline.send_rows(index, chunk).await {
             return Ok(());
         }
         progress.table_done();

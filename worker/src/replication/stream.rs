@@ -30,6 +30,9 @@ pub struct StreamContext {
     pub progress: Arc<StreamProgress>,
 }
 
+/// How long a stopping stream waits for the primary to end replication.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Streams changes until `stop` turns true (then `Ok`) or an error.
 pub async fn follow_slot(
     plan: &SourcePlan,
@@ -100,7 +103,15 @@ pub async fn follow_slot(
         // Report what the applier made durable (throttled to the feedback interval) before
         // waiting: without it the primary learns only at its next keepalive request.
         stream.maybe_send_feedback().await;
-        let event = match stream.next_event(&cancel).await {
+        // The library checks `cancel` only between messages (over TLS that can be the
+        // primary's next keepalive, half of wal_sender_timeout away): race it here. A
+        // message cut off by the stop is never applied.
+        let next = tokio::select! {
+            biased;
+            () = cancel.cancelled() => break Ok(()),
+            next = stream.next_event(&cancel) => next,
+        };
+        let event = match next {
             Ok(event) => event,
             Err(pg_walstream::ReplicationError::Cancelled(_)) => break Ok(()),
             Err(e) => break Err(ReplicationError::from(replication_error(e))),
@@ -118,7 +129,8 @@ pub async fn follow_slot(
     stopper.abort();
     watcher.abort();
     drop(input);
-    let _ = stream.stop().await;
+    // Ending the replication politely waits for the server; never for long.
+    let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
     let applied = tokio::task::spawn_blocking(move || applying.join())
         .await
         .map_err(|e| stream_error(format!("apply thread: {e}")))?

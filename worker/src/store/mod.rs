@@ -28,7 +28,7 @@ pub use error::StoreError;
 pub use lookup_read::StoreLookups;
 pub use meta::{StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
-pub use prepared::PreparedRow;
+pub use prepared::{PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
 pub use values::{decode_values, encode_values, identity_key};
 pub use writer::{LookupPut, RowPut, Stash, WriteTxn};

@@ -3,7 +3,7 @@
 //! During the snapshot one thread writes MDBX while several evaluate rows. Everything
 //! about a new row that does not depend on the writer's counters happens on the
 //! evaluator side: its distinct outputs found, encoded and compressed
-//! ([`Store::pack_rows`]). The writer then only assigns ids, appends ops and writes the
+//! ([`RowPacker`]). The writer then only assigns ids, appends ops and writes the
 //! record ([`WriteTxn::insert_prepared`]).
 
 use std::sync::Arc;
@@ -25,7 +25,7 @@ struct PreparedPut {
     checksum: u32,
 }
 
-/// A new source row, its outputs encoded once and packed ([`Store::pack_rows`]) before
+/// A new source row, its outputs encoded once and packed ([`RowPacker`]) before
 /// the writer sees it.
 #[derive(Debug, Clone)]
 pub struct PreparedRow {
@@ -89,13 +89,40 @@ fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
 }
 
 impl Store {
-    /// Compresses the outputs of `rows` with the store's current record codec (raw until
-    /// the store has trained its dictionary). Safe to call from any thread.
-    pub fn pack_rows(&self, rows: &mut [PreparedRow]) {
-        let codec = self.codec.read().clone();
-        let mut compressor = codec.compressor();
+    /// The store's record codec of this moment, for packing prepared rows on another
+    /// thread.
+    pub fn row_codec(&self) -> RowCodec {
+        RowCodec(self.codec.read().clone())
+    }
+}
+
+/// A record codec held by a thread that packs prepared rows ([`Store::row_codec`]).
+pub struct RowCodec(Arc<RecordCodec>);
+
+impl RowCodec {
+    /// True once the store packs differently (it trained its dictionary): take a new one.
+    pub fn is_stale(&self, store: &Store) -> bool {
+        !Arc::ptr_eq(&self.0, &store.codec.read())
+    }
+
+    /// A packer (one compression context, reused for every row it packs).
+    pub fn packer(&self) -> RowPacker<'_> {
+        RowPacker {
+            compressor: self.0.compressor(),
+        }
+    }
+}
+
+/// Compresses prepared rows' outputs with one codec.
+pub struct RowPacker<'c> {
+    compressor: Option<zstd::bulk::Compressor<'c>>,
+}
+
+impl RowPacker<'_> {
+    /// Packs the outputs of `rows` (raw while the store has no dictionary).
+    pub fn pack(&mut self, rows: &mut [PreparedRow]) {
         for row in rows.iter_mut().filter(|r| !r.packed) {
-            row.outputs = RecordCodec::pack(compressor.as_mut(), &row.outputs);
+            row.outputs = RecordCodec::pack(self.compressor.as_mut(), &row.outputs);
             row.packed = true;
         }
     }
@@ -246,7 +273,7 @@ mod tests {
                 })
                 .collect();
             assert_eq!(batch[0].puts[1].output, 0, "one output for both buckets");
-            prepared.pack_rows(&mut batch);
+            prepared.row_codec().packer().pack(&mut batch);
             prepared
                 .write(0, |w| {
                     batch.into_iter().try_for_each(|row| w.insert_prepared(row))
