@@ -20,7 +20,7 @@ use crate::source::{
 use crate::store::Store;
 
 /// Rows sent to the evaluator per message.
-const CHUNK_ROWS: usize = 256;
+const CHUNK_ROWS: usize = 1024;
 
 /// Where to replicate from.
 #[derive(Debug, Clone)]

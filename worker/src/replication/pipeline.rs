@@ -20,9 +20,9 @@ use crate::store::{encode_values, identity_key, PreparedRow, Store};
 /// Rows per MDBX write transaction during the snapshot (at least; whole chunks).
 const BATCH_ROWS: usize = 2048;
 /// Row chunks buffered between COPY and each evaluator.
-const EVAL_QUEUE: usize = 8;
+const EVAL_QUEUE: usize = 4;
 /// Evaluated chunks buffered between each evaluator and the writer.
-const WRITE_QUEUE: usize = 8;
+const WRITE_QUEUE: usize = 4;
 /// At most this many evaluator threads (at least two: the writer is the only other
 /// thread, so one evaluator would leave a core idle while it waits).
 const MAX_EVALUATORS: usize = 4;
@@ -312,7 +312,7 @@ fn write_loop(
 ) -> Result<(), ReplicationError> {
     let mut done = None;
     while done.is_none() {
-        let mut batch: Vec<PreparedRow> = Vec::with_capacity(BATCH_ROWS + 256);
+        let mut batch: Vec<PreparedRow> = Vec::with_capacity(BATCH_ROWS + 1024);
         let mut wait = true;
         while batch.len() < BATCH_ROWS {
             match input.next(wait) {
