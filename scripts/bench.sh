@@ -7,6 +7,9 @@
 #   PSM_BENCH_BUILD=skip              use the installed extension as it is
 #   PSM_BENCH_COMMITS=200             single-row commits timed from COMMIT to the client
 #   PSM_BENCH_ROUNDS=10               full-table update rounds (0: no churn phase)
+#   PSM_BENCH_GATES=1                 correctness gates (scripts/bench_gates.py); 0 skips
+#   PSM_BENCH_PROFILE=<file>          perf record of the worker to readiness
+#   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
 # until a /sync/stream response for the probe user reaches checkpoint_complete with
@@ -110,6 +113,7 @@ powersync_mdbx.config_file = '$work/config.yaml'
 CONF
 psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres "$@"; }
 
+wal_before="$(psql_p -c "SELECT pg_current_wal_insert_lsn()")"
 log "starting the sync replica on empty storage"
 t_start="$(now)"
 python3 "$root/scripts/bench_stream.py" probe "$http_port" "$secret" > "$work/probe.json" &
@@ -119,6 +123,7 @@ psql_r -c "CREATE EXTENSION powersync_mdbx" >/dev/null
 worker=""
 peak_anon=0
 peak_rss=0
+peak_file=0
 while :; do
   st="$(psql_r -c "SELECT powersync_mdbx.status()" 2>/dev/null || true)"
   phase="$(printf '%s' "$st" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("phase",""))' 2>/dev/null || true)"
@@ -132,6 +137,8 @@ while :; do
     rss="$(awk '/^VmHWM:/ {print $2}' "/proc/$worker/status")"
     [ "${anon:-0}" -gt "$peak_anon" ] && peak_anon="$anon"
     [ "${rss:-0}" -gt "$peak_rss" ] && peak_rss="$rss"
+    file="$(awk '/^RssFile:/ {print $2}' "/proc/$worker/status")"
+    [ "${file:-0}" -gt "$peak_file" ] && peak_file="$file"
   fi
   case "$phase" in
     ready|streaming) kill -0 "$probe_pid" 2>/dev/null || break ;;
@@ -154,6 +161,7 @@ if sorted(got) != sorted(want):
     sys.exit(f"readiness probe rows differ from the primary: {len(got)} vs {len(want)}")
 PY
 
+wal_bytes="$(psql_p -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$wal_before')::bigint")"
 worker_cpu() { awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat"; }
 log "downloading the global tasks bucket on fresh connections (unparsed, then parsed)"
 cpu_before="$(worker_cpu)"
@@ -165,6 +173,13 @@ download_raw="$(python3 "$root/scripts/bench_stream.py" download-raw "$http_port
 if [ -n "${download_perf:-}" ]; then kill -INT "$download_perf"; wait "$download_perf" 2>/dev/null || true; fi
 download_cpu="$(awk -v a="$cpu_before" -v b="$(worker_cpu)" 'BEGIN {print b - a}')"
 download="$(python3 "$root/scripts/bench_stream.py" download "$http_port" "$secret")"
+
+gates='{}'
+if [ "${PSM_BENCH_GATES:-1}" != 0 ]; then
+  log "gates: the target user's buckets against the primary, authorization, the churn transaction"
+  gates="$(python3 "$root/scripts/bench_gates.py" "$http_port" "$secret" \
+    "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+fi
 
 commits="${PSM_BENCH_COMMITS:-200}"
 rounds="${PSM_BENCH_ROUNDS:-10}"
@@ -189,7 +204,7 @@ store_dir="$work/replica.powersync_mdbx"
 mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
 mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -197,6 +212,7 @@ churn = json.loads(sys.argv[3])
 after = json.loads(sys.argv[4])
 download = json.loads(sys.argv[5])
 download_raw = json.loads(sys.argv[6])
+gates = json.loads(sys.argv[7])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -214,6 +230,8 @@ out = {
   "worker_cpu_us_per_row": round($cpu * 1e6 / rows, 2),
   "peak_anon_rss_bytes": $peak_anon * 1024,
   "peak_rss_bytes": $peak_rss * 1024,
+  "peak_file_rss_bytes": $peak_file * 1024,
+  "wal_bytes": $wal_bytes,
   "mdbx_file_bytes": $mdbx_bytes,
   "mdbx_used_bytes": status["store"]["used_bytes"],
   "mdbx_allocated_bytes": $mdbx_alloc,
@@ -221,6 +239,7 @@ out = {
   "mdbx_used_over_source": round(status["store"]["used_bytes"] / $source_bytes, 3),
   **download,
   **download_raw,
+  **gates,
   "download_worker_cpu_seconds": round($download_cpu, 3),
   **churn,
   **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}

@@ -66,6 +66,7 @@ class Stream:
         self.resp = self.conn.getresponse()
         self.status = self.resp.status
         self.announced = {}
+        self.counts = {}
         self.sums = {}
         self.rows = {}
 
@@ -82,12 +83,15 @@ class Stream:
             if "checkpoint" in line:
                 cp = line["checkpoint"]
                 self.announced = {b["bucket"]: b["checksum"] & 0xFFFFFFFF for b in cp["buckets"]}
+                self.counts = {b["bucket"]: b.get("count") for b in cp["buckets"]}
             elif "checkpoint_diff" in line:
                 d = line["checkpoint_diff"]
                 for b in d["updated_buckets"]:
                     self.announced[b["bucket"]] = b["checksum"] & 0xFFFFFFFF
+                    self.counts[b["bucket"]] = b.get("count")
                 for name in d["removed_buckets"]:
                     self.announced.pop(name, None)
+                    self.counts.pop(name, None)
             elif "data" in line:
                 d = line["data"]
                 bucket = d["bucket"]

@@ -79,6 +79,14 @@ impl RecordCodec {
         out
     }
 
+    /// The raw bytes of a stored form that is not compressed, `None` when it is.
+    pub fn raw_part(stored: &[u8]) -> Option<&[u8]> {
+        match stored.split_first() {
+            Some((&RAW, raw)) => Some(raw),
+            _ => None,
+        }
+    }
+
     /// The encoded record from its stored form.
     pub fn unpack<'a>(&self, stored: &'a [u8]) -> Result<Cow<'a, [u8]>, Corrupt> {
         let corrupt = Corrupt { what: WHAT };

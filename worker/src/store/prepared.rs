@@ -137,6 +137,11 @@ impl WriteTxn<'_, '_> {
             row.outputs = RecordCodec::pack(None, &row.outputs);
             row.packed = true;
         }
+        // Rows packed before the store trained its dictionary arrive raw: compress them
+        // here rather than keep them large.
+        if let Some(packed) = self.repack(&row.outputs) {
+            row.outputs = packed;
+        }
         self.flush_if_full()?;
         let key = row_key(row.table_id, &row.identity);
         let Some(row_id) = self.claim_row(&key)? else {

@@ -520,6 +520,14 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             .map_err(self.mdbx("write a row"))
     }
 
+    /// Raw packed outputs compressed with this transaction's dictionary; `None` when
+    /// they are compressed already or there is no dictionary yet.
+    pub(super) fn repack(&mut self, packed: &[u8]) -> Option<Vec<u8>> {
+        let compressor = self.compressor.as_mut()?;
+        let raw = RecordCodec::raw_part(packed)?;
+        Some(RecordCodec::pack(Some(compressor), raw))
+    }
+
     /// The raw outputs section of packed outputs.
     pub(super) fn unpack_outputs<'b>(
         &self,
