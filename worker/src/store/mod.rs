@@ -37,8 +37,9 @@ pub use writer::{LookupPut, RowPut, Stash, WriteTxn};
 const MAX_TABLES: u64 = 32;
 /// Address space reserved for the map; disk is only used as data grows.
 const MAX_MAP_BYTES: isize = 1 << 40;
-/// File growth step.
-const GROWTH_STEP: isize = 64 << 20;
+/// File growth step: the file is at most this much larger than the pages in use (64 MiB
+/// made a 30 MB store a 64 MiB file).
+const GROWTH_STEP: isize = 16 << 20;
 
 /// Lowers libmdbx's own logging to warnings. libmdbx's fork handler logs a debug line in
 /// every child of a process that loaded it (each PostgreSQL backend): call this once where
