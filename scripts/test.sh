@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: prepares the machine (idempotent), then runs the format check,
 # clippy with warnings denied, the unit tests, installs the extension into PostgreSQL 16
-# and runs the live tests against real clusters.
+# and runs the live tests against real clusters; then builds the extension for Debian's
+# PostgreSQL 15 and runs the extension's live tests (testkit) there too.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -25,5 +26,12 @@ step "install the extension into PostgreSQL 16 ($PSM_PG16_BIN)"
 
 step "tests: unit, in-process engine, live clusters"
 cargo test --workspace --no-fail-fast
+
+step "install the extension into PostgreSQL 15 ($PSM_PG15_BIN)"
+(cd extension && cargo pgrx install --no-default-features --features pg15 \
+  --pg-config "$PSM_PG15_BIN/pg_config" >/dev/null)
+
+step "the extension's live tests on PostgreSQL 15 (sync replica and primaries)"
+PSM_PG16_BIN="$PSM_PG15_BIN" cargo test -p powersync-mdbx-testkit --no-fail-fast
 
 step "all checks passed"
