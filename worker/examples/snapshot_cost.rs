@@ -4,50 +4,25 @@
 //! `cargo run --release -p powersync-mdbx-worker --example snapshot_cost -- [rows]`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::COLUMNS;
+
 use std::time::Instant;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use powersync_mdbx_worker::rules::{PgType, SourceColumn, SourceRow, SyncRules};
+use powersync_mdbx_worker::rules::{SourceRow, SyncRules};
 use powersync_mdbx_worker::source::CopyFields;
 use powersync_mdbx_worker::store::{identity_key, RowPut, Store};
 
-const COLUMNS: [(&str, u32); 11] = [
-    ("id", 25),
-    ("org_id", 25),
-    ("project_id", 25),
-    ("owner_id", 25),
-    ("title", 25),
-    ("status", 25),
-    ("priority", 23),
-    ("assignee_id", 25),
-    ("story_points", 23),
-    ("updated_at", 1184),
-    ("summary", 25),
-];
-
 fn main() {
-    let rows: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(200_000);
+    let rows = common::rows_arg(200_000);
     let rules_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixture/sync-config.yaml");
     let rules = SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap();
     let plan = rules.plan_for("public", "tasks").unwrap();
-    let lines: Vec<String> = (0..rows)
-        .map(|i| {
-            let (p, t) = (i / 1000 + 1, i % 1000 + 1);
-            format!(
-                "task-org-001-{p:04}-{t:04}\torg-001\tproject-org-001-{p:04}\tuser-org-001-0001\tTask {p}.{t}\ttodo\t{}\tuser-org-001-{:04}\t{}\t2026-01-01 00:00:00+00\t{}",
-                (t - 1) % 5 + 1, (p + t) % 1024 + 1, (t - 1) % 8 + 1, format!("{:032x}", i * 7919).repeat(3)
-            )
-        })
-        .collect();
-    let types: Vec<PgType> = COLUMNS
-        .iter()
-        .map(|(_, oid)| PgType::from_oid(*oid))
-        .collect();
+    let lines = common::copy_lines(rows);
+    let types = common::types();
     let mut decoder = CopyFields::new(COLUMNS.len());
 
     let started = Instant::now();
@@ -57,16 +32,7 @@ fn main() {
         let t0 = Instant::now();
         let fields = decoder.decode(line.as_bytes()).unwrap();
         decode_ns += t0.elapsed().as_nanos();
-        let columns: Vec<SourceColumn<'_>> = COLUMNS
-            .iter()
-            .zip(&types)
-            .enumerate()
-            .map(|(i, ((name, _), t))| SourceColumn {
-                name,
-                pg_type: *t,
-                value: fields.get(i),
-            })
-            .collect();
+        let columns = common::source_columns(&fields, &types);
         let row = SourceRow {
             schema: "public",
             table: "tasks",
