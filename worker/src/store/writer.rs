@@ -123,7 +123,8 @@ pub struct WriteTxn<'t, 'db> {
     tables: &'t Tables<'t>,
     dir: &'t Path,
     counters: Counters,
-    dirty: HashMap<String, BucketState>,
+    /// Hashed with foldhash: looked up for every op, SipHash cost more than the lookup.
+    dirty: foldhash::HashMap<String, BucketState>,
     new_names: Vec<(u32, String)>,
     codec: &'t RecordCodec,
     compressor: Option<zstd::bulk::Compressor<'t>>,
@@ -131,7 +132,7 @@ pub struct WriteTxn<'t, 'db> {
     samples: Vec<Vec<u8>>,
     /// Ops appended in this transaction, per bucket id, in op order; written with one
     /// `put_multiple` per bucket when the transaction finishes.
-    pending: HashMap<u32, Vec<StoredOp>>,
+    pending: foldhash::HashMap<u32, Vec<StoredOp>>,
     /// Ops in `pending`; past [`PENDING_OPS_LIMIT`] they are written out early so a
     /// transaction of millions of changes does not hold them all in memory.
     pending_ops: usize,
@@ -171,12 +172,12 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             tables,
             dir,
             counters,
-            dirty: HashMap::new(),
+            dirty: foldhash::HashMap::default(),
             new_names: Vec::new(),
             codec,
             compressor: codec.compressor(),
             samples: Vec::new(),
-            pending: HashMap::new(),
+            pending: foldhash::HashMap::default(),
             pending_ops: 0,
             lsn: None,
             compactable: HashMap::new(),
