@@ -161,6 +161,11 @@ if sorted(got) != sorted(want):
     sys.exit(f"readiness probe rows differ from the primary: {len(got)} vs {len(want)}")
 PY
 
+# The store's file as the snapshot left it (churn below grows it: old and new records of a
+# round coexist until it commits, and freed pages inside the file are reused, not returned).
+store_dir="$work/replica.powersync_mdbx"
+mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
+mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
 wal_bytes="$(psql_p -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$wal_before')::bigint")"
 worker_cpu() { awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat"; }
 log "downloading the global tasks bucket on fresh connections (unparsed, then parsed)"
@@ -200,9 +205,7 @@ if [ "$rounds" -gt 0 ] || [ "$commits" -gt 0 ]; then
   churn_anon="$(cat "$work/churn_anon" 2>/dev/null || echo 0)"
 fi
 status_after="$(psql_r -c "SELECT powersync_mdbx.status()")"
-store_dir="$work/replica.powersync_mdbx"
-mdbx_bytes="$(stat -c %s "$store_dir/mdbx.dat")"
-mdbx_alloc="$(( $(stat -c %b "$store_dir/mdbx.dat") * $(stat -c %B "$store_dir/mdbx.dat") ))"
+mdbx_bytes_after="$(stat -c %s "$store_dir/mdbx.dat")"
 
 python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" <<PY
 import json, sys
@@ -244,6 +247,7 @@ out = {
   **churn,
   **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}
      if churn.get("rounds") else {}),
+  "mdbx_file_bytes_after_churn": $mdbx_bytes_after,
   "mdbx_used_bytes_after_churn": after["store"]["used_bytes"],
   "peak_anon_rss_bytes_streaming": $churn_anon * 1024,
 }
