@@ -1,7 +1,8 @@
 //! Live test: a slot the primary invalidated (`max_slot_wal_keep_size` exceeded while
 //! the stream was stopped, so `wal_status = 'lost'`) is refused with `PSM_R2006`, an
 //! error for the operator, and the store keeps exactly what it had: nothing of the
-//! changes it can no longer see, nothing half-applied.
+//! changes it can no longer see, nothing half-applied. Likewise a slot that confirmed
+//! more than the store holds (a store restored from a backup): `PSM_R2007`.
 #![allow(clippy::unwrap_used)]
 
 #[path = "support/buckets.rs"]
@@ -281,4 +282,51 @@ fn testkit_wait(primary: &Cluster, sql: &str, want: &str) {
     powersync_mdbx_testkit::wait_until(Duration::from_secs(10), sql, || {
         (primary.sql(sql) == want).then_some(())
     });
+}
+
+/// A store that is behind its slot (as after restoring a backup: the slot confirmed
+/// changes the store never received) is refused, and keeps what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_behind_its_slot_is_refused() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(SCHEMA);
+    let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
+    let plan = SourcePlan {
+        connection: connection.clone(),
+        slot: SLOT.into(),
+    };
+    let rules = Arc::new(SyncRules::parse(RULES).unwrap());
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
+    bootstrap(
+        &plan,
+        rules.clone(),
+        store.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    let before = stored(&store);
+    let checkpoint_before = store.read(|v| v.checkpoint()).unwrap();
+
+    // Someone else consumes the slot past a change (here: the primary advances it).
+    primary.sql("UPDATE items SET body = 'not in this store' WHERE id <= 5");
+    primary.sql(&format!(
+        "SELECT pg_replication_slot_advance('{SLOT}', pg_current_wal_lsn())"
+    ));
+
+    let (_stop, _checkpoints, task) = start(&plan, &rules, &store);
+    let error = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.starts_with("PSM_R2007"), "{message}");
+    assert!(error.needs_operator(), "{message}");
+    assert!(message.contains("powersync_mdbx.reset()"), "{message}");
+    assert_eq!(store.read(|v| v.checkpoint()).unwrap(), checkpoint_before);
+    assert_eq!(stored(&store), before);
 }

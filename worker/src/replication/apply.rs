@@ -449,9 +449,10 @@ fn skip_transaction(input: &mut mpsc::Receiver<Change>) -> Result<(), Replicatio
     }
 }
 
+/// A transient problem of the replication stream (`PSM_R2010`): reconnect and retry.
 pub(super) fn stream_error(message: String) -> ReplicationError {
     ReplicationError::Stream {
-        code: "PSM_R2001",
+        code: "PSM_R2010",
         message,
         operator: false,
     }

@@ -56,9 +56,9 @@ pub async fn follow_slot(
                 .into(),
             operator: true,
         })?;
-    check_slot(plan).await?;
     let durable = context.store.read(|view| view.checkpoint())?;
     let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
+    check_slot(plan, start).await?;
     let mut stream = start_stream(&plan.connection, &plan.slot, start).await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
@@ -140,8 +140,9 @@ pub async fn follow_slot(
     received.and(applied)
 }
 
-/// Refuses a slot that is gone or invalidated: the changes since the snapshot are lost.
-async fn check_slot(plan: &SourcePlan) -> Result<(), ReplicationError> {
+/// Refuses a slot that is gone or invalidated, or one that confirmed changes beyond what
+/// the store holds (`start`): in each case changes the buckets need are lost.
+async fn check_slot(plan: &SourcePlan, start: u64) -> Result<(), ReplicationError> {
     let client = connect(&plan.connection).await?;
     let slot = slot_info(&client, &plan.slot).await?;
     let lost = |code: &'static str, what: &str| ReplicationError::Stream {
@@ -159,6 +160,24 @@ async fn check_slot(plan: &SourcePlan) -> Result<(), ReplicationError> {
         None => Err(lost("PSM_R2005", "is gone from the primary")),
         Some(s) if s.wal_status.as_deref() == Some("lost") => {
             Err(lost("PSM_R2006", "was invalidated (wal_status lost)"))
+        }
+        // This worker reports a position flushed only after it is durable in the store, so
+        // a slot ahead of the store means the store is not the one that read the slot: a
+        // restored backup, or a copy of another replica's store on the same slot.
+        Some(s) if s.confirmed_flush_lsn.is_some_and(|c| c > start) => {
+            Err(ReplicationError::Stream {
+                code: "PSM_R2007",
+                message: format!(
+                    "replication slot \"{}\" confirmed changes up to {}, but this storage holds \
+                     them only up to {} (a store restored from a backup, or a copy of another \
+                     sync replica's store using the same slot); the changes in between are gone \
+                     from the slot, so run SELECT powersync_mdbx.reset() to take a new snapshot",
+                    plan.slot,
+                    format_lsn(s.confirmed_flush_lsn.unwrap_or_default()),
+                    format_lsn(start)
+                ),
+                operator: true,
+            })
         }
         Some(s) if s.active => Err(stream_error(format!(
             "replication slot \"{}\" is in use by another connection (an earlier one of this \
