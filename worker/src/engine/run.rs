@@ -303,7 +303,7 @@ async fn replicate(
                     .send_replace(store.read(|view| view.checkpoint())?);
                 return stream(&plan, &context, &status, stop).await;
             }
-            Err(e) if e.needs_operator() => return Err(e),
+            Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
             Err(e) => {
                 tracing::warn!("{e}; retrying in {backoff:?}");
                 status.update(|s| {
@@ -334,7 +334,7 @@ async fn stream(
         let started = std::time::Instant::now();
         match follow_slot(plan, context, stop.clone()).await {
             Ok(()) => return Ok(()),
-            Err(e) if e.needs_operator() => return Err(e),
+            Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
             Err(e) => {
                 if started.elapsed() > RETRY_MAX {
                     backoff = RETRY_MIN;

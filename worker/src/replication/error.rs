@@ -54,4 +54,10 @@ impl ReplicationError {
             Self::Rules(_) | Self::Ownership { .. } | Self::Copy { .. } => true,
         }
     }
+
+    /// True when the store failed under the engine (a failed commit poisons it): retrying
+    /// inside this process cannot help, a restart of the worker reopens the store.
+    pub fn needs_restart(&self) -> bool {
+        matches!(self, Self::Store(e) if !e.needs_operator())
+    }
 }
