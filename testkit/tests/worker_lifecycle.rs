@@ -166,6 +166,71 @@ fn worker_serves_probes_and_reports_status() {
     assert!(err.contains("permission denied"), "{err}");
 }
 
+/// One sample of a `/metrics` exposition (`name` or `name{labels}`).
+fn metric(text: &str, key: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn worker_metrics_follow_a_commit_on_the_primary() {
+    let rig = Rig::new();
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    wait_phase(&replica, "streaming");
+    let scrape = || {
+        let reply = http_get(rig.http_port, "/metrics").expect("HTTP answers");
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.body
+    };
+    let first = wait_until(WAIT, "a primary head reading", || {
+        let text = scrape();
+        metric(&text, "powersync_mdbx_replication_lag_bytes").map(|_| text)
+    });
+    assert_eq!(
+        metric(&first, "powersync_mdbx_phase{phase=\"streaming\"}"),
+        Some(1.0)
+    );
+    assert_eq!(metric(&first, "powersync_mdbx_snapshot_rows"), Some(2.0));
+    let applied = metric(&first, "powersync_mdbx_applied_lsn").unwrap();
+    let head = metric(&first, "powersync_mdbx_primary_wal_lsn").unwrap();
+
+    rig.primary
+        .sql("INSERT INTO lists VALUES ('l3', 'errands'); UPDATE lists SET name = 'food' WHERE id = 'l1';");
+    let after_commit: f64 = rig
+        .primary
+        .sql("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint")
+        .parse()
+        .unwrap();
+    // The commit is applied and published; the head reading (every 10 s) passes it.
+    let later = wait_until(WAIT, "the commit in /metrics", || {
+        let text = scrape();
+        (metric(&text, "powersync_mdbx_source_transactions_applied_total") >= Some(1.0)
+            && metric(&text, "powersync_mdbx_primary_wal_lsn") >= Some(after_commit))
+        .then_some(text)
+    });
+    let applied_now = metric(&later, "powersync_mdbx_applied_lsn").unwrap();
+    let head_now = metric(&later, "powersync_mdbx_primary_wal_lsn").unwrap();
+    assert!(applied_now > applied, "{later}");
+    assert!(head_now > head, "{later}");
+    assert_eq!(
+        metric(&later, "powersync_mdbx_replication_lag_bytes"),
+        Some((head_now - applied_now).max(0.0)),
+        "{later}"
+    );
+    assert_eq!(
+        metric(&later, "powersync_mdbx_rows_applied_total"),
+        Some(2.0)
+    );
+    assert!(metric(&later, "powersync_mdbx_ops_written_total") >= Some(2.0));
+    assert!(metric(&later, "powersync_mdbx_checkpoint_publish_seconds_count") >= Some(1.0));
+    assert_eq!(
+        metric(&later, "powersync_mdbx_replication_lag_seconds"),
+        Some(0.0)
+    );
+    assert!(metric(&later, "powersync_mdbx_storage_used_bytes") > Some(0.0));
+}
+
 #[test]
 fn bad_config_is_reported_and_a_reload_recovers() {
     let rig = Rig::new();

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod host;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod replication;
 pub mod rules;
 pub mod source;

@@ -39,6 +39,40 @@ pub enum Phase {
     Stopped,
 }
 
+impl Phase {
+    /// Every phase, in life-cycle order.
+    pub const ALL: [Phase; 11] = [
+        Self::Starting,
+        Self::ConfigError,
+        Self::OpeningStorage,
+        Self::Validating,
+        Self::Snapshotting,
+        Self::Ready,
+        Self::Streaming,
+        Self::Failed,
+        Self::Resetting,
+        Self::Stopping,
+        Self::Stopped,
+    ];
+
+    /// The name `status()` shows (snake case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::ConfigError => "config_error",
+            Self::OpeningStorage => "opening_storage",
+            Self::Validating => "validating",
+            Self::Snapshotting => "snapshotting",
+            Self::Ready => "ready",
+            Self::Streaming => "streaming",
+            Self::Failed => "failed",
+            Self::Resetting => "resetting",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
 /// The most recent error, as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErrorReport {
@@ -218,4 +252,19 @@ pub fn unix_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_names_match_the_json() {
+        for phase in Phase::ALL {
+            assert_eq!(
+                serde_json::to_value(phase).ok(),
+                Some(serde_json::Value::from(phase.name()))
+            );
+        }
+    }
 }

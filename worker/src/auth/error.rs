@@ -149,6 +149,18 @@ pub enum AuthError {
 }
 
 impl AuthError {
+    /// Every code [`code`](Self::code) returns (the labels of the auth-failure metric).
+    pub const CODES: &'static [&'static str] = &[
+        "PSYNC_S2101",
+        "PSYNC_S2102",
+        "PSYNC_S2103",
+        "PSYNC_S2104",
+        "PSYNC_S2105",
+        "PSYNC_S2106",
+        "PSYNC_S2201",
+        "PSYNC_S2204",
+    ];
+
     /// The stable code; `PSYNC_S2101`–`S2106` for token problems as in the official service.
     pub fn code(&self) -> &'static str {
         match self {
@@ -228,9 +240,60 @@ mod tests {
         };
         assert_eq!(outage.http_status(), 503);
         assert!(outage.to_string().contains("http://x"));
+        assert!(AuthError::CODES.contains(&outage.code()));
         let api = ApiError::from(outage);
         assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(api.code, "PSYNC_S2204");
+    }
+
+    #[test]
+    fn every_code_is_listed() {
+        let all = [
+            AuthError::MissingToken,
+            AuthError::MalformedHeader,
+            AuthError::Malformed { reason: "x" },
+            AuthError::UnsupportedAlgorithm { alg: "x".into() },
+            AuthError::UnexpectedAlgorithm {
+                kid: "k".into(),
+                alg: "x",
+            },
+            AuthError::NoSuitableKey {
+                kid: "k".into(),
+                alg: "x",
+            },
+            AuthError::BadSignature { keys: "k".into() },
+            AuthError::Expired { exp: 1 },
+            AuthError::NotYetValid { nbf: 1 },
+            AuthError::MissingClaim { claim: "sub" },
+            AuthError::InvalidClaim {
+                claim: "sub",
+                problem: "x",
+            },
+            AuthError::LifetimeTooLong {
+                lifetime: 1,
+                max: 1,
+            },
+            AuthError::AudienceNotConfigured,
+            AuthError::MissingAudience,
+            AuthError::AudienceMismatch,
+            AuthError::IssuerMismatch,
+            AuthError::InvalidParameters,
+            AuthError::InvalidKey {
+                index: 0,
+                reason: "x".into(),
+            },
+            AuthError::InvalidJwksUri {
+                uri: "x".into(),
+                reason: "x".into(),
+            },
+            AuthError::KeysUnavailable {
+                uri: "x".into(),
+                reason: "x".into(),
+            },
+        ];
+        for error in all {
+            assert!(AuthError::CODES.contains(&error.code()), "{error:?}");
+        }
     }
 
     #[test]

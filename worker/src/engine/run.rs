@@ -129,11 +129,15 @@ async fn run_engine(
         .collect();
     let open_files = http::raise_open_files_limit();
     tracing::info!(addresses = %listen.join(","), open_files, "HTTP server listening");
+    let progress = Arc::new(Progress::default());
+    let stream_progress = Arc::new(StreamProgress::default());
     let server = tokio::spawn(http::serve(
         listeners,
         HttpState {
             status: status.clone(),
             sync,
+            stream_progress: stream_progress.clone(),
+            snapshot_progress: progress.clone(),
         },
         stop.clone(),
     ));
@@ -152,8 +156,6 @@ async fn run_engine(
         });
     });
 
-    let progress = Arc::new(Progress::default());
-    let stream_progress = Arc::new(StreamProgress::default());
     let context = StreamContext {
         rules,
         store: store.clone(),

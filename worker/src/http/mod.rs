@@ -1,10 +1,12 @@
-//! The HTTP server on the configured port: probes, `/sync/stream` and
+//! The HTTP server on the configured port: probes, `/metrics`, `/sync/stream` and
 //! `/write-checkpoint2.json`.
 
 mod accept;
 mod compress;
 mod cors;
 mod error;
+mod metrics;
+mod metrics_text;
 mod probes;
 mod server;
 mod service;

@@ -15,7 +15,8 @@ use super::error::ApiError;
 use super::probes::{self, Probe};
 use super::service::SyncService;
 use super::Body;
-use super::{cors, sync_stream, write_checkpoint};
+use super::{cors, metrics, sync_stream, write_checkpoint};
+use crate::replication::{Progress, StreamProgress};
 use crate::status::StatusCell;
 
 /// How long open connections get to finish when the engine stops.
@@ -28,6 +29,10 @@ pub struct HttpState {
     pub status: Arc<StatusCell>,
     /// The sync endpoints.
     pub sync: Arc<SyncService>,
+    /// The stream's counters (for `/metrics`).
+    pub stream_progress: Arc<StreamProgress>,
+    /// The snapshot's counters (for `/metrics`).
+    pub snapshot_progress: Arc<Progress>,
 }
 
 /// Raises this process's soft limit of open files to its hard limit: every sync stream
@@ -150,6 +155,13 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
     if let Some(probe) = Probe::from_path(&path) {
         return if method == Method::GET || method == Method::HEAD {
             probes::answer(probe, state)
+        } else {
+            ApiError::method_not_allowed(&method, &path).into_response()
+        };
+    }
+    if path == metrics::PATH {
+        return if method == Method::GET || method == Method::HEAD {
+            metrics::answer(state)
         } else {
             ApiError::method_not_allowed(&method, &path).into_response()
         };

@@ -3,9 +3,12 @@
 
 use std::sync::Arc;
 
+use hyper::header::{self, HeaderMap};
 use tokio::sync::{watch, Semaphore};
 
-use crate::auth::Authenticator;
+use super::error::ApiError;
+use crate::auth::{AuthError, AuthenticatedUser, Authenticator};
+use crate::metrics::{LabelCounts, StatusCounts};
 use crate::rules::SyncRules;
 use crate::source::PrimaryHead;
 use crate::status::StatusCell;
@@ -36,6 +39,10 @@ pub struct SyncService {
     pub streams: Arc<Semaphore>,
     /// Concurrent store reads.
     pub reads: Semaphore,
+    /// `/sync/stream` answers by HTTP status.
+    pub sync_responses: StatusCounts,
+    /// Refused tokens (both sync endpoints) by error code.
+    pub auth_failures: LabelCounts,
 }
 
 impl SyncService {
@@ -59,6 +66,27 @@ impl SyncService {
             shutdown,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
             reads: Semaphore::new(MAX_CONCURRENT_READS),
+            sync_responses: StatusCounts::default(),
+            auth_failures: LabelCounts::new(AuthError::CODES),
         }
+    }
+
+    /// Streams open now (their permits are held until the stream's task ends).
+    pub fn open_streams(&self) -> usize {
+        MAX_STREAMS.saturating_sub(self.streams.available_permits())
+    }
+
+    /// Verifies the request's `Authorization` header; counts refusals by code.
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<AuthenticatedUser, ApiError> {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.auth
+            .authenticate(authorization, std::time::SystemTime::now())
+            .await
+            .map_err(|e| {
+                self.auth_failures.add(e.code());
+                ApiError::from(e)
+            })
     }
 }

@@ -33,10 +33,12 @@ const SEND_QUEUE: usize = 4;
 
 /// Answers one `/sync/stream` request.
 pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Body> {
-    match start(req, &service).await {
+    let response = match start(req, &service).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
-    }
+    };
+    service.sync_responses.add(response.status().as_u16());
+    response
 }
 
 async fn start(
@@ -46,14 +48,7 @@ async fn start(
     if !service.status.snapshot().ready {
         return Err(ApiError::not_ready());
     }
-    let authorization = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let user = service
-        .auth
-        .authenticate(authorization, SystemTime::now())
-        .await?;
+    let user = service.authenticate(req.headers()).await?;
     let encoding = negotiate(req.headers().get(header::ACCEPT));
     let coding = Coding::negotiate(req.headers().get(header::ACCEPT_ENCODING));
     let compressor = coding

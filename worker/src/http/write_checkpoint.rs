@@ -2,10 +2,9 @@
 //! primary's WAL position (see [`crate::sync::write_checkpoint`]).
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use hyper::body::Incoming;
-use hyper::{header, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 
 use super::error::{json_response, ApiError};
 use super::service::SyncService;
@@ -27,14 +26,7 @@ async fn create(req: &Request<Incoming>, service: &Arc<SyncService>) -> Result<u
     if !service.status.snapshot().ready {
         return Err(ApiError::not_ready());
     }
-    let authorization = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let user = service
-        .auth
-        .authenticate(authorization, SystemTime::now())
-        .await?;
+    let user = service.authenticate(req.headers()).await?;
     let client_id = req.uri().query().and_then(|q| {
         url::form_urlencoded::parse(q.as_bytes())
             .find(|(k, _)| k == "client_id")

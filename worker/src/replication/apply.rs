@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use pg_walstream::{ColumnValue, RowData, SharedLsnFeedback};
@@ -18,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use super::intent::IntentTable;
 use super::toast::stash_for;
 use super::ReplicationError;
+use crate::metrics::{Histogram, PendingCommits};
 use crate::rules::{PgType, RowEvaluation, SourceColumn, SourceRow, SyncRules};
 use crate::source::ColumnMeta;
 use crate::store::{encode_values, identity_key, Checkpoint, LookupPut, RowPut, Store, WriteTxn};
@@ -52,9 +54,11 @@ pub(super) enum Change {
     Truncate {
         tables: Vec<usize>,
     },
-    /// The transaction ends; the store commits with `end_lsn`.
+    /// The transaction ends; the store commits with `end_lsn`. `received` is when the
+    /// Commit message arrived from the primary.
     Commit {
         end_lsn: u64,
+        received: Instant,
     },
     /// Every source transaction that commits below `lsn` was delivered (a logical message
     /// outside any transaction): the checkpoint's LSN may move up with no new ops.
@@ -73,6 +77,14 @@ pub struct StreamProgress {
     /// WAL the primary keeps for the slot (`pg_current_wal_lsn() - restart_lsn`), bytes,
     /// as of the last slot check (every 10 s while streaming).
     pub retained_wal_bytes: std::sync::atomic::AtomicU64,
+    /// The primary's `pg_current_wal_lsn()` at the last slot check; 0 before the first.
+    pub primary_head_lsn: std::sync::atomic::AtomicU64,
+    /// Bucket ops the applier committed (op id advance per commit, CLEARs included).
+    pub ops: std::sync::atomic::AtomicU64,
+    /// From the arrival of a transaction's Commit message to its checkpoint's publish.
+    pub publish_latency: Histogram,
+    /// Transactions received and not published yet (for the lag in seconds).
+    pub pending: PendingCommits,
 }
 
 /// A table as the stream applies it.
@@ -163,6 +175,7 @@ impl Applier {
                 Change::Advance { .. } => {}
                 Change::Begin { commit_lsn } if commit_lsn < self.durable.lsn => {
                     skip_transaction(&mut input)?;
+                    self.progress.pending.published(self.durable.lsn);
                 }
                 Change::Begin { .. } => held = self.apply_group(&mut input)?,
                 other => {
@@ -183,18 +196,20 @@ impl Applier {
         let durable_lsn = self.durable.lsn;
         let mut debt = std::mem::take(&mut self.debt);
         let this = &*self;
-        let ((held, transactions, changes), checkpoint) =
+        let ((held, commit_times, changes), checkpoint) =
             self.store.write_with(durable_lsn, |w| {
                 let mut changes = 0u64;
-                let mut transactions = 0u64;
+                // When each transaction's Commit arrived.
+                let mut commit_times: Vec<Instant> = Vec::new();
                 loop {
                     loop {
                         let change = input.blocking_recv().ok_or_else(|| {
                             stream_error("the replication stream ended inside a transaction".into())
                         })?;
                         match change {
-                            Change::Commit { end_lsn } => {
+                            Change::Commit { end_lsn, received } => {
                                 w.set_lsn(end_lsn);
+                                commit_times.push(received);
                                 break;
                             }
                             Change::Begin { .. } | Change::Advance { .. } => {
@@ -205,7 +220,6 @@ impl Applier {
                             change => changes += this.apply(w, change)?,
                         }
                     }
-                    transactions += 1;
                     let held = match input.try_recv() {
                         Ok(Change::Begin { commit_lsn })
                             if changes < GROUP_ROWS && commit_lsn >= durable_lsn =>
@@ -216,23 +230,33 @@ impl Applier {
                         Err(_) => None,
                     };
                     compact(w, &mut debt)?;
-                    return Ok((held, transactions, changes));
+                    return Ok((held, commit_times, changes));
                 }
             })?;
         self.debt = debt;
         use std::sync::atomic::Ordering::Relaxed;
-        self.progress.transactions.fetch_add(transactions, Relaxed);
+        self.progress
+            .transactions
+            .fetch_add(commit_times.len() as u64, Relaxed);
         self.progress.changes.fetch_add(changes, Relaxed);
         self.publish(checkpoint);
+        for received in commit_times {
+            self.progress.publish_latency.observe(received.elapsed());
+        }
         Ok(held)
     }
 
     /// After a durable commit: clients may see it, and the primary may recycle the WAL.
     fn publish(&mut self, checkpoint: Checkpoint) {
+        let ops = checkpoint.op_id.saturating_sub(self.durable.op_id);
+        self.progress
+            .ops
+            .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
         self.durable = checkpoint;
         self.published.send_replace(checkpoint);
         self.feedback.update_flushed_lsn(checkpoint.lsn);
         self.feedback.update_applied_lsn(checkpoint.lsn);
+        self.progress.pending.published(checkpoint.lsn);
     }
 
     /// Applies one row change; returns the rows it touched.

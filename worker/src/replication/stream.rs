@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::{ReplicationError, SourcePlan};
+use crate::metrics::PendingCommits;
 use crate::rules::SyncRules;
 use crate::source::{connect, format_lsn, replication_error, slot_info, start_stream};
 use crate::store::{Checkpoint, Store};
@@ -68,7 +69,9 @@ pub async fn follow_slot(
         .enumerate()
         .map(|(i, t)| (t.qualified(), i))
         .collect();
+    context.progress.pending.clear();
     let mut decoder = Decoder {
+        pending: &context.progress.pending,
         tables: &tables,
         by_oid,
         by_name,
@@ -188,8 +191,8 @@ async fn check_slot(plan: &SourcePlan, start: u64) -> Result<(), ReplicationErro
     }
 }
 
-/// Every 10 s, how much WAL the primary retains for the slot (for `status()`), over an
-/// ordinary connection; errors only skip a reading (the stream reports real failures).
+/// Every 10 s, how much WAL the primary retains for the slot (for `status()`) and its
+/// current WAL position (for the lag in bytes), over an ordinary connection; errors only skip a reading (the stream reports real failures).
 async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
     const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
     let mut client = None;
@@ -200,7 +203,8 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
         if let Some(c) = &client {
             let row = c
                 .query_opt(
-                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint \
+                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint, \
+                     (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint \
                      FROM pg_replication_slots WHERE slot_name = $1",
                     &[&plan.slot],
                 )
@@ -210,6 +214,12 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
                     if let Ok(Some(bytes)) = row.try_get::<_, Option<i64>>(0) {
                         progress.retained_wal_bytes.store(
                             u64::try_from(bytes).unwrap_or(0),
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                    if let Ok(Some(head)) = row.try_get::<_, Option<i64>>(1) {
+                        progress.primary_head_lsn.store(
+                            u64::try_from(head).unwrap_or(0),
                             std::sync::atomic::Ordering::Relaxed,
                         );
                     }
@@ -224,6 +234,8 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
 
 /// pgoutput events → changes for the tables the rules read.
 struct Decoder<'a> {
+    /// Where each transaction's Begin is noted for the lag in seconds.
+    pending: &'a PendingCommits,
     tables: &'a [StreamTable],
     by_oid: HashMap<u32, usize>,
     by_name: HashMap<String, usize>,
@@ -233,8 +245,14 @@ struct Decoder<'a> {
 impl Decoder<'_> {
     fn decode(&mut self, event: ChangeEvent) -> Result<Option<Change>, ReplicationError> {
         Ok(match event.event_type {
-            EventType::Begin { final_lsn, .. } => {
+            EventType::Begin {
+                final_lsn,
+                commit_timestamp,
+                ..
+            } => {
                 self.in_transaction = true;
+                self.pending
+                    .received(final_lsn.value(), commit_timestamp.timestamp_micros());
                 Some(Change::Begin {
                     commit_lsn: final_lsn.value(),
                 })
@@ -243,6 +261,7 @@ impl Decoder<'_> {
                 self.in_transaction = false;
                 Some(Change::Commit {
                     end_lsn: end_lsn.value(),
+                    received: std::time::Instant::now(),
                 })
             }
             EventType::Relation {

@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use libmdbx::{Database, DatabaseOptions, Mode, ReadWriteOptions, SyncMode, WriteMap};
 
+use crate::metrics::ReadTracker;
+
 pub use dir::{remove_store_files, STORE_FILES};
 pub use error::StoreError;
 pub use lookup_read::StoreLookups;
@@ -60,6 +62,8 @@ pub struct Store {
     poisoned: AtomicBool,
     /// How row records are packed; replaced once a dictionary is trained.
     codec: parking_lot::RwLock<std::sync::Arc<compress::RecordCodec>>,
+    /// Read transactions open now and started so far (for `/metrics`).
+    reads: ReadTracker,
 }
 
 /// A consistent point clients can sync to: every op up to `op_id` is committed, and the
@@ -127,6 +131,7 @@ impl Store {
             created,
             poisoned: AtomicBool::new(false),
             codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
+            reads: ReadTracker::default(),
         })
     }
 
@@ -154,8 +159,14 @@ impl Store {
             .map_or(0, |i| (i.last_pgno() as u64 + 1) * page)
     }
 
+    /// Read transactions open now and started since the store opened.
+    pub fn reads(&self) -> &ReadTracker {
+        &self.reads
+    }
+
     /// Per table: name, entries and bytes of its pages (for status and the benchmark).
     pub fn table_sizes(&self) -> Result<Vec<(&'static str, u64, u64)>, StoreError> {
+        let _read = self.reads.start();
         let txn = self
             .db
             .begin_ro_txn()
@@ -325,6 +336,8 @@ impl Store {
         &self,
         read: impl FnOnce(&ReadTxn<'_, '_>) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
+        // Declared first, dropped last: the slot is freed after the transaction ends.
+        let _read = self.reads.start();
         let txn = self
             .db
             .begin_ro_txn()
