@@ -6,12 +6,14 @@ mod compress;
 mod cors;
 mod error;
 mod probes;
+mod registry;
 mod server;
 mod service;
 mod sync_stream;
 mod write_checkpoint;
 
 pub use error::ApiError;
+pub use registry::{Registration, StreamInfo, StreamRegistry};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 pub use service::{SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::{watch, Semaphore};
 
+use super::registry::StreamRegistry;
 use crate::auth::Authenticator;
 use crate::rules::SyncRules;
 use crate::source::PrimaryHead;
@@ -36,6 +37,8 @@ pub struct SyncService {
     pub streams: Arc<Semaphore>,
     /// Concurrent store reads.
     pub reads: Semaphore,
+    /// The open streams, for `powersync_mdbx.streams()`.
+    pub registry: Arc<StreamRegistry>,
 }
 
 impl SyncService {
@@ -59,6 +62,7 @@ impl SyncService {
             shutdown,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
             reads: Semaphore::new(MAX_CONCURRENT_READS),
+            registry: Arc::default(),
         }
     }
 }

@@ -73,6 +73,9 @@ pub struct StreamProgress {
     /// WAL the primary keeps for the slot (`pg_current_wal_lsn() - restart_lsn`), bytes,
     /// as of the last slot check (every 10 s while streaming).
     pub retained_wal_bytes: std::sync::atomic::AtomicU64,
+    /// The primary's WAL position (`pg_current_wal_lsn()`) at the last slot check; 0
+    /// before the first.
+    pub primary_lsn: std::sync::atomic::AtomicU64,
 }
 
 /// A table as the stream applies it.

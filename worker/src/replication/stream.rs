@@ -181,7 +181,8 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
         if let Some(c) = &client {
             let row = c
                 .query_opt(
-                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint \
+                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint, \
+                     (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint \
                      FROM pg_replication_slots WHERE slot_name = $1",
                     &[&plan.slot],
                 )
@@ -191,6 +192,12 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
                     if let Ok(Some(bytes)) = row.try_get::<_, Option<i64>>(0) {
                         progress.retained_wal_bytes.store(
                             u64::try_from(bytes).unwrap_or(0),
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                    if let Ok(Some(head)) = row.try_get::<_, Option<i64>>(1) {
+                        progress.primary_lsn.store(
+                            u64::try_from(head).unwrap_or(0),
                             std::sync::atomic::Ordering::Relaxed,
                         );
                     }
