@@ -217,6 +217,11 @@ fn sql_functions_answer_support_questions() {
         user_buckets(&replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
         [by("l2"), lists.clone(), "1#picked[\"l1\"]".to_owned()]
     );
+    assert_eq!(
+        user_buckets(&replica, "u2", r#"{"list": "l1"}"#),
+        user_buckets(&replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
+        "a bare object is the client parameters"
+    );
     let row = replica.sql(
         "SELECT priority || ' ' || source || ' ' || ops FROM powersync_mdbx.user_buckets('{\"sub\": \"u2\"}') \
          WHERE bucket = '1#by_list[\"l2\"]'",

@@ -55,3 +55,39 @@ pub fn call(
     }
     decode(&line)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_engine_times_out_and_the_caller_runs_between_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let mut waits = 0;
+        let err = call(
+            &path,
+            &AdminRequest::Streams,
+            Duration::from_millis(350),
+            || waits += 1,
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("PSM_A1005"), "{err}");
+        assert!(waits >= 3, "{waits}");
+        drop(listener);
+    }
+
+    #[test]
+    fn a_missing_socket_means_the_engine_is_not_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = call(
+            &dir.path().join("absent.sock"),
+            &AdminRequest::Buckets,
+            Duration::from_secs(1),
+            || {},
+        )
+        .unwrap_err();
+        assert!(matches!(err, AdminError::NotRunning { .. }), "{err}");
+    }
+}

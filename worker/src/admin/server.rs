@@ -1,7 +1,7 @@
 //! The engine side: binds the socket (0600, replacing a stale one) and answers each
 //! connection's one request until the engine stops; removes the socket file then.
 
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,13 +54,15 @@ pub fn bind(path: &Path) -> Result<UnixListener, AdminError> {
     Ok(listener)
 }
 
-/// Answers connections on `listener` until `stop` turns true, then removes `path`.
+/// Answers connections on `listener` until `stop` turns true, then removes `path` unless
+/// another engine has bound it since (a detached engine must not remove its successor's).
 pub async fn serve(
     listener: UnixListener,
     path: PathBuf,
     sync: Arc<SyncService>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let ours = identity(&path);
     let limit = Arc::new(Semaphore::new(MAX_CONCURRENT));
     loop {
         tokio::select! {
@@ -84,7 +86,16 @@ pub async fn serve(
         }
     }
     drop(listener);
-    let _ = std::fs::remove_file(&path);
+    if ours.is_some() && identity(&path) == ours {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// Device and inode of the file at `path`.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 async fn connection(stream: UnixStream, sync: &Arc<SyncService>) -> Result<(), AdminError> {
