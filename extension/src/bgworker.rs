@@ -99,6 +99,7 @@ fn settings() -> HostSettings {
             .collect(),
         runtime_threads: RUNTIME_THREADS,
         slot_name: guc::get(&guc::SLOT_NAME).unwrap_or_else(|| "powersync_mdbx".into()),
+        admin_socket: Some(crate::admin::socket_path()),
     }
 }
 

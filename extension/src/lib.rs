@@ -5,12 +5,14 @@
 //! this crate reads configuration on the worker's main thread, relays log events and status,
 //! and answers SQL from other backends through shared memory.
 
+mod admin;
 mod bgworker;
 mod guc;
 mod logbridge;
 mod shared;
 mod signals;
 mod sql;
+mod support;
 
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;

@@ -18,7 +18,8 @@ fn fail(code: PgSqlErrorCode, message: String, hint: &str) {
         .report(PgLogLevel::ERROR);
 }
 
-fn require_preloaded() {
+/// Raises the not-preloaded error (with its hint) unless the worker exists.
+pub(crate) fn require_preloaded() {
     if !crate::preloaded() {
         fail(
             PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
@@ -80,6 +81,27 @@ extension_sql!(
 REVOKE ALL ON FUNCTION reset() FROM PUBLIC;
 COMMENT ON FUNCTION status() IS 'Status of the powersync_mdbx background worker (jsonb).';
 COMMENT ON FUNCTION reset() IS 'Drops the worker''s replication state and storage and starts over.';
+CREATE FUNCTION replication() RETURNS TABLE(
+    phase text, slot text, consistent_point pg_lsn, applied_lsn pg_lsn, primary_lsn pg_lsn,
+    lag_bytes bigint, retained_wal_bytes bigint, last_op_id bigint,
+    transactions bigint, changes bigint, rows bigint)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s->>'phase', r->>'slot', (r->>'consistent_point')::pg_lsn,
+           (r->>'applied_lsn')::pg_lsn, (r->>'primary_lsn')::pg_lsn,
+           (r->>'lag_bytes')::bigint, (r->>'retained_wal_bytes')::bigint,
+           (r->>'last_op_id')::bigint, (r->>'transactions')::bigint,
+           (r->>'changes')::bigint, (r->>'rows')::bigint
+    FROM powersync_mdbx.status() AS s, LATERAL (SELECT s->'replication' AS r) AS x
+$$;
+REVOKE ALL ON FUNCTION buckets() FROM PUBLIC;
+REVOKE ALL ON FUNCTION user_buckets(jsonb, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION streams() FROM PUBLIC;
+COMMENT ON FUNCTION validate_rules(text) IS 'Compiles sync-rules YAML; jsonb with the names it defines or its errors with locations.';
+COMMENT ON FUNCTION buckets() IS 'Every stored bucket with ops, checksum (signed, as sent to clients) and last op id at the current checkpoint.';
+COMMENT ON FUNCTION user_buckets(jsonb, jsonb) IS 'The bucket set a client with these JWT claims and /sync/stream body gets now.';
+COMMENT ON FUNCTION streams() IS 'The open /sync/stream connections.';
+COMMENT ON FUNCTION replication() IS 'The replication slot, applied LSN, lag and retained WAL from the worker''s status.';
 "#,
     name = "privileges",
     requires = [status, reset],

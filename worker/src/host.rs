@@ -31,6 +31,8 @@ pub struct HostSettings {
     pub runtime_threads: usize,
     /// The replication slot this sync replica owns.
     pub slot_name: String,
+    /// Where the engine serves its admin socket, if anywhere.
+    pub admin_socket: Option<PathBuf>,
 }
 
 /// What the host loop should do after a [`Host::tick`].
@@ -234,6 +236,7 @@ impl Host {
             listen_addresses: self.settings.listen_addresses.clone(),
             runtime_threads: self.settings.runtime_threads,
             slot_name: self.settings.slot_name.clone(),
+            admin_socket: self.settings.admin_socket.clone(),
         })
     }
 

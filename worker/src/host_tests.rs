@@ -26,6 +26,7 @@ fn settings(dir: &Path) -> HostSettings {
         listen_addresses: vec!["127.0.0.1".into()],
         runtime_threads: 1,
         slot_name: "powersync_mdbx_test".into(),
+        admin_socket: None,
     }
 }
 

@@ -3,6 +3,7 @@
 //! The PostgreSQL extension starts it from its background worker; tests start it in-process.
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod auth;
 pub mod cli;
 pub mod config;

@@ -119,6 +119,8 @@ pub struct Status {
     pub storage_dir: Option<String>,
     /// Addresses the HTTP server listens on (`host:port`).
     pub listen: Vec<String>,
+    /// The admin socket the SQL support functions use, while served.
+    pub admin_socket: Option<String>,
     /// The store's identity and size, once open.
     pub store: Option<StoreStatus>,
     /// Replication progress, once the engine talks to the primary.
@@ -172,6 +174,11 @@ pub struct ReplicationStatus {
     pub changes: u64,
     /// WAL the primary retains for the slot, bytes (checked every 10 s).
     pub retained_wal_bytes: u64,
+    /// The primary's WAL position at the last slot check (`X/Y`).
+    pub primary_lsn: Option<String>,
+    /// WAL bytes between the primary's position at the last check and the applied LSN
+    /// (0 when caught up; includes WAL with nothing for this replica while it is idle).
+    pub lag_bytes: u64,
 }
 
 /// A [`Status`] shared between threads, with a version number so publishers copy it only
@@ -192,6 +199,7 @@ impl StatusCell {
             config_file: None,
             storage_dir: None,
             listen: Vec::new(),
+            admin_socket: None,
             store: None,
             replication: None,
             config_ignored: Vec::new(),

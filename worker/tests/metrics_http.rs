@@ -72,6 +72,7 @@ impl Rig {
                 listen_addresses: vec!["127.0.0.1".into()],
                 runtime_threads: 2,
                 slot_name: "psm_metrics_test".into(),
+                admin_socket: None,
             },
             status.clone(),
         )

@@ -79,6 +79,7 @@ impl Rig {
                 listen_addresses: vec!["127.0.0.1".into()],
                 runtime_threads: 2,
                 slot_name: "psm_http_test".into(),
+                admin_socket: None,
             },
             status.clone(),
         )

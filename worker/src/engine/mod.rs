@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub runtime_threads: usize,
     /// The replication slot this sync replica owns on the primary.
     pub slot_name: String,
+    /// Where to serve the admin socket (`None`: no admin socket).
+    pub admin_socket: Option<PathBuf>,
 }
 
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.

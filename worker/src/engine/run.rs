@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{EngineConfig, EngineError};
+use crate::admin;
 use crate::auth::Authenticator;
 use crate::http::{self, HttpState, SyncService};
 use crate::replication::{
@@ -88,6 +89,7 @@ async fn run_engine(
         s.config_file = Some(config.service.path.display().to_string());
         s.config_ignored = config.service.ignored.clone();
         s.listen.clear();
+        s.admin_socket = None;
         s.store = None;
         s.replication = None;
         s.last_error = None;
@@ -131,6 +133,7 @@ async fn run_engine(
     tracing::info!(addresses = %listen.join(","), open_files, "HTTP server listening");
     let progress = Arc::new(Progress::default());
     let stream_progress = Arc::new(StreamProgress::default());
+    let admin = start_admin(&config, &sync, &status, stop);
     let server = tokio::spawn(http::serve(
         listeners,
         HttpState {
@@ -198,6 +201,9 @@ async fn run_engine(
                             r.transactions = stream_progress.transactions.load(std::sync::atomic::Ordering::Relaxed);
                             r.changes = stream_progress.changes.load(std::sync::atomic::Ordering::Relaxed);
                             r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(std::sync::atomic::Ordering::Relaxed);
+                            let head = stream_progress.primary_head_lsn.load(std::sync::atomic::Ordering::Relaxed);
+                            r.primary_lsn = (head > 0).then(|| format_lsn(head));
+                            r.lag_bytes = head.saturating_sub(checkpoint.lsn);
                         }
                     }
                     if s.phase == Phase::Snapshotting {
@@ -228,10 +234,42 @@ async fn run_engine(
     // Ends the server (and every stream) also when the engine failed.
     halt.send_replace(true);
     let _ = server.await;
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    status.update(|s| s.admin_socket = None);
     // The bootstrap's threads hold the store; they are joined when its task is dropped.
     drop(store);
     tracing::info!("engine stopped");
     outcome
+}
+
+/// Starts the admin socket beside the HTTP server. A socket that cannot be served does
+/// not stop the engine: the SQL support functions then say so, and the log tells why.
+fn start_admin(
+    config: &EngineConfig,
+    sync: &Arc<SyncService>,
+    status: &StatusCell,
+    stop: &watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let path = config.admin_socket.clone()?;
+    match admin::bind(&path) {
+        Ok(listener) => {
+            status.update(|s| s.admin_socket = Some(path.display().to_string()));
+            Some(tokio::spawn(admin::serve(
+                listener,
+                path,
+                sync.clone(),
+                stop.clone(),
+            )))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "{e}; the SQL functions buckets(), user_buckets() and streams() will not work"
+            );
+            None
+        }
+    }
 }
 
 fn store_status(store: &Store) -> StoreStatus {

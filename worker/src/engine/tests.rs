@@ -17,6 +17,7 @@ fn config(dir: &Path, port: u16) -> EngineConfig {
         listen_addresses: vec!["127.0.0.1".into()],
         runtime_threads: 1,
         slot_name: "powersync_mdbx_test".into(),
+        admin_socket: None,
     }
 }
 
@@ -111,4 +112,97 @@ fn busy_port_and_foreign_storage_need_the_operator() {
     let _engine = Engine::start(config(foreign.path(), free_port()), status.clone()).unwrap();
     wait_for(&status, Phase::Failed);
     assert_eq!(status.snapshot().last_error.unwrap().code, "PSM_S1002");
+}
+
+#[test]
+fn serves_the_admin_socket_while_running_and_removes_it_on_stop() {
+    use crate::admin::{self, AdminRequest, AdminResponse};
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join(admin::SOCKET_NAME);
+    // A socket left by a crashed engine is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let mut config = config(dir.path(), free_port());
+    config.admin_socket = Some(socket.clone());
+    let status = Arc::new(StatusCell::new(std::process::id()));
+    let engine = Engine::start(config, status.clone()).unwrap();
+    wait_for(&status, Phase::Validating);
+    assert_eq!(
+        status.snapshot().admin_socket,
+        Some(socket.display().to_string())
+    );
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let mut waits = 0;
+    let answer = admin::call(
+        &socket,
+        &AdminRequest::Streams,
+        Duration::from_secs(5),
+        || waits += 1,
+    )
+    .unwrap();
+    assert_eq!(answer, AdminResponse::Streams { streams: vec![] });
+    let answer = admin::call(
+        &socket,
+        &AdminRequest::Buckets,
+        Duration::from_secs(5),
+        || {},
+    )
+    .unwrap();
+    assert_eq!(
+        answer,
+        AdminResponse::Buckets {
+            op_id: 0,
+            buckets: vec![]
+        }
+    );
+    let answer = admin::call(
+        &socket,
+        &AdminRequest::UserBuckets {
+            claims: serde_json::json!({"no": "sub"}),
+            request: serde_json::Value::Null,
+        },
+        Duration::from_secs(5),
+        || {},
+    )
+    .unwrap();
+    assert!(
+        matches!(&answer, AdminResponse::Error { code, .. } if code == "PSM_A1010"),
+        "{answer:?}"
+    );
+    assert!(engine.shutdown(Duration::from_secs(2)));
+    assert!(
+        !socket.exists(),
+        "the socket is removed when the engine stops"
+    );
+    let err = admin::call(
+        &socket,
+        &AdminRequest::Streams,
+        Duration::from_secs(1),
+        || {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("PSM_A1004"), "{err}");
+}
+
+#[test]
+fn a_foreign_file_at_the_socket_path_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(crate::admin::SOCKET_NAME);
+    std::fs::write(&path, "not a socket").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let err = runtime
+        .block_on(async { crate::admin::bind(&path) })
+        .unwrap_err();
+    assert!(err.to_string().starts_with("PSM_A1002"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "not a socket");
+    let long = dir.path().join("x".repeat(120));
+    let err = runtime
+        .block_on(async { crate::admin::bind(&long) })
+        .unwrap_err();
+    assert!(err.to_string().starts_with("PSM_A1001"), "{err}");
 }

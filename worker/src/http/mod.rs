@@ -8,12 +8,14 @@ mod error;
 mod metrics;
 mod metrics_text;
 mod probes;
+mod registry;
 mod server;
 mod service;
 mod sync_stream;
 mod write_checkpoint;
 
 pub use error::ApiError;
+pub use registry::{Registration, StreamInfo, StreamRegistry};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 pub use service::{SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
 

@@ -7,6 +7,7 @@ use hyper::header::{self, HeaderMap};
 use tokio::sync::{watch, Semaphore};
 
 use super::error::ApiError;
+use super::registry::StreamRegistry;
 use crate::auth::{AuthError, AuthenticatedUser, Authenticator};
 use crate::metrics::{LabelCounts, StatusCounts};
 use crate::rules::SyncRules;
@@ -43,6 +44,8 @@ pub struct SyncService {
     pub sync_responses: StatusCounts,
     /// Refused tokens (both sync endpoints) by error code.
     pub auth_failures: LabelCounts,
+    /// The open streams, for `powersync_mdbx.streams()`.
+    pub registry: Arc<StreamRegistry>,
 }
 
 impl SyncService {
@@ -68,6 +71,7 @@ impl SyncService {
             reads: Semaphore::new(MAX_CONCURRENT_READS),
             sync_responses: StatusCounts::default(),
             auth_failures: LabelCounts::new(AuthError::CODES),
+            registry: Arc::default(),
         }
     }
 

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use super::accept::quality;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
+use super::registry::Registration;
 use super::service::SyncService;
 use super::Body;
 use crate::auth::AuthenticatedUser;
@@ -73,6 +74,14 @@ async fn start(
     let context = request.context(user.claims.clone());
     let session = SyncSession::new(service.rules.clone(), context, &request.buckets);
     let key = record_key(&user.user_id, request.client_id.as_deref());
+    let expires = user
+        .expires_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let registration =
+        service
+            .registry
+            .register(&user.user_id, request.client_id.as_deref(), expires);
 
     let (tx, rx) = mpsc::channel::<Bytes>(SEND_QUEUE);
     let service = service.clone();
@@ -85,6 +94,7 @@ async fn start(
             compressor,
             key,
             reported: None,
+            registration,
             tx,
         };
         match stream.run(&user).await {
@@ -160,6 +170,8 @@ struct Stream {
     key: String,
     /// The `write_checkpoint` of the last checkpoint-type line.
     reported: Option<u64>,
+    /// This stream's entry in `streams()`.
+    registration: Registration,
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -228,6 +240,10 @@ impl Stream {
             .await?;
         let Some(line) = line else { return Ok(()) };
         self.reported = report;
+        if let Some(session) = &self.session {
+            self.registration
+                .checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
+        }
         let mut out = Vec::new();
         line.encode(self.encoding, &mut out);
         self.send(out).await?;

@@ -54,6 +54,10 @@ pub enum RulesError {
         message: String,
         /// What to write instead.
         hint: String,
+        /// 1-based line in the YAML text (0 when unknown).
+        line: u64,
+        /// 1-based column in the YAML text (0 when unknown).
+        column: u64,
     },
     /// A definition or stream is well-formed YAML but not a valid rule (duplicate names,
     /// bad priority, edition mismatch).

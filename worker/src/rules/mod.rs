@@ -22,6 +22,7 @@ pub mod row;
 pub(crate) mod sql;
 pub mod sync_rules;
 pub mod types;
+pub mod validate;
 pub mod value;
 pub(crate) mod yaml;
 

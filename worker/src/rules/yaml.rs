@@ -56,6 +56,8 @@ fn yaml_err(message: impl Into<String>, hint: impl Into<String>) -> RulesError {
     RulesError::Yaml {
         message: message.into(),
         hint: hint.into(),
+        line: 0,
+        column: 0,
     }
 }
 
@@ -159,7 +161,15 @@ pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
         } else {
             "valid YAML with `bucket_definitions:` or `streams:` at the top level"
         };
-        yaml_err(message, hint)
+        let (line, column) = e
+            .location()
+            .map_or((0, 0), |l| (l.line() as u64, l.column() as u64));
+        RulesError::Yaml {
+            message,
+            hint: hint.into(),
+            line,
+            column,
+        }
     })?;
     let mut compat = Compatibility::default();
     let mut defs_v = None;

@@ -130,6 +130,25 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         Ok(out)
     }
 
+    /// Every bucket that ever had an op with its accumulators, in name order (for the
+    /// `powersync_mdbx.buckets()` support function).
+    pub fn bucket_states(&self) -> Result<Vec<(String, BucketState)>, StoreError> {
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.buckets)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut out = Vec::new();
+        for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
+            let (name, state) = item.map_err(self.mdbx("read buckets"))?;
+            let name = String::from_utf8(name)
+                .map_err(|_| StoreError::corrupt(self.dir, "bucket name"))?;
+            let state =
+                BucketState::decode(&state).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+            out.push((name, state));
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` ops of bucket `bucket_id` with `after < op_id ≤ until`.
     pub fn ops(
         &self,

@@ -16,6 +16,8 @@ pub(super) struct BucketAt {
     pub announced: BucketChecksum,
     /// Largest op id in the bucket (≤ the checkpoint; 0 for a bucket without ops).
     pub last_op: u64,
+    /// The definition or stream it comes from.
+    pub source: String,
 }
 
 /// The request's state at one store checkpoint, read in one transaction.
@@ -65,6 +67,7 @@ impl CheckpointState {
                     subscriptions,
                 },
                 last_op: state.last_op,
+                source: b.source,
             });
         }
         Ok(Self {

@@ -5,6 +5,7 @@
 mod checkpoint_state;
 mod emit;
 pub mod error;
+pub mod inspect;
 pub mod lines;
 pub mod paging;
 pub mod request;

@@ -193,6 +193,11 @@ impl SyncSession {
         self.announced.as_ref().map(|a| a.last_op_id)
     }
 
+    /// Buckets in the set of the last checkpoint-type line.
+    pub fn bucket_count(&self) -> usize {
+        self.announced.as_ref().map_or(0, |a| a.buckets.len())
+    }
+
     /// The position reached in `bucket` (the `after` of its next data line).
     pub fn position(&self, bucket: &str) -> Option<u64> {
         self.positions.get(bucket).copied()

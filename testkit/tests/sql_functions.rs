@@ -1,0 +1,342 @@
+//! Live test of the SQL control plane on a real primary and sync replica (the extension
+//! preloaded): `validate_rules()`, `buckets()` against an independent evaluation of the
+//! primary's rows, `user_buckets()` for two users before and after a parameter row
+//! changes, `streams()` with a real `/sync/stream` connection, `replication()`; and the
+//! errors without the worker (no preload, an engine waiting for its configuration).
+#![allow(clippy::unwrap_used)]
+
+#[allow(dead_code)]
+#[path = "../../worker/tests/support/buckets.rs"]
+mod buckets;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use powersync_mdbx_testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_worker::config::SourceConnection;
+use powersync_mdbx_worker::rules::SyncRules;
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(60);
+const SECRET: &[u8] = b"sql-functions-secret-of-32-bytes";
+const AUDIENCE: &str = "powersync-mdbx-test";
+
+const SCHEMA: &str = "
+CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL, name text);
+CREATE TABLE todos (id text PRIMARY KEY, list_id text, title text);
+CREATE PUBLICATION powersync FOR ALL TABLES;
+INSERT INTO lists VALUES ('l1', 'u1', 'groceries'), ('l2', 'u2', 'chores'), ('l3', 'u1', 'misc');
+INSERT INTO todos SELECT 't' || g, 'l' || (g % 3 + 1), 'todo ' || g FROM generate_series(1, 20) g;
+";
+
+const RULES: &str = "bucket_definitions:
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT * FROM todos WHERE list_id = bucket.list_id
+  lists:
+    data:
+      - SELECT id, owner_id, name FROM lists
+  picked:
+    parameters: SELECT request.parameters() ->> 'list' AS list_id WHERE request.parameters() ->> 'list' IS NOT NULL
+    data:
+      - SELECT id, title FROM todos WHERE list_id = bucket.list_id
+";
+
+fn base64_url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn token(sub: &str) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &serde_json::json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+fn config(primary: &Cluster, http_port: u16) -> String {
+    let rules: String = RULES.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
+         sync_config:\n  content: |\n{rules}\
+         client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
+         port: {http_port}\n",
+        primary.uri("postgres"),
+        base64_url(SECRET)
+    )
+}
+
+fn json(cluster: &Cluster, sql: &str) -> Value {
+    serde_json::from_str(&cluster.sql(sql)).unwrap()
+}
+
+/// `bucket → ops` from `buckets()`.
+fn stored_counts(replica: &Cluster) -> BTreeMap<String, u64> {
+    replica
+        .sql("SELECT bucket || ' ' || ops FROM powersync_mdbx.buckets()")
+        .lines()
+        .map(|l| {
+            let (name, ops) = l.rsplit_once(' ').unwrap();
+            (name.to_owned(), ops.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Bucket names of `user_buckets()` for these claims and body, sorted.
+fn user_buckets(replica: &Cluster, sub: &str, body: &str) -> Vec<String> {
+    let out = replica.sql(&format!(
+        "SELECT bucket FROM powersync_mdbx.user_buckets('{{\"sub\": \"{sub}\"}}', '{body}') \
+         ORDER BY bucket"
+    ));
+    out.lines().map(str::to_owned).collect()
+}
+
+/// Waits until the worker applied everything committed on the primary so far.
+fn sync_point(primary: &Cluster, replica: &Cluster) {
+    primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
+    let head = primary.sql("SELECT pg_current_wal_lsn()");
+    wait_until(WAIT, "the worker applying up to the primary's head", || {
+        let done = replica
+            .try_sql(&format!(
+                "SELECT applied_lsn >= '{head}' FROM powersync_mdbx.replication()"
+            ))
+            .ok()?;
+        (done == "t").then_some(())
+    });
+}
+
+fn expected_counts(primary: &Cluster) -> BTreeMap<String, u64> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
+    let rules = SyncRules::parse(RULES).unwrap();
+    runtime
+        .block_on(buckets::expected(&connection, &rules, &["lists", "todos"]))
+        .into_iter()
+        .map(|(name, rows)| (name, rows.len() as u64))
+        .collect()
+}
+
+#[test]
+fn sql_functions_answer_support_questions() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(SCHEMA);
+    let http_port = free_port();
+    let path = dir.write("config.yaml", &config(&primary, http_port));
+    let replica = Cluster::start_new(
+        &install,
+        &dir,
+        "replica",
+        ClusterKind::SyncReplica,
+        &[format!("powersync_mdbx.config_file = '{}'", path.display())],
+    );
+    replica.sql("CREATE EXTENSION powersync_mdbx");
+    wait_until(WAIT, "phase streaming", || {
+        let s: Value =
+            serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;
+        (s["phase"] == "streaming").then_some(())
+    });
+
+    // validate_rules: the names it defines, or the error with its location.
+    let good = json(
+        &replica,
+        &format!("SELECT powersync_mdbx.validate_rules($r${RULES}$r$)"),
+    );
+    assert_eq!(good["valid"], true, "{good}");
+    assert_eq!(
+        good["buckets"],
+        serde_json::json!(["by_list", "lists", "picked"])
+    );
+    let bad = json(
+        &replica,
+        "SELECT powersync_mdbx.validate_rules($r$bucket_definitions:\n  broken:\n    data:\n      - SELECT * FROM todos WHERE list_id = bucket.nope$r$)",
+    );
+    assert_eq!(bad["valid"], false, "{bad}");
+    let error = &bad["errors"][0];
+    assert_eq!(error["code"], "PSM_RULES_SQL", "{bad}");
+    assert_eq!(
+        (&error["rule"], &error["query"]),
+        (&"broken".into(), &"data[0]".into()),
+        "{bad}"
+    );
+    assert!(
+        error["line"].as_u64() >= Some(1) && error["column"].as_u64() >= Some(1),
+        "{bad}"
+    );
+    let yaml = json(
+        &replica,
+        "SELECT powersync_mdbx.validate_rules('bucket_definitions: [')",
+    );
+    assert_eq!(yaml["errors"][0]["code"], "PSM_RULES_YAML", "{yaml}");
+    assert!(yaml["errors"][0]["line"].as_u64() >= Some(1), "{yaml}");
+
+    // buckets(): the stored buckets match the primary's rows, also after more inserts.
+    assert_eq!(stored_counts(&replica), expected_counts(&primary));
+    primary
+        .sql("INSERT INTO todos SELECT 'n' || g, 'l2', 'new ' || g FROM generate_series(1, 5) g");
+    sync_point(&primary, &replica);
+    let counts = stored_counts(&replica);
+    assert_eq!(counts, expected_counts(&primary));
+    assert_eq!(counts["1#by_list[\"l2\"]"], 12, "{counts:?}");
+    let last: i64 = replica
+        .sql("SELECT max(last_op_id) FROM powersync_mdbx.buckets()")
+        .parse()
+        .unwrap();
+    let replication = replica.sql(
+        "SELECT slot || ' ' || last_op_id || ' ' || (applied_lsn IS NOT NULL) || ' ' \
+         || (retained_wal_bytes >= 0) || ' ' || (lag_bytes >= 0) FROM powersync_mdbx.replication()",
+    );
+    assert_eq!(replication, format!("powersync_mdbx {last} true true true"));
+
+    // user_buckets(): each user's set from the parameter rows; client parameters.
+    let lists = "1#lists[]".to_owned();
+    let by = |l: &str| format!("1#by_list[\"{l}\"]");
+    assert_eq!(
+        user_buckets(&replica, "u1", "{}"),
+        [by("l1"), by("l3"), lists.clone()]
+    );
+    assert_eq!(
+        user_buckets(&replica, "u2", "{}"),
+        [by("l2"), lists.clone()]
+    );
+    assert_eq!(
+        user_buckets(&replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
+        [by("l2"), lists.clone(), "1#picked[\"l1\"]".to_owned()]
+    );
+    assert_eq!(
+        user_buckets(&replica, "u2", r#"{"list": "l1"}"#),
+        user_buckets(&replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
+        "a bare object is the client parameters"
+    );
+    let row = replica.sql(
+        "SELECT priority || ' ' || source || ' ' || ops FROM powersync_mdbx.user_buckets('{\"sub\": \"u2\"}') \
+         WHERE bucket = '1#by_list[\"l2\"]'",
+    );
+    assert_eq!(row, "3 by_list 12");
+    primary.sql("UPDATE lists SET owner_id = 'u2' WHERE id = 'l3'");
+    sync_point(&primary, &replica);
+    assert_eq!(
+        user_buckets(&replica, "u1", "{}"),
+        [by("l1"), lists.clone()]
+    );
+    assert_eq!(
+        user_buckets(&replica, "u2", "{}"),
+        [by("l2"), by("l3"), lists.clone()]
+    );
+    let err = replica
+        .try_sql("SELECT * FROM powersync_mdbx.user_buckets('{\"name\": \"no sub\"}')")
+        .unwrap_err();
+    assert!(err.contains("PSM_A1010") && err.contains("HINT:"), "{err}");
+
+    // streams(): a real connection is listed while open, and gone once closed.
+    assert_eq!(
+        replica.sql("SELECT count(*) FROM powersync_mdbx.streams()"),
+        "0"
+    );
+    let body = r#"{"buckets":[],"client_id":"client-7","raw_data":true}"#;
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", http_port)).unwrap();
+    write!(
+        socket,
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token {}\r\n\
+         Accept: application/x-ndjson\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        token("u1"),
+        body.len()
+    )
+    .unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("checkpoint_complete") {
+        let n = socket.read(&mut buf).unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let listed = replica.sql(
+        "SELECT user_id || ' ' || client_id || ' ' || buckets || ' ' || last_checkpoint || ' ' \
+         || (connected_at <= now()) || ' ' || (token_expires_at > now()) FROM powersync_mdbx.streams()",
+    );
+    let op_id = replica.sql("SELECT last_op_id FROM powersync_mdbx.replication()");
+    assert_eq!(listed, format!("u1 client-7 2 {op_id} true true"));
+    drop(socket);
+    wait_until(WAIT, "the closed stream leaving streams()", || {
+        (replica.sql("SELECT count(*) FROM powersync_mdbx.streams()") == "0").then_some(())
+    });
+
+    // Only superusers may read the engine's data.
+    replica.sql("CREATE ROLE app LOGIN");
+    let err = replica
+        .try_sql("SET ROLE app; SELECT * FROM powersync_mdbx.buckets()")
+        .unwrap_err();
+    assert!(err.contains("permission denied"), "{err}");
+}
+
+#[test]
+fn functions_fail_clearly_without_a_serving_engine() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+
+    // A database where the library is not preloaded: only validate_rules works.
+    let plain = Cluster::start_new(&install, &dir, "plain", ClusterKind::Plain, &[]);
+    plain.sql("CREATE EXTENSION powersync_mdbx");
+    let report = json(
+        &plain,
+        &format!("SELECT powersync_mdbx.validate_rules($r${RULES}$r$)"),
+    );
+    assert_eq!(report["valid"], true, "{report}");
+    for call in [
+        "SELECT * FROM powersync_mdbx.buckets()",
+        "SELECT * FROM powersync_mdbx.user_buckets('{\"sub\": \"u1\"}')",
+        "SELECT * FROM powersync_mdbx.streams()",
+        "SELECT * FROM powersync_mdbx.replication()",
+    ] {
+        let err = plain.try_sql(call).unwrap_err();
+        assert!(
+            err.contains("not loaded through shared_preload_libraries") && err.contains("HINT:"),
+            "{call}: {err}"
+        );
+    }
+    drop(plain);
+
+    // Preloaded, but the engine waits for a valid configuration: no socket to answer.
+    let path = dir.write("config.yaml", "replication: [\n");
+    let replica = Cluster::start_new(
+        &install,
+        &dir,
+        "replica",
+        ClusterKind::SyncReplica,
+        &[format!("powersync_mdbx.config_file = '{}'", path.display())],
+    );
+    replica.sql("CREATE EXTENSION powersync_mdbx");
+    wait_until(WAIT, "phase config_error", || {
+        let s: Value =
+            serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;
+        (s["phase"] == "config_error").then_some(())
+    });
+    let err = replica
+        .try_sql("SELECT * FROM powersync_mdbx.buckets()")
+        .unwrap_err();
+    assert!(
+        err.contains("PSM_A1004") && err.contains("config_error") && err.contains("HINT:"),
+        "{err}"
+    );
+    let replication =
+        replica.sql("SELECT phase || ' ' || (slot IS NULL) FROM powersync_mdbx.replication()");
+    assert_eq!(replication, "config_error true");
+}
