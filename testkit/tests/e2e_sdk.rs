@@ -2,7 +2,7 @@
 //! `e2e/client.mjs`) syncs from a PostgreSQL 16 sync replica running the extension, and
 //! what the client holds is compared with what the primary says the user should see:
 //! the initial sync, incremental changes (insert, update, delete, a row moving between
-//! buckets, a parameter row adding a bucket, TRUNCATE), local writes uploaded through
+//! buckets, a parameter row adding a bucket, TRUNCATE, reset()), local writes uploaded through
 //! the connector and acknowledged by a write checkpoint, reconnects and a new process
 //! resuming from the stored positions, and token refreshes.
 //!
@@ -489,6 +489,28 @@ fn sync_end_to_end(rules: Rules) {
     assert_eq!(last["tables"]["tasks"].as_array().unwrap().len(), 1);
     assert_no_warnings(&last, "the whole session");
     step("TRUNCATE arrived");
+    // 7. reset(): the sync replica drops its slot and store and builds them again under
+    // the next bucket generation; the client, reconnecting with positions of the old
+    // data, drops the old buckets (they leave its checkpoint) and downloads the new ones
+    // without a checksum mismatch.
+    client.send(&json!({"cmd": "disconnect"}));
+    let reset: Value =
+        serde_json::from_str(&rig.replica.sql("SELECT powersync_mdbx.reset()")).unwrap();
+    assert_eq!(reset["reset"], true, "{reset}");
+    assert_eq!(reset["bucket_generation"], 2, "{reset}");
+    rig.primary.sql(
+        "INSERT INTO tasks VALUES ('task-e2e-after-reset', 'org-001', 'project-org-001-0001', \
+         'user-org-001-0001', 'After reset', 'todo', 1, 'user-org-001-0001', 1, \
+         '2026-05-02T00:00:00Z', 'after reset');",
+    );
+    rig.wait_replicated();
+    step("reset done, replica streaming again");
+    client.send(&json!({"cmd": "reconnect"}));
+    wait_equal(&mut client, &rig, "after reset()");
+    let after = client.send(&json!({"cmd": "dump"}));
+    assert_eq!(after["tables"]["tasks"].as_array().unwrap().len(), 2);
+    assert_no_warnings(&after, "after reset()");
+    step("the client resynced after reset()");
     client.finish();
 }
 

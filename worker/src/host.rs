@@ -169,11 +169,17 @@ impl Host {
         // The slot first: storage without its slot can be rebuilt, a slot without its
         // storage would be refused as foreign on the next start.
         let released = self.release_slot(&dir);
-        let (slot_dropped, removed_files, error) = match released {
-            Err(e) => (None, Vec::new(), Some(e)),
-            Ok(slot) => match store::remove_store_files(&dir) {
-                Ok(files) => (slot, files, None),
-                Err(e) => (slot, Vec::new(), Some(e.to_string())),
+        // The rebuilt data gets new bucket names. Advanced before the files go: a store
+        // left in place keeps the generation recorded in its own data.
+        let has_store = dir.join(store::STORE_FILES[0]).exists();
+        let (slot_dropped, removed_files, generation, error) = match released {
+            Err(e) => (None, Vec::new(), None, Some(e)),
+            Ok(slot) => match has_store.then(|| store::advance_generation(&dir)).transpose() {
+                Err(e) => (slot, Vec::new(), None, Some(e.to_string())),
+                Ok(generation) => match store::remove_store_files(&dir) {
+                    Ok(files) => (slot, files, generation, None),
+                    Err(e) => (slot, Vec::new(), generation, Some(e.to_string())),
+                },
             },
         };
         self.start();
@@ -181,6 +187,7 @@ impl Host {
             "reset": error.is_none(),
             "storage_dir": dir.display().to_string(),
             "removed_files": removed_files,
+            "bucket_generation": generation,
             "slot_dropped": slot_dropped,
             "engine_was_running": was_running,
             "error": error,

@@ -11,10 +11,10 @@ use crate::admin;
 use crate::auth::Authenticator;
 use crate::http::{self, HttpState, SyncService};
 use crate::replication::{
-    bootstrap, follow_slot, BootstrapOutcome, Progress, ReplicationError, SourcePlan,
+    bootstrap, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError, SourcePlan,
     StreamContext, StreamProgress,
 };
-use crate::rules::SyncRules;
+use crate::rules::{BucketVersion, SyncRules};
 use crate::source::{format_lsn, PrimaryHead};
 use crate::status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell, StoreStatus};
 use crate::store::{Checkpoint, Store};
@@ -94,13 +94,22 @@ async fn run_engine(
         s.replication = None;
         s.last_error = None;
     });
-    let rules = Arc::new(SyncRules::parse(&config.service.rules.content)?);
     let dir = config.storage_dir.clone();
     let store = Arc::new(
         tokio::task::spawn_blocking(move || Store::open(&dir))
             .await
             .map_err(|e| EngineError::Thread(std::io::Error::other(e)))??,
     );
+    // Bucket names carry the generation of the stored data; a store built after a reset
+    // gets the next one (spec §7.6), so clients drop the old buckets cleanly.
+    let generation = match store.read(|view| Ok(BootstrapIntent::load(view)))?? {
+        Some(intent) => intent.generation,
+        None => crate::store::next_generation(store.dir())?,
+    };
+    let rules = Arc::new(SyncRules::parse_with_version(
+        &config.service.rules.content,
+        BucketVersion::Versioned(generation),
+    )?);
     tracing::info!(
         dir = %store.dir().display(),
         store_id = %store.identity().store_id,

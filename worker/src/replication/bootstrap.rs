@@ -75,6 +75,18 @@ pub async fn bootstrap(
 
     if let Some(intent) = &stored {
         check_ownership(intent, plan, &primary.system_identifier, &rules_hash)?;
+        let generation = generation_of(&rules);
+        if intent.generation != generation {
+            return Err(ownership(
+                "PSM_B1010",
+                format!(
+                    "the storage holds buckets of generation {}, the rules were compiled for \
+                     generation {generation} (a bug: the engine takes the generation from the \
+                     storage); run SELECT powersync_mdbx.reset()",
+                    intent.generation
+                ),
+            ));
+        }
         if intent.state == BootstrapState::Complete {
             let Some(slot) = slot else {
                 return Err(ownership(
@@ -128,6 +140,7 @@ pub async fn bootstrap(
         slot: plan.slot.clone(),
         publication: PUBLICATION.to_owned(),
         rules_hash,
+        generation: generation_of(&rules),
         tables: tables
             .iter()
             .zip(1u32..)
@@ -245,6 +258,14 @@ async fn copy_all(
         progress.table_done();
     }
     Ok(())
+}
+
+/// The number before `#` in the bucket names `rules` produce (0 when unversioned).
+fn generation_of(rules: &SyncRules) -> u64 {
+    match rules.bucket_version() {
+        crate::rules::BucketVersion::Versioned(g) => g,
+        crate::rules::BucketVersion::Unversioned => 0,
+    }
 }
 
 fn check_ownership(

@@ -43,6 +43,10 @@ pub struct IntentTable {
     pub oid: u32,
 }
 
+fn first_generation() -> u64 {
+    1
+}
+
 /// Who the stored data belongs to and how far its bootstrap went.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootstrapIntent {
@@ -56,6 +60,10 @@ pub struct BootstrapIntent {
     pub publication: String,
     /// SHA-256 (hex) of the sync rules the data was built with.
     pub rules_hash: String,
+    /// The bucket generation the data was built with (the number before `#` in its
+    /// bucket names).
+    #[serde(default = "first_generation")]
+    pub generation: u64,
     /// Tables and their store ids.
     pub tables: Vec<IntentTable>,
     /// Progress.

@@ -1,14 +1,19 @@
 //! The storage directory: created private, and refused when it holds anything else.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use super::StoreError;
 
 /// The libmdbx data file.
 pub(super) const DATA_FILE: &str = "mdbx.dat";
-/// The files a store consists of; nothing else may live in the directory.
+/// The files a store consists of; nothing else may live in the directory (but the
+/// generation file and its temporary twin).
 pub const STORE_FILES: &[&str] = &[DATA_FILE, "mdbx.lck"];
+/// The bucket generation for the next store built here; survives a reset, which removes
+/// only [`STORE_FILES`].
+const GENERATION_FILE: &str = "generation";
+const GENERATION_TMP: &str = "generation.tmp";
 
 /// Creates `dir` (0700) if absent, otherwise checks it is private, owned by this user and
 /// holds only store files. Returns true when it holds no store yet.
@@ -36,7 +41,8 @@ pub(super) fn prepare(dir: &Path) -> Result<bool, StoreError> {
         let entry = entry.map_err(|e| StoreError::io(dir, "list it", e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         has_data |= name == DATA_FILE;
-        if !STORE_FILES.contains(&name.as_str()) {
+        if !STORE_FILES.contains(&name.as_str()) && name != GENERATION_FILE && name != GENERATION_TMP
+        {
             foreign.push(name);
         }
     }
@@ -71,6 +77,49 @@ fn check_private(dir: &Path, meta: &std::fs::Metadata) -> Result<(), StoreError>
         });
     }
     Ok(())
+}
+
+/// The bucket generation a new store in `dir` builds its data with (spec §7.6: the number
+/// before `#` in bucket names): 1 until the first reset.
+pub fn next_generation(dir: &Path) -> Result<u64, StoreError> {
+    let path = dir.join(GENERATION_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|g| *g >= 1)
+            .ok_or_else(|| StoreError::corrupt(&path, "generation file (one number)")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(1),
+        Err(e) => Err(StoreError::io(&path, "read it", e)),
+    }
+}
+
+/// After a reset: the next store in `dir` builds its data with the generation after the
+/// one just removed (which was [`next_generation`] when it was built), so clients see new
+/// bucket names and drop the old buckets instead of comparing positions and checksums
+/// across the reset. Written to a temporary file, synced and renamed. Returns the new
+/// generation.
+pub fn advance_generation(dir: &Path) -> Result<u64, StoreError> {
+    use std::io::Write;
+    let next = next_generation(dir).unwrap_or(1) + 1;
+    let tmp = dir.join(GENERATION_TMP);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| StoreError::io(&tmp, "create it", e))?;
+    file.write_all(format!("{next}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| StoreError::io(&tmp, "write it", e))?;
+    let path = dir.join(GENERATION_FILE);
+    std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, "replace it", e))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(dir, "sync it", e))?;
+    Ok(next)
 }
 
 /// Removes the store's own files from `dir` (never anything else), for a reset.

@@ -25,7 +25,7 @@ use libmdbx::{Database, DatabaseOptions, Mode, ReadWriteOptions, SyncMode, Write
 
 use crate::metrics::ReadTracker;
 
-pub use dir::{remove_store_files, STORE_FILES};
+pub use dir::{advance_generation, next_generation, remove_store_files, STORE_FILES};
 pub use error::StoreError;
 pub use lookup_read::StoreLookups;
 pub use meta::{StoreIdentity, FORMAT};

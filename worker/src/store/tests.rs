@@ -99,3 +99,20 @@ fn refuses_another_format_and_shared_directories() {
     let err = Store::open(&dir).err().unwrap();
     assert!(err.to_string().contains("group or world access"), "{err}");
 }
+
+#[test]
+fn the_generation_survives_a_reset_and_counts_up() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    assert_eq!(next_generation(&dir).unwrap(), 1, "no directory yet");
+    drop(Store::open(&dir).unwrap());
+    assert_eq!(next_generation(&dir).unwrap(), 1);
+    assert_eq!(advance_generation(&dir).unwrap(), 2);
+    remove_store_files(&dir).unwrap();
+    // The generation file is the store directory's own: a new store opens beside it.
+    drop(Store::open(&dir).unwrap());
+    assert_eq!(next_generation(&dir).unwrap(), 2);
+    assert_eq!(advance_generation(&dir).unwrap(), 3);
+    std::fs::write(dir.join("generation"), "not a number").unwrap();
+    assert!(next_generation(&dir).is_err());
+}
