@@ -174,7 +174,10 @@ impl Host {
         let has_store = dir.join(store::STORE_FILES[0]).exists();
         let (slot_dropped, removed_files, generation, error) = match released {
             Err(e) => (None, Vec::new(), None, Some(e)),
-            Ok(slot) => match has_store.then(|| store::advance_generation(&dir)).transpose() {
+            Ok(slot) => match has_store
+                .then(|| store::advance_generation(&dir))
+                .transpose()
+            {
                 Err(e) => (slot, Vec::new(), None, Some(e.to_string())),
                 Ok(generation) => match store::remove_store_files(&dir) {
                     Ok(files) => (slot, files, generation, None),

@@ -11,8 +11,8 @@ use crate::admin;
 use crate::auth::Authenticator;
 use crate::http::{self, HttpState, SyncService};
 use crate::replication::{
-    bootstrap, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError, SourcePlan,
-    StreamContext, StreamProgress,
+    bootstrap, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError,
+    SourcePlan, StreamContext, StreamProgress,
 };
 use crate::rules::{BucketVersion, SyncRules};
 use crate::source::{format_lsn, PrimaryHead};

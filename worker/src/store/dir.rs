@@ -41,7 +41,9 @@ pub(super) fn prepare(dir: &Path) -> Result<bool, StoreError> {
         let entry = entry.map_err(|e| StoreError::io(dir, "list it", e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         has_data |= name == DATA_FILE;
-        if !STORE_FILES.contains(&name.as_str()) && name != GENERATION_FILE && name != GENERATION_TMP
+        if !STORE_FILES.contains(&name.as_str())
+            && name != GENERATION_FILE
+            && name != GENERATION_TMP
         {
             foreign.push(name);
         }
