@@ -4,20 +4,15 @@
 //! commit on the primary.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/engine_rig.rs"]
+mod engine_rig;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
-use powersync_mdbx_worker::config::ServiceConfig;
-use powersync_mdbx_worker::engine::{Engine, EngineConfig, EngineHandle};
-use powersync_mdbx_worker::status::{Phase, StatusCell};
-use serde_json::json;
-
-const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
-const AUDIENCE: &str = "powersync-mdbx-test";
+use engine_rig::EngineRig;
 
 const SCHEMA: &str = "
 CREATE TABLE todos (id text PRIMARY KEY, owner_id text, title text);
@@ -33,91 +28,16 @@ bucket_definitions:
       - SELECT * FROM todos WHERE owner_id = bucket.user_id
 ";
 
-struct Rig {
-    _dir: TestDir,
-    primary: Cluster,
-    _store: tempfile::TempDir,
-    engine: Option<EngineHandle>,
-    port: u16,
-}
+struct Rig;
 
 impl Rig {
-    fn start() -> Self {
-        let install = PgInstall::pg16();
-        let dir = TestDir::new(&install);
-        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
-        primary.sql(SCHEMA);
-        let store = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let k = base64_url(SECRET);
-        let yaml = format!(
-            "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
-             sync_rules:\n  content: |\n{rules}\n\
-             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{k}'}}\n\
-             port: {port}\n",
-            uri = primary.uri("postgres"),
-            rules = RULES
-                .lines()
-                .map(|l| format!("    {l}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
-        let service =
-            ServiceConfig::parse(&store.path().join("config.yaml"), &yaml, &|_| None).unwrap();
-        let status = Arc::new(StatusCell::new(std::process::id()));
-        let engine = Engine::start(
-            EngineConfig {
-                service,
-                storage_dir: store.path().join("store"),
-                listen_addresses: vec!["127.0.0.1".into()],
-                runtime_threads: 2,
-                slot_name: "psm_metrics_test".into(),
-                admin_socket: None,
-            },
-            status.clone(),
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while status.snapshot().phase != Phase::Streaming {
-            assert!(Instant::now() < deadline, "{:?}", status.snapshot());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            _dir: dir,
-            primary,
-            _store: store,
-            engine: Some(engine),
-            port,
-        }
+    fn start() -> EngineRig {
+        EngineRig::start(SCHEMA, RULES, "psm_metrics_test")
     }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        if let Some(engine) = self.engine.take() {
-            engine.shutdown(Duration::from_secs(5));
-        }
-    }
-}
-
-fn base64_url(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 fn token(sub: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-    header.kid = Some("k1".into());
-    jsonwebtoken::encode(
-        &header,
-        &json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap()
+    engine_rig::token(sub, 600)
 }
 
 /// A scrape: the content type and every sample by `name{labels}`.

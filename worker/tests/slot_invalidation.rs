@@ -44,6 +44,42 @@ fn slot_state(primary: &Cluster) -> String {
     ))
 }
 
+/// What a test needs after the primary's data is bootstrapped into a new store.
+struct Bootstrapped {
+    connection: SourceConnection,
+    plan: SourcePlan,
+    rules: Arc<SyncRules>,
+    store: Arc<Store>,
+    _store_dir: tempfile::TempDir,
+}
+
+/// Bootstraps the primary's `items` into a new store through slot [`SLOT`].
+async fn bootstrapped(primary: &Cluster) -> Bootstrapped {
+    let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
+    let plan = SourcePlan {
+        connection: connection.clone(),
+        slot: SLOT.into(),
+    };
+    let rules = Arc::new(SyncRules::parse(RULES).unwrap());
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
+    bootstrap(
+        &plan,
+        rules.clone(),
+        store.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    Bootstrapped {
+        connection,
+        plan,
+        rules,
+        store,
+        _store_dir: store_dir,
+    }
+}
+
 /// Runs `follow_slot` on `store`; returns its stop switch, checkpoints and task.
 fn start(
     plan: &SourcePlan,
@@ -80,22 +116,13 @@ async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
         &["max_slot_wal_keep_size = 1MB".to_owned()],
     );
     primary.sql(SCHEMA);
-    let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
-    let plan = SourcePlan {
-        connection: connection.clone(),
-        slot: SLOT.into(),
-    };
-    let rules = Arc::new(SyncRules::parse(RULES).unwrap());
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
-    bootstrap(
-        &plan,
-        rules.clone(),
-        store.clone(),
-        Arc::new(Progress::default()),
-    )
-    .await
-    .unwrap();
+    let Bootstrapped {
+        connection,
+        plan,
+        rules,
+        store,
+        _store_dir,
+    } = bootstrapped(&primary).await;
 
     // Stream a change, then stop.
     let (stop, mut checkpoints, task) = start(&plan, &rules, &store);
@@ -184,22 +211,13 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
     );
     primary.sql(SCHEMA);
     primary.sql("CREATE TABLE filler (id serial PRIMARY KEY, body text)");
-    let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
-    let plan = SourcePlan {
-        connection: connection.clone(),
-        slot: SLOT.into(),
-    };
-    let rules = Arc::new(SyncRules::parse(RULES).unwrap());
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
-    bootstrap(
-        &plan,
-        rules.clone(),
-        store.clone(),
-        Arc::new(Progress::default()),
-    )
-    .await
-    .unwrap();
+    let Bootstrapped {
+        connection,
+        plan,
+        rules,
+        store,
+        _store_dir,
+    } = bootstrapped(&primary).await;
     let (_stop, mut checkpoints, task) = start(&plan, &rules, &store);
     primary.sql("UPDATE items SET body = 'streamed' WHERE id <= 10");
     let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
@@ -292,22 +310,13 @@ async fn a_store_behind_its_slot_is_refused() {
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(SCHEMA);
-    let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
-    let plan = SourcePlan {
-        connection: connection.clone(),
-        slot: SLOT.into(),
-    };
-    let rules = Arc::new(SyncRules::parse(RULES).unwrap());
-    let store_dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
-    bootstrap(
-        &plan,
-        rules.clone(),
-        store.clone(),
-        Arc::new(Progress::default()),
-    )
-    .await
-    .unwrap();
+    let Bootstrapped {
+        connection: _,
+        plan,
+        rules,
+        store,
+        _store_dir,
+    } = bootstrapped(&primary).await;
     let before = stored(&store);
     let checkpoint_before = store.read(|v| v.checkpoint()).unwrap();
 

@@ -4,20 +4,16 @@
 //! bad input answered with the right status.
 #![allow(clippy::unwrap_used)]
 
+#[path = "support/engine_rig.rs"]
+mod engine_rig;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
-use powersync_mdbx_worker::config::ServiceConfig;
-use powersync_mdbx_worker::engine::{Engine, EngineConfig, EngineHandle};
-use powersync_mdbx_worker::status::{Phase, StatusCell};
+use engine_rig::{base64_url, token, EngineRig, AUDIENCE};
 use serde_json::{json, Value};
-
-const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
-const AUDIENCE: &str = "powersync-mdbx-test";
 
 const SCHEMA: &str = "
 CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
@@ -40,95 +36,12 @@ bucket_definitions:
       - SELECT id, owner_id FROM lists
 ";
 
-struct Rig {
-    _dir: TestDir,
-    primary: Cluster,
-    _store: tempfile::TempDir,
-    engine: Option<EngineHandle>,
-    port: u16,
-}
+struct Rig;
 
 impl Rig {
-    fn start() -> Self {
-        let install = PgInstall::pg16();
-        let dir = TestDir::new(&install);
-        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
-        primary.sql(SCHEMA);
-        let store = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let k = base64_url(SECRET);
-        let yaml = format!(
-            "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
-             sync_rules:\n  content: |\n{rules}\n\
-             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{k}'}}\n\
-             port: {port}\n",
-            uri = primary.uri("postgres"),
-            rules = RULES
-                .lines()
-                .map(|l| format!("    {l}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
-        let service =
-            ServiceConfig::parse(&store.path().join("config.yaml"), &yaml, &|_| None).unwrap();
-        let status = Arc::new(StatusCell::new(std::process::id()));
-        let engine = Engine::start(
-            EngineConfig {
-                service,
-                storage_dir: store.path().join("store"),
-                listen_addresses: vec!["127.0.0.1".into()],
-                runtime_threads: 2,
-                slot_name: "psm_http_test".into(),
-                admin_socket: None,
-            },
-            status.clone(),
-        )
-        .unwrap();
-        wait_streaming(&status);
-        Self {
-            _dir: dir,
-            primary,
-            _store: store,
-            engine: Some(engine),
-            port,
-        }
+    fn start() -> EngineRig {
+        EngineRig::start(SCHEMA, RULES, "psm_http_test")
     }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        if let Some(engine) = self.engine.take() {
-            engine.shutdown(Duration::from_secs(5));
-        }
-    }
-}
-
-fn wait_streaming(status: &StatusCell) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while status.snapshot().phase != Phase::Streaming {
-        assert!(Instant::now() < deadline, "{:?}", status.snapshot());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn base64_url(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn token(sub: &str, lifetime: i64) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-    header.kid = Some("k1".into());
-    jsonwebtoken::encode(
-        &header,
-        &json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + lifetime}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap()
 }
 
 /// An open `/sync/stream` response (chunked), read line by line.
@@ -510,6 +423,35 @@ fn bson_streams_and_bad_requests_get_their_errors() {
 
     // An oversized body is refused before it is read whole.
     let huge = format!("{{\"app_metadata\": \"{}\"}}", "x".repeat(5 << 20));
-    let (status, _) = post(rig.port, Some(&good), "application/x-ndjson", &huge);
-    assert_eq!(status, 413);
+    // The server answers before it reads the rest, so the upload may fail half-way and the
+    // answer may be lost with the connection's reset: try a few times.
+    let answers: Vec<u16> = (0..3)
+        .map(|_| post_oversized(rig.port, &good, &huge))
+        .collect();
+    assert!(answers.contains(&413), "{answers:?}");
+    assert!(answers.iter().all(|s| [0, 413].contains(s)), "{answers:?}");
+}
+
+/// Posts `body` (larger than the server accepts), ignoring a failed upload; the status,
+/// or 0 when the connection was reset before it arrived.
+fn post_oversized(port: u16, token: &str, body: &str) -> u16 {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _ = write!(
+        stream,
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Token {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut status_line = String::new();
+    match BufReader::new(stream).read_line(&mut status_line) {
+        Ok(_) => status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        Err(_) => 0,
+    }
 }

@@ -1,0 +1,104 @@
+//! The engine in-process against a real primary: a throwaway primary with a schema, the
+//! engine streaming from it with given rules, an HS256 key and a free HTTP port.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_worker::config::ServiceConfig;
+use powersync_mdbx_worker::engine::{Engine, EngineConfig, EngineHandle};
+use powersync_mdbx_worker::status::{Phase, StatusCell};
+use serde_json::json;
+
+pub const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
+pub const AUDIENCE: &str = "powersync-mdbx-test";
+
+pub struct EngineRig {
+    _dir: TestDir,
+    pub primary: Cluster,
+    _store: tempfile::TempDir,
+    engine: Option<EngineHandle>,
+    pub port: u16,
+}
+
+impl EngineRig {
+    /// A primary with `schema`, and the engine streaming from it on slot `slot`.
+    pub fn start(schema: &str, rules: &str, slot: &str) -> Self {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(schema);
+        let store = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let k = base64_url(SECRET);
+        let yaml = format!(
+            "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
+             sync_rules:\n  content: |\n{rules}\n\
+             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{k}'}}\n\
+             port: {port}\n",
+            uri = primary.uri("postgres"),
+            rules = rules
+                .lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        let service =
+            ServiceConfig::parse(&store.path().join("config.yaml"), &yaml, &|_| None).unwrap();
+        let status = Arc::new(StatusCell::new(std::process::id()));
+        let engine = Engine::start(
+            EngineConfig {
+                service,
+                storage_dir: store.path().join("store"),
+                listen_addresses: vec!["127.0.0.1".into()],
+                runtime_threads: 2,
+                slot_name: slot.into(),
+                admin_socket: None,
+            },
+            status.clone(),
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while status.snapshot().phase != Phase::Streaming {
+            assert!(Instant::now() < deadline, "{:?}", status.snapshot());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            _dir: dir,
+            primary,
+            _store: store,
+            engine: Some(engine),
+            port,
+        }
+    }
+}
+
+impl Drop for EngineRig {
+    fn drop(&mut self) {
+        if let Some(engine) = self.engine.take() {
+            engine.shutdown(Duration::from_secs(5));
+        }
+    }
+}
+
+pub fn base64_url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// An HS256 token for `sub`, valid for `lifetime` seconds (negative: expired).
+pub fn token(sub: &str, lifetime: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + lifetime}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
