@@ -4,9 +4,11 @@
 //! stream was served and saw the change (timings are reported, not asserted).
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use powersync_mdbx_testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_testkit::{
+    base64_url, free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir,
+};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -22,23 +24,7 @@ const SECRET: &[u8] = b"many-streams-secret-of-32-bytes!";
 const AUDIENCE: &str = "powersync-mdbx-test";
 
 fn token() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-    header.kid = Some("k1".into());
-    jsonwebtoken::encode(
-        &header,
-        &serde_json::json!({"sub": "u1", "aud": AUDIENCE, "iat": now, "exp": now + 600}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap()
-}
-
-fn base64_url(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    powersync_mdbx_testkit::hs256_token(SECRET, AUDIENCE, "u1", 600)
 }
 
 /// Opens a stream and reads until its first `checkpoint_complete`; returns the socket

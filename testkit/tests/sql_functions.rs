@@ -11,9 +11,11 @@ mod buckets;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use powersync_mdbx_testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_testkit::{
+    base64_url, free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir,
+};
 use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::rules::SyncRules;
 use serde_json::Value;
@@ -44,24 +46,8 @@ const RULES: &str = "bucket_definitions:
       - SELECT id, title FROM todos WHERE list_id = bucket.list_id
 ";
 
-fn base64_url(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
 fn token(sub: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-    header.kid = Some("k1".into());
-    jsonwebtoken::encode(
-        &header,
-        &serde_json::json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + 600}),
-        &jsonwebtoken::EncodingKey::from_secret(SECRET),
-    )
-    .unwrap()
+    powersync_mdbx_testkit::hs256_token(SECRET, AUDIENCE, sub, 600)
 }
 
 fn config(primary: &Cluster, http_port: u16) -> String {

@@ -1,0 +1,27 @@
+//! Client tokens for live tests: HS256 JWTs signed with a test secret.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Unpadded base64url, as JWKS `k` values and JWT parts use.
+pub fn base64_url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// An HS256 token (key id `k1`) for `sub` and `audience`, valid for `lifetime` seconds.
+pub fn hs256_token(secret: &[u8], audience: &str, sub: &str, lifetime: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    let claims =
+        serde_json::json!({"sub": sub, "aud": audience, "iat": now, "exp": now + lifetime});
+    #[allow(clippy::expect_used)]
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret),
+    )
+    .expect("an HS256 token always encodes")
+}
