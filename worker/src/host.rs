@@ -56,6 +56,9 @@ pub struct Host {
     running_config: Option<EngineConfig>,
     retry_at: Option<Instant>,
     last_error: Option<String>,
+    /// Set when engine threads would not stop: only a new process is sure to be rid of
+    /// them, so the next tick exits.
+    exit_requested: bool,
 }
 
 impl Host {
@@ -76,6 +79,7 @@ impl Host {
             running_config: None,
             retry_at: None,
             last_error: None,
+            exit_requested: false,
         }
     }
 
@@ -136,6 +140,9 @@ impl Host {
     /// Checks the engine; call it from the host loop. Returns [`Tick::Exit`] when the
     /// engine failed in a way a process restart may fix.
     pub fn tick(&mut self) -> Tick {
+        if self.exit_requested {
+            return Tick::Exit(1);
+        }
         if let Some(result) = self.engine.as_ref().and_then(EngineHandle::finished) {
             self.engine = None;
             self.running_config = None;
@@ -160,7 +167,19 @@ impl Host {
     pub fn reset(&mut self) -> serde_json::Value {
         tracing::info!("reset requested");
         let was_running = self.engine.is_some();
-        self.stop_engine();
+        if !self.stop_engine() {
+            // Removing the store under engine threads that still run could lose the
+            // reset's effect or their writes: restart the process and let the operator
+            // call reset() again.
+            self.exit_requested = true;
+            return serde_json::json!({
+                "reset": false,
+                "error": "the engine did not stop in time; nothing was removed and the worker \
+                          process restarts: run SELECT powersync_mdbx.reset() again once \
+                          status() shows it running",
+                "engine_was_running": was_running,
+            });
+        }
         self.status.update(|s| {
             s.phase = Phase::Resetting;
             s.ready = false;
