@@ -130,6 +130,15 @@ impl Host {
                     tracing::info!("configuration reloaded, nothing changed");
                     return;
                 }
+                // Rules and keys are checked before the running engine stops: a broken
+                // file keeps the old configuration serving, as a broken YAML file does.
+                let running = self.engine.as_ref().and(self.running_config.as_ref());
+                if let (Err(e), true) = (preflight(&config, running), self.engine.is_some()) {
+                    let report = ErrorReport::new(e, true);
+                    self.log_once(&report.message);
+                    self.status.update(|s| s.last_error = Some(report));
+                    return;
+                }
                 tracing::info!("configuration changed, restarting the engine");
                 self.stop_engine();
                 self.start_engine(config);
@@ -321,6 +330,28 @@ impl Host {
             self.last_error = Some(message.to_owned());
         }
     }
+}
+
+/// What a new configuration must pass before it replaces the `running` one: the sync
+/// rules compile and the client keys load (the checks the engine makes first when it
+/// starts), and the rules are the running ones. Changed rules need a new snapshot, which
+/// only `reset()` starts: restarting with them would stop the service (`PSM_B1003`).
+fn preflight(config: &EngineConfig, running: Option<&EngineConfig>) -> Result<(), String> {
+    let rules = crate::rules::SyncRules::parse(&config.service.rules.content)
+        .map_err(|e| EngineError::from(e).to_string())?;
+    crate::auth::Authenticator::new(&config.service.client_auth)
+        .map_err(|e| EngineError::from(e).to_string())?;
+    let old = running.and_then(|r| crate::rules::SyncRules::parse(&r.service.rules.content).ok());
+    if old.is_some_and(|old| old.content_hash_hex() != rules.content_hash_hex()) {
+        return Err(
+            "PSM_C1011 the sync rules changed; the worker keeps serving the previous \
+                    rules, because the new ones need a new snapshot: run SELECT \
+                    powersync_mdbx.reset() to rebuild with them (clients then download \
+                    their buckets again), or put the previous rules back"
+                .to_owned(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -72,6 +72,41 @@ fn bad_config_waits_then_a_reload_starts_the_engine() {
         .unwrap()
         .message
         .contains("replication.connections[0]"));
+
+    // So do rules that do not compile in a file that parses: the engine keeps its rules.
+    let starts = host.status().snapshot().engine_starts;
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!(
+            "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1/db?sslmode=disable\n\
+             sync_config:\n  content: 'bucket_definitions: {{b: {{data: [SELECT FROM]}}}}'\n\
+             port: {}\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    host.reload(settings(dir.path()));
+    let snap = host.status().snapshot();
+    assert_eq!(snap.phase, Phase::Validating);
+    assert_eq!(snap.engine_starts, starts, "the running engine was kept");
+    assert!(snap.last_error.unwrap().message.contains("PSM_RULES"));
+
+    // Rules that compile but differ need a new snapshot: the engine keeps the old ones
+    // until reset() (PSM_C1011).
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!(
+            "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1/db?sslmode=disable\n\
+             sync_config:\n  content: 'bucket_definitions: {{b: {{data: [SELECT * FROM t]}}}}'\n\
+             port: {}\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    host.reload(settings(dir.path()));
+    let snap = host.status().snapshot();
+    assert_eq!(snap.engine_starts, starts, "the running engine was kept");
+    assert_eq!(snap.last_error.unwrap().code, "PSM_C1011");
     assert!(host.shutdown());
     assert_eq!(host.status().snapshot().phase, Phase::Stopped);
 }
