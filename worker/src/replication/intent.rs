@@ -75,17 +75,25 @@ pub struct BootstrapIntent {
 }
 
 impl BootstrapIntent {
+    /// The stage-record key it is stored under.
+    pub const KEY: &'static str = KEY;
+
     /// Reads the record, if any.
     pub fn load(view: &ReadTxn<'_, '_>) -> Result<Option<Self>, ReplicationError> {
         let Some(bytes) = view.stage_record(KEY)? else {
             return Ok(None);
         };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| ReplicationError::Ownership {
-                code: "PSM_B1000",
-                message: format!("the stored bootstrap record does not parse ({e}); run SELECT powersync_mdbx.reset()"),
-            })
+        Self::decode(&bytes).map(Some)
+    }
+
+    /// The record from its stored bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ReplicationError> {
+        serde_json::from_slice(bytes).map_err(|e| ReplicationError::Ownership {
+            code: "PSM_B1000",
+            message: format!(
+                "the stored bootstrap record does not parse ({e}); run SELECT powersync_mdbx.reset()"
+            ),
+        })
     }
 
     /// The record as stored (JSON).

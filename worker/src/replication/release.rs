@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{BootstrapIntent, ReplicationError};
 use crate::config::SourceConnection;
 use crate::source::{connect, drop_slot, slot_info};
-use crate::store::Store;
+use crate::store::{stage_record_of_any_format, Store, StoreError};
 
 /// Drops the replication slot recorded in the store at `dir`, if the store holds a
 /// bootstrap record and the slot exists, is idle and decodes the recorded database.
@@ -18,12 +18,25 @@ pub async fn release_slot(
         return Ok(None);
     }
     let intent = match Store::open(dir) {
-        Ok(store) => store.read(|view| Ok(BootstrapIntent::load(view)))??,
+        Ok(store) => store.read(|view| Ok(BootstrapIntent::load(view)))?,
+        // A store of another format (an upgrade) still names its slot.
+        Err(StoreError::Incompatible { .. }) => {
+            match stage_record_of_any_format(dir, BootstrapIntent::KEY)? {
+                Some(bytes) => BootstrapIntent::decode(&bytes).map(Some),
+                None => Ok(None),
+            }
+        }
         // Foreign, damaged or unopenable storage records no slot of ours.
         Err(_) => return Ok(None),
     };
-    let Some(intent) = intent else {
-        return Ok(None);
+    let intent = match intent {
+        Ok(Some(intent)) => intent,
+        Ok(None) => return Ok(None),
+        // An unreadable record names no slot we could check: the files still go.
+        Err(e) => {
+            tracing::warn!("{e}; the reset removes the store but cannot tell which slot it owned");
+            return Ok(None);
+        }
     };
     let client = connect(conn).await?;
     let Some(slot) = slot_info(&client, &intent.slot).await? else {

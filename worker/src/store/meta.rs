@@ -101,3 +101,28 @@ fn random_id() -> std::io::Result<String> {
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+/// A stage record (`stage.<key>` in the meta table) of a store of any powersync_mdbx
+/// format, read without opening it as a store: `reset()` needs the slot a store of an
+/// older format owns. `None` when there is no such store or record.
+pub fn stage_record_of_any_format(dir: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    let mdbx = |action| move |e| StoreError::mdbx(dir, action, e);
+    let options = libmdbx::DatabaseOptions {
+        max_tables: Some(64),
+        mode: libmdbx::Mode::ReadOnly,
+        ..Default::default()
+    };
+    let db = Database::<WriteMap>::open_with_options(dir, options).map_err(mdbx("open"))?;
+    let txn = db.begin_ro_txn().map_err(mdbx("begin a read"))?;
+    let table = match txn.open_table(Some(META_TABLE)) {
+        Ok(table) => table,
+        Err(libmdbx::Error::NotFound) => return Ok(None),
+        Err(e) => return Err(mdbx("open the meta table")(e)),
+    };
+    let format: Option<Vec<u8>> = txn.get(&table, KEY_FORMAT).map_err(mdbx("read meta"))?;
+    if !format.is_some_and(|f| f.starts_with(b"powersync_mdbx/store/")) {
+        return Ok(None);
+    }
+    txn.get(&table, format!("stage.{key}").as_bytes())
+        .map_err(mdbx("read a stage record"))
+}

@@ -28,7 +28,7 @@ use crate::metrics::ReadTracker;
 pub use dir::{advance_generation, next_generation, remove_store_files, STORE_FILES};
 pub use error::StoreError;
 pub use lookup_read::StoreLookups;
-pub use meta::{StoreIdentity, FORMAT};
+pub use meta::{stage_record_of_any_format, StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use prepared::{PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};

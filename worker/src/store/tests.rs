@@ -116,3 +116,43 @@ fn the_generation_survives_a_reset_and_counts_up() {
     std::fs::write(dir.join("generation"), "not a number").unwrap();
     assert!(next_generation(&dir).is_err());
 }
+
+#[test]
+fn a_store_of_another_format_still_shows_its_stage_records() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    let store = Store::open(&dir).unwrap();
+    store
+        .put_stage_record("bootstrap", b"{\"slot\":\"s\"}")
+        .unwrap();
+    drop(store);
+    {
+        let db = libmdbx::Database::<libmdbx::WriteMap>::open_with_options(
+            &dir,
+            libmdbx::DatabaseOptions {
+                max_tables: Some(16),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let txn = db.begin_rw_txn().unwrap();
+        let t = txn.open_table(Some("meta")).unwrap();
+        txn.put(
+            &t,
+            b"format",
+            b"powersync_mdbx/store/2",
+            libmdbx::WriteFlags::UPSERT,
+        )
+        .unwrap();
+        txn.commit().unwrap();
+    }
+    assert!(matches!(
+        Store::open(&dir),
+        Err(StoreError::Incompatible { .. })
+    ));
+    assert_eq!(
+        stage_record_of_any_format(&dir, "bootstrap").unwrap(),
+        Some(b"{\"slot\":\"s\"}".to_vec())
+    );
+    assert_eq!(stage_record_of_any_format(&dir, "other").unwrap(), None);
+}
