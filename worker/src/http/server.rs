@@ -118,6 +118,12 @@ pub async fn serve(
             _ = shutdown.wait_for(|stop| *stop) => break,
             conn = conn_rx.recv() => {
                 let Some((stream, _peer)) = conn else { break };
+                // Stream lines are small writes flushed one by one: with Nagle's algorithm a
+                // line waits for the ACK of the previous one, which the client delays by up
+                // to 40 ms.
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
                 let state = state.clone();
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
