@@ -133,7 +133,7 @@ impl Host {
                 // Rules and keys are checked before the running engine stops: a broken
                 // file keeps the old configuration serving, as a broken YAML file does.
                 let running = self.engine.as_ref().and(self.running_config.as_ref());
-                if let (Err(e), true) = (preflight(&config, running), self.engine.is_some()) {
+                if let Some(Err(e)) = running.map(|running| preflight(&config, running)) {
                     let report = ErrorReport::new(e, true);
                     self.log_once(&report.message);
                     self.status.update(|s| s.last_error = Some(report));
@@ -336,13 +336,13 @@ impl Host {
 /// rules compile and the client keys load (the checks the engine makes first when it
 /// starts), and the rules are the running ones. Changed rules need a new snapshot, which
 /// only `reset()` starts: restarting with them would stop the service (`PSM_B1003`).
-fn preflight(config: &EngineConfig, running: Option<&EngineConfig>) -> Result<(), String> {
-    let rules = crate::rules::SyncRules::parse(&config.service.rules.content)
+fn preflight(config: &EngineConfig, running: &EngineConfig) -> Result<(), String> {
+    crate::rules::SyncRules::parse(&config.service.rules.content)
         .map_err(|e| EngineError::from(e).to_string())?;
     crate::auth::Authenticator::new(&config.service.client_auth)
         .map_err(|e| EngineError::from(e).to_string())?;
-    let old = running.and_then(|r| crate::rules::SyncRules::parse(&r.service.rules.content).ok());
-    if old.is_some_and(|old| old.content_hash_hex() != rules.content_hash_hex()) {
+    // The stored data records the hash of the rules text, so the text decides.
+    if config.service.rules.content != running.service.rules.content {
         return Err(
             "PSM_C1011 the sync rules changed; the worker keeps serving the previous \
                     rules, because the new ones need a new snapshot: run SELECT \

@@ -134,12 +134,11 @@ impl WriteTxn<'_, '_> {
     /// that row.
     pub fn insert_prepared(&mut self, mut row: PreparedRow) -> Result<(), StoreError> {
         if !row.packed {
-            row.outputs = RecordCodec::pack(None, &row.outputs);
+            row.outputs = self.pack_outputs(&row.outputs);
             row.packed = true;
-        }
-        // Rows packed before the store trained its dictionary arrive raw: compress them
-        // here rather than keep them large.
-        if let Some(packed) = self.repack(&row.outputs) {
+        } else if let Some(packed) = self.repack(&row.outputs) {
+            // Packed before the store trained its dictionary: compress it now rather
+            // than keep it large.
             row.outputs = packed;
         }
         self.flush_if_full()?;

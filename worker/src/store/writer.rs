@@ -407,26 +407,13 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             let output = record.output_index(put).ok_or_else(|| {
                 StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
             })?;
-            let bucket = self.bucket(put.bucket)?;
-            let op_id = self.append(
-                put.bucket,
-                bucket,
-                OpKind::Put,
-                output,
-                put.checksum,
-                row_id,
-            )?;
-            if let Some(previous) = old
-                .as_ref()
-                .and_then(|old| old.membership_of(bucket.id, put.object_type, put.object_id))
-            {
-                self.supersede(bucket.id, previous.op_id, op_id)?;
+            let membership = self.put_op(put.bucket, output, put.checksum, row_id)?;
+            if let Some(previous) = old.as_ref().and_then(|old| {
+                old.membership_of(membership.bucket_id, put.object_type, put.object_id)
+            }) {
+                self.supersede(membership.bucket_id, previous.op_id, membership.op_id)?;
             }
-            record.memberships.push(Membership {
-                bucket_id: bucket.id,
-                op_id,
-                output,
-            });
+            record.memberships.push(membership);
         }
         if let Some(old) = &old {
             for gone in old.memberships.iter().filter(|m| {
@@ -498,7 +485,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         record: &RowRecord,
         flags: WriteFlags,
     ) -> Result<(), StoreError> {
-        let packed = RecordCodec::pack(self.compressor.as_mut(), &record.encode_outputs());
+        let packed = self.pack_outputs(&record.encode_outputs());
         self.store_packed(row_id, &record.encode_head(), &packed, flags)
     }
 
@@ -519,6 +506,11 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         self.txn
             .put(&self.tables.rows, row_id.to_ne_bytes(), stored, flags)
             .map_err(self.mdbx("write a row"))
+    }
+
+    /// An outputs section packed with this transaction's codec.
+    pub(super) fn pack_outputs(&mut self, raw: &[u8]) -> Vec<u8> {
+        RecordCodec::pack(self.compressor.as_mut(), raw)
     }
 
     /// Raw packed outputs compressed with this transaction's dictionary; `None` when
