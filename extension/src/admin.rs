@@ -59,14 +59,11 @@ fn engine_state() -> String {
     }
 }
 
-/// Raises an SQL error (does not return).
+/// Raises an SQL error that the worker's state explains (does not return).
 fn fail(message: String, hint: &str) -> ! {
-    pgrx::pg_sys::panic::ErrorReport::new(
+    crate::sql::fail(
         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         message,
-        pgrx::function_name!(),
+        hint,
     )
-    .set_hint(hint)
-    .report(PgLogLevel::ERROR);
-    unreachable!("an ERROR report does not return")
 }

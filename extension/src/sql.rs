@@ -12,10 +12,11 @@ use crate::shared;
 const RESET_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Raises an SQL error with a hint (does not return).
-fn fail(code: PgSqlErrorCode, message: String, hint: &str) {
+pub(crate) fn fail(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
     pgrx::pg_sys::panic::ErrorReport::new(code, message, pgrx::function_name!())
         .set_hint(hint)
         .report(PgLogLevel::ERROR);
+    unreachable!("an ERROR report does not return")
 }
 
 /// Raises the not-preloaded error (with its hint) unless the worker exists.
