@@ -80,6 +80,20 @@ async fn bootstrapped(primary: &Cluster) -> Bootstrapped {
     }
 }
 
+/// Runs `follow_slot` on `store` and returns the error it must stop with.
+async fn refused(
+    plan: &SourcePlan,
+    rules: &Arc<SyncRules>,
+    store: &Arc<Store>,
+) -> ReplicationError {
+    let (_stop, _checkpoints, task) = start(plan, rules, store);
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err()
+}
+
 /// Runs `follow_slot` on `store`; returns its stop switch, checkpoints and task.
 fn start(
     plan: &SourcePlan,
@@ -167,12 +181,7 @@ async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
     }
     eprintln!("slot lost after {rounds} WAL switch + checkpoint rounds");
 
-    let (_stop, _checkpoints, task) = start(&plan, &rules, &store);
-    let error = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let error = refused(&plan, &rules, &store).await;
     let message = error.to_string();
     assert!(message.starts_with("PSM_R2006"), "{message}");
     assert!(error.needs_operator(), "{message}");
@@ -281,12 +290,7 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
         "the stream ended with (needs_operator = {}): {error}",
         error.needs_operator()
     );
-    let (_stop, _checkpoints, task) = start(&plan, &rules, &store);
-    let error = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let error = refused(&plan, &rules, &store).await;
     let message = error.to_string();
     assert!(message.starts_with("PSM_R2006"), "{message}");
     assert!(error.needs_operator(), "{message}");
@@ -326,12 +330,7 @@ async fn a_store_behind_its_slot_is_refused() {
         "SELECT pg_replication_slot_advance('{SLOT}', pg_current_wal_lsn())"
     ));
 
-    let (_stop, _checkpoints, task) = start(&plan, &rules, &store);
-    let error = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
+    let error = refused(&plan, &rules, &store).await;
     let message = error.to_string();
     assert!(message.starts_with("PSM_R2007"), "{message}");
     assert!(error.needs_operator(), "{message}");

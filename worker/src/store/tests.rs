@@ -1,6 +1,7 @@
 //! Directory discipline and identity of the store.
 use super::*;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 #[test]
 fn creates_a_private_directory_and_keeps_its_identity() {
@@ -62,31 +63,29 @@ fn refuses_an_mdbx_environment_it_did_not_write() {
     );
 }
 
+/// Rewrites the store's recorded format, as a store written by another build would have it.
+fn set_format(dir: &Path, format: &[u8]) {
+    let db = libmdbx::Database::<libmdbx::WriteMap>::open_with_options(
+        dir,
+        libmdbx::DatabaseOptions {
+            max_tables: Some(16),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let txn = db.begin_rw_txn().unwrap();
+    let t = txn.open_table(Some("meta")).unwrap();
+    txn.put(&t, b"format", format, libmdbx::WriteFlags::UPSERT)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
 #[test]
 fn refuses_another_format_and_shared_directories() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("store");
     drop(Store::open(&dir).unwrap());
-    {
-        let db = libmdbx::Database::<libmdbx::WriteMap>::open_with_options(
-            &dir,
-            libmdbx::DatabaseOptions {
-                max_tables: Some(4),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let txn = db.begin_rw_txn().unwrap();
-        let t = txn.open_table(Some("meta")).unwrap();
-        txn.put(
-            &t,
-            b"format",
-            b"powersync_mdbx/store/0",
-            libmdbx::WriteFlags::UPSERT,
-        )
-        .unwrap();
-        txn.commit().unwrap();
-    }
+    set_format(&dir, b"powersync_mdbx/store/0");
     let err = Store::open(&dir).err().unwrap();
     assert!(matches!(err, StoreError::Incompatible { .. }), "{err}");
     assert!(err.to_string().contains("powersync_mdbx.reset()"), "{err}");
@@ -126,26 +125,7 @@ fn a_store_of_another_format_still_shows_its_stage_records() {
         .put_stage_record("bootstrap", b"{\"slot\":\"s\"}")
         .unwrap();
     drop(store);
-    {
-        let db = libmdbx::Database::<libmdbx::WriteMap>::open_with_options(
-            &dir,
-            libmdbx::DatabaseOptions {
-                max_tables: Some(16),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let txn = db.begin_rw_txn().unwrap();
-        let t = txn.open_table(Some("meta")).unwrap();
-        txn.put(
-            &t,
-            b"format",
-            b"powersync_mdbx/store/2",
-            libmdbx::WriteFlags::UPSERT,
-        )
-        .unwrap();
-        txn.commit().unwrap();
-    }
+    set_format(&dir, b"powersync_mdbx/store/2");
     assert!(matches!(
         Store::open(&dir),
         Err(StoreError::Incompatible { .. })
