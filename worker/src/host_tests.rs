@@ -9,11 +9,16 @@ fn no_guard(f: &mut dyn FnMut()) {
 use powersync_mdbx_testkit::free_port;
 
 fn write_config(path: &Path, port: u16) {
+    write_config_with_rules(path, port, "{}");
+}
+
+/// A configuration whose `bucket_definitions` are `definitions` (YAML flow style).
+fn write_config_with_rules(path: &Path, port: u16, definitions: &str) {
     std::fs::write(
         path,
         format!(
             "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1/db?sslmode=disable\n\
-             sync_config:\n  content: 'bucket_definitions: {{}}'\nport: {port}\n"
+             sync_config:\n  content: 'bucket_definitions: {definitions}'\nport: {port}\n"
         ),
     )
     .unwrap();
@@ -75,16 +80,11 @@ fn bad_config_waits_then_a_reload_starts_the_engine() {
 
     // So do rules that do not compile in a file that parses: the engine keeps its rules.
     let starts = host.status().snapshot().engine_starts;
-    std::fs::write(
-        dir.path().join("config.yaml"),
-        format!(
-            "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1/db?sslmode=disable\n\
-             sync_config:\n  content: 'bucket_definitions: {{b: {{data: [SELECT FROM]}}}}'\n\
-             port: {}\n",
-            free_port()
-        ),
-    )
-    .unwrap();
+    write_config_with_rules(
+        &dir.path().join("config.yaml"),
+        free_port(),
+        "{b: {data: [SELECT FROM]}}",
+    );
     host.reload(settings(dir.path()));
     let snap = host.status().snapshot();
     assert_eq!(snap.phase, Phase::Validating);
@@ -93,16 +93,11 @@ fn bad_config_waits_then_a_reload_starts_the_engine() {
 
     // Rules that compile but differ need a new snapshot: the engine keeps the old ones
     // until reset() (PSM_C1011).
-    std::fs::write(
-        dir.path().join("config.yaml"),
-        format!(
-            "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1/db?sslmode=disable\n\
-             sync_config:\n  content: 'bucket_definitions: {{b: {{data: [SELECT * FROM t]}}}}'\n\
-             port: {}\n",
-            free_port()
-        ),
-    )
-    .unwrap();
+    write_config_with_rules(
+        &dir.path().join("config.yaml"),
+        free_port(),
+        "{b: {data: [SELECT * FROM t]}}",
+    );
     host.reload(settings(dir.path()));
     let snap = host.status().snapshot();
     assert_eq!(snap.engine_starts, starts, "the running engine was kept");
