@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use engine_rig::EngineRig;
+use engine_rig::{post_sync_stream, EngineRig};
 
 const SCHEMA: &str = "
 CREATE TABLE todos (id text PRIMARY KEY, owner_id text, title text);
@@ -119,33 +119,7 @@ fn scrape(port: u16) -> Scrape {
 
 /// Posts `/sync/stream`; returns the status and the open reader.
 fn post(port: u16, token: Option<&str>) -> (u16, BufReader<TcpStream>) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Token {t}\r\n"))
-        .unwrap_or_default();
-    let body = "{}";
-    write!(
-        stream,
-        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\
-         Accept: application/x-ndjson\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut status_line = String::new();
-    reader.read_line(&mut status_line).unwrap();
-    let status = status_line[9..12].parse().unwrap();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        if line == "\r\n" {
-            break;
-        }
-    }
+    let (status, _, reader) = post_sync_stream(port, token, "application/x-ndjson", "", "{}");
     (status, reader)
 }
 

@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use engine_rig::{base64_url, token, EngineRig, AUDIENCE};
+use engine_rig::{base64_url, post_sync_stream, token, EngineRig, AUDIENCE};
 use serde_json::{json, Value};
 
 const SCHEMA: &str = "
@@ -62,35 +62,7 @@ fn post_with(
     extra_headers: &str,
     body: &str,
 ) -> (u16, Lines) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Token {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Accept: {accept}\r\n\
-         {extra_headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut status_line = String::new();
-    reader.read_line(&mut status_line).unwrap();
-    let status = status_line[9..12].parse().unwrap();
-    let mut content_type = String::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        if line == "\r\n" {
-            break;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-type: ") {
-            content_type = v.trim().to_owned();
-        }
-    }
+    let (status, content_type, reader) = post_sync_stream(port, token, accept, extra_headers, body);
     (
         status,
         Lines {

@@ -2,6 +2,8 @@
 //! engine streaming from it with given rules, an HS256 key and a free HTTP port.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -101,4 +103,45 @@ pub fn token(sub: &str, lifetime: i64) -> String {
         &jsonwebtoken::EncodingKey::from_secret(SECRET),
     )
     .unwrap()
+}
+
+/// Posts `body` to `/sync/stream` over raw HTTP/1.1; returns the status, the content type
+/// and the reader positioned at the body.
+pub fn post_sync_stream(
+    port: u16,
+    token: Option<&str>,
+    accept: &str,
+    extra_headers: &str,
+    body: &str,
+) -> (u16, String, BufReader<TcpStream>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Token {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Accept: {accept}\r\n\
+         {extra_headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    let status = status_line[9..12].parse().unwrap();
+    let mut content_type = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-type: ") {
+            content_type = v.trim().to_owned();
+        }
+    }
+    (status, content_type, reader)
 }
