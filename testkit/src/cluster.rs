@@ -73,6 +73,34 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A sync replica named `replica` inside `dir`: `config` written to `config.yaml`,
+    /// the worker preloaded with it (plus `extra_conf` lines), and the extension created.
+    pub fn start_sync_replica(
+        install: &PgInstall,
+        dir: &TestDir,
+        config: &str,
+        extra_conf: &[String],
+    ) -> Self {
+        let path = dir.write("config.yaml", config);
+        let mut conf = vec![format!("powersync_mdbx.config_file = '{}'", path.display())];
+        conf.extend(extra_conf.iter().cloned());
+        let replica = Self::start_new(install, dir, "replica", ClusterKind::SyncReplica, &conf);
+        replica.sql("CREATE EXTENSION powersync_mdbx");
+        replica
+    }
+
+    /// The worker's `powersync_mdbx.status()`, `None` while it cannot be read.
+    pub fn worker_status(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()
+    }
+
+    /// Waits up to `timeout` for the worker's status to show `phase`; returns it.
+    pub fn wait_worker_phase(&self, phase: &str, timeout: Duration) -> serde_json::Value {
+        crate::wait_until(timeout, &format!("the worker in phase {phase}"), || {
+            self.worker_status().filter(|s| s["phase"] == phase)
+        })
+    }
+
     /// Creates and starts a cluster named `name` inside `dir`, with `extra_conf` lines
     /// appended to `postgresql.conf`.
     pub fn start_new(

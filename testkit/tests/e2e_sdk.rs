@@ -103,18 +103,7 @@ impl Rig {
             primary.uri("postgres"),
             rules_path.display(),
         );
-        let config_path = dir.write("config.yaml", &config);
-        let replica = Cluster::start_new(
-            &install,
-            &dir,
-            "replica",
-            ClusterKind::SyncReplica,
-            &[format!(
-                "powersync_mdbx.config_file = '{}'",
-                config_path.display()
-            )],
-        );
-        replica.sql("CREATE EXTENSION powersync_mdbx");
+        let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
         let rig = Self {
             replica,
             primary,

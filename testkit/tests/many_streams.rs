@@ -101,18 +101,7 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
         primary.uri("postgres"),
         base64_url(SECRET)
     );
-    let config_path = dir.write("config.yaml", &config);
-    let replica = Cluster::start_new(
-        &install,
-        &dir,
-        "replica",
-        ClusterKind::SyncReplica,
-        &[format!(
-            "powersync_mdbx.config_file = '{}'",
-            config_path.display()
-        )],
-    );
-    replica.sql("CREATE EXTENSION powersync_mdbx");
+    let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
     let status = wait_until(Duration::from_secs(60), "the worker streaming", || {
         let s: Value =
             serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;

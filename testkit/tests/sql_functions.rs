@@ -122,20 +122,8 @@ fn sql_functions_answer_support_questions() {
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(SCHEMA);
     let http_port = free_port();
-    let path = dir.write("config.yaml", &config(&primary, http_port));
-    let replica = Cluster::start_new(
-        &install,
-        &dir,
-        "replica",
-        ClusterKind::SyncReplica,
-        &[format!("powersync_mdbx.config_file = '{}'", path.display())],
-    );
-    replica.sql("CREATE EXTENSION powersync_mdbx");
-    wait_until(WAIT, "phase streaming", || {
-        let s: Value =
-            serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;
-        (s["phase"] == "streaming").then_some(())
-    });
+    let replica = Cluster::start_sync_replica(&install, &dir, &config(&primary, http_port), &[]);
+    replica.wait_worker_phase("streaming", WAIT);
 
     // validate_rules: the names it defines, or the error with its location.
     let good = json(
@@ -301,20 +289,8 @@ fn functions_fail_clearly_without_a_serving_engine() {
     drop(plain);
 
     // Preloaded, but the engine waits for a valid configuration: no socket to answer.
-    let path = dir.write("config.yaml", "replication: [\n");
-    let replica = Cluster::start_new(
-        &install,
-        &dir,
-        "replica",
-        ClusterKind::SyncReplica,
-        &[format!("powersync_mdbx.config_file = '{}'", path.display())],
-    );
-    replica.sql("CREATE EXTENSION powersync_mdbx");
-    wait_until(WAIT, "phase config_error", || {
-        let s: Value =
-            serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;
-        (s["phase"] == "config_error").then_some(())
-    });
+    let replica = Cluster::start_sync_replica(&install, &dir, "replication: [\n", &[]);
+    replica.wait_worker_phase("config_error", WAIT);
     let err = replica
         .try_sql("SELECT * FROM powersync_mdbx.buckets()")
         .unwrap_err();

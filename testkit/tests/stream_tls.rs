@@ -73,16 +73,7 @@ fn tls_primary(pg15: &PgInstall, dir: &TestDir, ca: &TestCa) -> Cluster {
 }
 
 fn replica(pg16: &PgInstall, dir: &TestDir, config_text: &str) -> Cluster {
-    let path = dir.write("config.yaml", config_text);
-    let replica = Cluster::start_new(
-        pg16,
-        dir,
-        "replica",
-        ClusterKind::SyncReplica,
-        &[format!("powersync_mdbx.config_file = '{}'", path.display())],
-    );
-    replica.sql("CREATE EXTENSION powersync_mdbx");
-    replica
+    Cluster::start_sync_replica(pg16, dir, config_text, &[])
 }
 
 /// Streams over TLS: a change reaches the store, and the walsender runs over TLS.

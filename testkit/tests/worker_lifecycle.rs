@@ -51,18 +51,7 @@ impl Rig {
     }
 
     fn replica(&self, config: &str, extra: &[String]) -> Cluster {
-        let path = self.dir.write("config.yaml", config);
-        let mut conf = vec![format!("powersync_mdbx.config_file = '{}'", path.display())];
-        conf.extend(extra.iter().cloned());
-        let replica = Cluster::start_new(
-            &self.install,
-            &self.dir,
-            "replica",
-            ClusterKind::SyncReplica,
-            &conf,
-        );
-        replica.sql("CREATE EXTENSION powersync_mdbx");
-        replica
+        Cluster::start_sync_replica(&self.install, &self.dir, config, extra)
     }
 }
 
