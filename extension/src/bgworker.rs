@@ -12,7 +12,8 @@ use pgrx::prelude::*;
 use powersync_mdbx_worker::host::{Host, HostSettings, Tick};
 use powersync_mdbx_worker::status::StatusCell;
 
-use crate::{guc, logbridge, shared, signals};
+use crate::shared::{self, Request};
+use crate::{guc, logbridge, signals};
 
 /// How often the loop wakes without a signal: log forwarding, status, reset requests.
 const POLL: Duration = Duration::from_millis(100);
@@ -43,14 +44,19 @@ pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
             break 1;
         }
         if BackgroundWorker::sighup_received() {
-            // SAFETY: re-reading postgresql.conf on the main thread, as PostgreSQL does.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            reload_config();
             host.reload(settings());
         }
-        if let Some(number) = shared::pending_reset() {
+        if let Some(number) = shared::pending(Request::Reload) {
+            reload_config();
+            let result = host.reload(settings());
+            logbridge::forward(logs.as_ref());
+            shared::complete(Request::Reload, number, &result.to_string());
+        }
+        if let Some(number) = shared::pending(Request::Reset) {
             let result = host.reset();
             logbridge::forward(logs.as_ref());
-            shared::complete_reset(number, &result.to_string());
+            shared::complete(Request::Reset, number, &result.to_string());
         }
         if let Tick::Exit(code) = host.tick() {
             break code;
@@ -79,6 +85,12 @@ fn publish(status: &StatusCell, published: &mut u64) {
         shared::publish_status(&json);
         *published = version;
     }
+}
+
+/// Re-reads postgresql.conf on the main thread, as PostgreSQL does after SIGHUP.
+fn reload_config() {
+    // SAFETY: called on the worker's main thread, outside any transaction.
+    unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
 }
 
 fn block_signals(f: &mut dyn FnMut()) {

@@ -1,5 +1,5 @@
 //! Shared memory between the worker and the backends that run the SQL functions:
-//! the published status (JSON) and the reset handshake.
+//! the published status (JSON) and the reset and reload handshakes.
 
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
@@ -9,17 +9,44 @@ const STATUS_BYTES: usize = 16 * 1024;
 /// Bytes reserved for the result of the last reset.
 const RESULT_BYTES: usize = 4 * 1024;
 
+/// A request a backend files and the worker serves: numbered, with the last result.
+#[derive(Clone, Copy)]
+pub struct Handshake {
+    /// Incremented by each request; the worker serves requests up to this number.
+    requested: u64,
+    /// The last request number the worker finished.
+    completed: u64,
+    result_len: usize,
+    result: [u8; RESULT_BYTES],
+}
+
+impl Default for Handshake {
+    fn default() -> Self {
+        Self {
+            requested: 0,
+            completed: 0,
+            result_len: 0,
+            result: [0; RESULT_BYTES],
+        }
+    }
+}
+
+/// The requests backends can file.
+#[derive(Clone, Copy)]
+pub enum Request {
+    /// `powersync_mdbx.reset()`.
+    Reset,
+    /// `powersync_mdbx.reload()`.
+    Reload,
+}
+
 /// The shared block. Plain bytes, so it can live in PostgreSQL shared memory.
 #[derive(Clone, Copy)]
 pub struct Shared {
     status_len: usize,
     status: [u8; STATUS_BYTES],
-    /// Incremented by `reset()`; the worker serves requests up to this number.
-    reset_requested: u64,
-    /// The last request number the worker finished.
-    reset_completed: u64,
-    result_len: usize,
-    result: [u8; RESULT_BYTES],
+    reset: Handshake,
+    reload: Handshake,
 }
 
 // SAFETY: `Shared` is plain old data without pointers.
@@ -30,10 +57,17 @@ impl Default for Shared {
         Self {
             status_len: 0,
             status: [0; STATUS_BYTES],
-            reset_requested: 0,
-            reset_completed: 0,
-            result_len: 0,
-            result: [0; RESULT_BYTES],
+            reset: Handshake::default(),
+            reload: Handshake::default(),
+        }
+    }
+}
+
+impl Shared {
+    fn handshake(&mut self, request: Request) -> &mut Handshake {
+        match request {
+            Request::Reset => &mut self.reset,
+            Request::Reload => &mut self.reload,
         }
     }
 }
@@ -80,36 +114,35 @@ pub fn read_status() -> Option<String> {
     load(&shared.status, shared.status_len)
 }
 
-/// Files a reset request; returns its number.
-pub fn request_reset() -> u64 {
+/// Files a request; returns its number.
+pub fn file(request: Request) -> u64 {
     let mut shared = SHARED.exclusive();
-    shared.reset_requested += 1;
-    shared.reset_requested
+    let handshake = shared.handshake(request);
+    handshake.requested += 1;
+    handshake.requested
 }
 
-/// For the worker: the newest request not yet served, if any.
-pub fn pending_reset() -> Option<u64> {
-    let shared = SHARED.share();
-    (shared.reset_requested > shared.reset_completed).then_some(shared.reset_requested)
+/// For the worker: the newest request of this kind not yet served, if any.
+pub fn pending(request: Request) -> Option<u64> {
+    let mut shared = SHARED.exclusive();
+    let handshake = shared.handshake(request);
+    (handshake.requested > handshake.completed).then_some(handshake.requested)
 }
 
 /// For the worker: marks requests up to `number` served with `result`.
-pub fn complete_reset(number: u64, result: &str) {
+pub fn complete(request: Request, number: u64, result: &str) {
     let mut shared = SHARED.exclusive();
-    let Shared {
-        result: buffer,
-        result_len,
-        ..
-    } = &mut *shared;
-    store(buffer, result_len, result);
-    shared.reset_completed = number;
+    let handshake = shared.handshake(request);
+    store(&mut handshake.result, &mut handshake.result_len, result);
+    handshake.completed = number;
 }
 
 /// The result of request `number`, once served.
-pub fn reset_result(number: u64) -> Option<String> {
-    let shared = SHARED.share();
-    if shared.reset_completed >= number {
-        Some(load(&shared.result, shared.result_len).unwrap_or_default())
+pub fn result(request: Request, number: u64) -> Option<String> {
+    let mut shared = SHARED.exclusive();
+    let handshake = shared.handshake(request);
+    if handshake.completed >= number {
+        Some(load(&handshake.result, handshake.result_len).unwrap_or_default())
     } else {
         None
     }

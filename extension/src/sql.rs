@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 
-use crate::shared;
+use crate::shared::{self, Request};
 
 /// How long `reset()` waits for the worker.
 const RESET_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `reload()` waits for the worker.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Raises an SQL error with a hint (does not return).
 pub(crate) fn fail(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
@@ -56,17 +58,31 @@ fn status() -> JsonB {
 /// the worker and returns what it did.
 #[pg_extern]
 fn reset() -> JsonB {
+    serve(Request::Reset, "reset", RESET_TIMEOUT)
+}
+
+/// Asks the worker to re-read postgresql.conf and its configuration file now, as
+/// `pg_reload_conf()` does, and returns what it did: changed sync rules start a deploy
+/// (a new generation is built beside the served one; `status()` shows its progress),
+/// invalid rules or keys change nothing and return the error.
+#[pg_extern]
+fn reload() -> JsonB {
+    serve(Request::Reload, "reload", RELOAD_TIMEOUT)
+}
+
+/// Files `request`, waits for the worker to serve it and returns its result.
+fn serve(request: Request, name: &str, timeout: Duration) -> JsonB {
     require_preloaded();
-    let number = shared::request_reset();
-    let deadline = Instant::now() + RESET_TIMEOUT;
+    let number = shared::file(request);
+    let deadline = Instant::now() + timeout;
     loop {
-        if let Some(text) = shared::reset_result(number) {
+        if let Some(text) = shared::result(request, number) {
             return JsonB(serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)));
         }
         if Instant::now() >= deadline {
             fail(
                 PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
-                format!("the powersync_mdbx worker did not carry out the reset within {RESET_TIMEOUT:?}"),
+                format!("the powersync_mdbx worker did not carry out the {name} within {timeout:?}"),
                 "Check SELECT powersync_mdbx.status() and the server log; the request stays \
                  filed and the worker serves it when it runs.",
             );
@@ -80,6 +96,8 @@ fn reset() -> JsonB {
 extension_sql!(
     r#"
 REVOKE ALL ON FUNCTION reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION reload() FROM PUBLIC;
+COMMENT ON FUNCTION reload() IS 'Re-reads the configuration now; changed sync rules are built beside the served ones and switched to once caught up.';
 COMMENT ON FUNCTION status() IS 'Status of the powersync_mdbx background worker (jsonb).';
 COMMENT ON FUNCTION reset() IS 'Drops the worker''s replication state and storage and starts over.';
 CREATE FUNCTION replication() RETURNS TABLE(
@@ -105,6 +123,6 @@ COMMENT ON FUNCTION streams() IS 'The open /sync/stream connections.';
 COMMENT ON FUNCTION replication() IS 'The replication slot, applied LSN, lag and retained WAL from the worker''s status.';
 "#,
     name = "privileges",
-    requires = [status, reset],
+    requires = [status, reset, reload],
     finalize
 );

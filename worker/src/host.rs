@@ -96,9 +96,11 @@ impl Host {
         }
     }
 
-    /// Applies new settings (after SIGHUP). Restarts the engine when the settings or the
-    /// file's content changed, or when it was waiting for the operator.
-    pub fn reload(&mut self, settings: HostSettings) {
+    /// Applies new settings (after SIGHUP, or `powersync_mdbx.reload()`). Changed sync
+    /// rules alone are handed to the running engine, which builds them beside the served
+    /// ones and switches over when they have caught up; other changes restart the engine
+    /// (which also builds changed rules beside the stored data). Returns what it did.
+    pub fn reload(&mut self, settings: HostSettings) -> serde_json::Value {
         let changed_settings = settings != self.settings;
         self.settings = settings;
         self.status.update(|s| {
@@ -108,42 +110,53 @@ impl Host {
                 .as_ref()
                 .map(|p| p.display().to_string());
         });
-        match self.load() {
+        let config = match self.load() {
+            Ok(config) => config,
             Err(e) => {
+                let message = e.to_string();
                 if self.engine.is_some() {
                     // Keep serving with the configuration that works; show the problem.
-                    let report = ErrorReport::new(e.to_string(), true);
+                    let report = ErrorReport::new(message.clone(), true);
                     self.log_once(&report.message);
                     self.status.update(|s| s.last_error = Some(report));
                 } else {
                     self.wait_for_operator(Phase::ConfigError, &EngineError::Config(e));
                 }
+                return reload_result("invalid_config", Some(message));
             }
-            Ok(config) => {
-                let same = self.engine.is_some()
-                    && !changed_settings
-                    && self
-                        .running_config
-                        .as_ref()
-                        .is_some_and(|c| c.service == config.service);
-                if same {
-                    tracing::info!("configuration reloaded, nothing changed");
-                    return;
-                }
-                // Rules and keys are checked before the running engine stops: a broken
-                // file keeps the old configuration serving, as a broken YAML file does.
-                let running = self.engine.as_ref().and(self.running_config.as_ref());
-                if let Some(Err(e)) = running.map(|running| preflight(&config, running)) {
-                    let report = ErrorReport::new(e, true);
-                    self.log_once(&report.message);
-                    self.status.update(|s| s.last_error = Some(report));
-                    return;
-                }
-                tracing::info!("configuration changed, restarting the engine");
-                self.stop_engine();
-                self.start_engine(config);
+        };
+        let running = self.engine.as_ref().and(self.running_config.as_ref());
+        if running.is_some_and(|r| !changed_settings && r.service == config.service) {
+            tracing::info!("configuration reloaded, nothing changed");
+            // Handed over again: a deploy of these rules that failed tries again.
+            if let Some(engine) = &self.engine {
+                engine.deploy_rules(&config.service.rules.content);
             }
+            return reload_result("unchanged", None);
         }
+        // Rules and keys are checked before anything changes: a broken file keeps the
+        // running configuration serving, as a broken YAML file does.
+        if let Some(Err(e)) = running.map(|_| preflight(&config)) {
+            let report = ErrorReport::new(e.clone(), true);
+            self.log_once(&report.message);
+            self.status.update(|s| s.last_error = Some(report));
+            return reload_result("invalid_rules_or_keys", Some(e));
+        }
+        let rules_only = !changed_settings
+            && running.is_some_and(|r| same_apart_from_rules(&r.service, &config.service))
+            && self.status.snapshot().ready;
+        if let (true, Some(engine)) = (rules_only, &self.engine) {
+            tracing::info!("sync rules changed; building them beside the served ones");
+            engine.deploy_rules(&config.service.rules.content);
+            self.status.update(|s| s.last_error = None);
+            self.last_error = None;
+            self.running_config = Some(config);
+            return reload_result("deploying_rules", None);
+        }
+        tracing::info!("configuration changed, restarting the engine");
+        self.stop_engine();
+        self.start_engine(config);
+        reload_result("engine_restarted", None)
     }
 
     /// Checks the engine; call it from the host loop. Returns [`Tick::Exit`] when the
@@ -194,25 +207,49 @@ impl Host {
             s.ready = false;
         });
         let dir = self.settings.storage_dir.clone();
-        // The slot first: storage without its slot can be rebuilt, a slot without its
+        // Every store: the served one, and a deploy's build or a retired generation the
+        // engine had not removed yet.
+        let (stores, mut error) = match store::active_dir(&dir).and_then(|active| {
+            let mut all = vec![active.clone()];
+            all.extend(store::other_stores(&dir, &active)?);
+            Ok(all)
+        }) {
+            Ok(stores) => (stores, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        // The slots first: storage without its slot can be rebuilt, a slot without its
         // storage would be refused as foreign on the next start.
-        let released = self.release_slot(&dir);
+        let mut slots = Vec::new();
+        for store_dir in &stores {
+            if error.is_some() {
+                break;
+            }
+            match self.release_slot(store_dir) {
+                Ok(slot) => slots.extend(slot),
+                Err(e) => error = Some(e),
+            }
+        }
         // The rebuilt data gets new bucket names. Advanced before the files go: a store
         // left in place keeps the generation recorded in its own data.
-        let has_store = dir.join(store::STORE_FILES[0]).exists();
-        let (slot_dropped, removed_files, generation, error) = match released {
-            Err(e) => (None, Vec::new(), None, Some(e)),
-            Ok(slot) => match has_store
+        let has_store = stores
+            .iter()
+            .any(|d| d.join(store::STORE_FILES[0]).exists());
+        let mut generation = None;
+        let mut removed_files = Vec::new();
+        if error.is_none() {
+            let removed = has_store
                 .then(|| store::advance_generation(&dir))
                 .transpose()
-            {
-                Err(e) => (slot, Vec::new(), None, Some(e.to_string())),
-                Ok(generation) => match store::remove_store_files(&dir) {
-                    Ok(files) => (slot, files, generation, None),
-                    Err(e) => (slot, Vec::new(), generation, Some(e.to_string())),
-                },
-            },
-        };
+                .and_then(|g| {
+                    generation = g;
+                    for store_dir in &stores {
+                        removed_files.extend(store::remove_store(&dir, store_dir)?);
+                    }
+                    store::remove_active_file(&dir)
+                });
+            error = removed.err().map(|e| e.to_string());
+        }
+        let slot_dropped = slots.first().cloned();
         self.start();
         serde_json::json!({
             "reset": error.is_none(),
@@ -220,6 +257,7 @@ impl Host {
             "removed_files": removed_files,
             "bucket_generation": generation,
             "slot_dropped": slot_dropped,
+            "slots_dropped": slots,
             "engine_was_running": was_running,
             "error": error,
             "engine_restarted": self.engine.is_some(),
@@ -332,26 +370,27 @@ impl Host {
     }
 }
 
-/// What a new configuration must pass before it replaces the `running` one: the sync
+/// What a new configuration must pass before it replaces the running one: the sync
 /// rules compile and the client keys load (the checks the engine makes first when it
-/// starts), and the rules are the running ones. Changed rules need a new snapshot, which
-/// only `reset()` starts: restarting with them would stop the service (`PSM_B1003`).
-fn preflight(config: &EngineConfig, running: &EngineConfig) -> Result<(), String> {
+/// starts).
+fn preflight(config: &EngineConfig) -> Result<(), String> {
     crate::rules::SyncRules::parse(&config.service.rules.content)
         .map_err(|e| EngineError::from(e).to_string())?;
     crate::auth::Authenticator::new(&config.service.client_auth)
         .map_err(|e| EngineError::from(e).to_string())?;
-    // The stored data records the hash of the rules text, so the text decides.
-    if config.service.rules.content != running.service.rules.content {
-        return Err(
-            "PSM_C1011 the sync rules changed; the worker keeps serving the previous \
-                    rules, because the new ones need a new snapshot: run SELECT \
-                    powersync_mdbx.reset() to rebuild with them (clients then download \
-                    their buckets again), or put the previous rules back"
-                .to_owned(),
-        );
-    }
     Ok(())
+}
+
+/// True when `a` and `b` differ at most in their sync rules.
+fn same_apart_from_rules(a: &ServiceConfig, b: &ServiceConfig) -> bool {
+    let mut b = b.clone();
+    b.rules = a.rules.clone();
+    *a == b
+}
+
+/// What `reload()` reports.
+fn reload_result(outcome: &str, error: Option<String>) -> serde_json::Value {
+    serde_json::json!({ "reloaded": error.is_none(), "outcome": outcome, "error": error })
 }
 
 #[cfg(test)]

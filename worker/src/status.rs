@@ -125,6 +125,14 @@ pub struct Status {
     pub store: Option<StoreStatus>,
     /// Replication progress, once the engine talks to the primary.
     pub replication: Option<ReplicationStatus>,
+    /// The bucket generation served (the number before `#` in bucket names).
+    pub generation: Option<u64>,
+    /// SHA-256 (hex) of the sync rules served.
+    pub rules_hash: Option<String>,
+    /// A rules deploy building the next generation beside the served one.
+    pub deploy: Option<DeployStatus>,
+    /// The last deploy that switched over.
+    pub last_deploy: Option<DeployDone>,
     /// Top-level configuration keys present but not used by this engine.
     pub config_ignored: Vec<String>,
     /// The last error, kept until the next successful start.
@@ -145,6 +153,64 @@ pub struct StoreStatus {
     pub file_bytes: u64,
     /// Bytes of the data file in use.
     pub used_bytes: u64,
+}
+
+/// Where a rules deploy is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeployPhase {
+    /// Checking the primary and creating the new generation's slot.
+    Validating,
+    /// Copying the snapshot for the new rules.
+    Snapshotting,
+    /// Snapshot complete; following the new slot until it reaches the primary's position.
+    CatchingUp,
+    /// Replacing the served generation.
+    Switching,
+    /// The build stopped on an error; the served generation is unaffected.
+    Failed,
+}
+
+/// A rules deploy in progress, as shown in status.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeployStatus {
+    /// The generation being built.
+    pub generation: u64,
+    /// Where it is.
+    pub phase: DeployPhase,
+    /// SHA-256 (hex) of the rules being deployed.
+    pub rules_hash: String,
+    /// The new generation's storage directory.
+    pub dir: String,
+    /// Its replication slot.
+    pub slot: String,
+    /// Unix seconds when the build started.
+    pub started_at: u64,
+    /// Tables the new rules read, and those copied.
+    pub tables_total: u64,
+    /// Tables fully copied.
+    pub tables_done: u64,
+    /// Rows copied so far.
+    pub rows: u64,
+    /// Disk the new generation holds now (its data file), bytes.
+    pub file_bytes: u64,
+    /// The source LSN of its latest checkpoint, once streaming (`X/Y`).
+    pub applied_lsn: Option<String>,
+    /// Why it stopped, or the latest error it retries.
+    pub last_error: Option<ErrorReport>,
+}
+
+/// The last deploy that switched over.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeployDone {
+    /// The generation it built (now served).
+    pub generation: u64,
+    /// Seconds from the start of the build to the switch.
+    pub seconds: f64,
+    /// Rows its snapshot copied.
+    pub rows: u64,
+    /// Unix seconds of the switch.
+    pub switched_at: u64,
 }
 
 /// Replication as shown in status.
@@ -202,6 +268,10 @@ impl StatusCell {
             admin_socket: None,
             store: None,
             replication: None,
+            generation: None,
+            rules_hash: None,
+            deploy: None,
+            last_deploy: None,
             config_ignored: Vec::new(),
             last_error: None,
             engine_starts: 0,

@@ -18,7 +18,7 @@ pub(super) async fn answer(request: AdminRequest, sync: &Arc<SyncService>) -> Ad
             streams: sync.registry.list(),
         },
         AdminRequest::Buckets => {
-            let store = sync.store.clone();
+            let store = sync.current().store.clone();
             let read = tokio::task::spawn_blocking(move || {
                 store.read(|view| Ok((view.checkpoint()?, view.bucket_states()?)))
             })
@@ -69,7 +69,8 @@ async fn user_buckets(claims: Value, request: Value, sync: &Arc<SyncService>) ->
         Err(e) => return sync_error(&e),
     };
     let ctx = parsed.context(claims);
-    let (store, rules) = (sync.store.clone(), sync.rules.clone());
+    let served = sync.current();
+    let (store, rules) = (served.store.clone(), served.rules.clone());
     let resolved = tokio::task::spawn_blocking(move || request_buckets(&store, &rules, &ctx)).await;
     match resolved {
         Ok(Ok(r)) => AdminResponse::UserBuckets {

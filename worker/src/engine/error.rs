@@ -35,6 +35,9 @@ pub enum EngineError {
         /// The operating system's reason.
         source: std::io::Error,
     },
+    /// A rules deploy could not finish (the served generation is unaffected).
+    #[error("{0}")]
+    Deploy(String),
     /// A thread or the runtime could not be created.
     #[error("PSM_E1001 cannot start the engine's threads: {0}")]
     Thread(std::io::Error),
@@ -54,7 +57,7 @@ impl EngineError {
             Self::Config(_) | Self::Listen { .. } | Self::Rules(_) | Self::Auth(_) => true,
             Self::Replication(e) => e.needs_operator(),
             Self::Store(e) => e.needs_operator(),
-            Self::Thread(_) | Self::Panicked => false,
+            Self::Deploy(_) | Self::Thread(_) | Self::Panicked => false,
         }
     }
 }

@@ -5,7 +5,9 @@
 //! the signal mask: the background worker starts the engine with all signals blocked, so
 //! no engine thread ever runs a PostgreSQL signal handler.
 
+mod deploy;
 mod error;
+mod generation;
 mod run;
 
 use std::path::PathBuf;
@@ -41,6 +43,7 @@ pub struct EngineConfig {
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.
 pub struct EngineHandle {
     status: Arc<StatusCell>,
+    rules: watch::Sender<Arc<str>>,
     stop: watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
     outcome: Arc<Mutex<Option<Result<(), EngineError>>>>,
@@ -57,6 +60,9 @@ impl Engine {
         status: Arc<StatusCell>,
     ) -> Result<EngineHandle, EngineError> {
         let (stop, stop_rx) = watch::channel(false);
+        let (rules, rules_rx) = watch::channel::<Arc<str>>(Arc::from(
+            config.service.rules.content.as_str(),
+        ));
         let outcome = Arc::new(Mutex::new(None));
         let thread = std::thread::Builder::new()
             .name("psm-engine".into())
@@ -64,7 +70,7 @@ impl Engine {
                 let status = status.clone();
                 let outcome = outcome.clone();
                 move || {
-                    let result = run::run(config, status.clone(), stop_rx);
+                    let result = run::run(config, status.clone(), rules_rx, stop_rx);
                     // Errors for the operator are logged once by the host, with what it
                     // waits for; the others end the worker, so this is their record.
                     if let Err(e) = &result {
@@ -78,6 +84,7 @@ impl Engine {
             .map_err(EngineError::Thread)?;
         Ok(EngineHandle {
             status,
+            rules,
             stop,
             thread: Some(thread),
             outcome,
@@ -89,6 +96,14 @@ impl EngineHandle {
     /// The status the engine updates.
     pub fn status(&self) -> &Arc<StatusCell> {
         &self.status
+    }
+
+    /// Hands the engine the configured rules text (after a reload). Rules that differ
+    /// from the served ones are built into a new generation beside them and switched to
+    /// once caught up (`status().deploy` shows the progress); the served rules abandon a
+    /// deploy in progress; the rules of a failed deploy try again.
+    pub fn deploy_rules(&self, text: &str) {
+        self.rules.send_replace(Arc::from(text));
     }
 
     /// `Some` once the engine thread has ended by itself: its result.

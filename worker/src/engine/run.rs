@@ -6,30 +6,24 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::deploy::{GenerationEvent, Generations};
+use super::generation::{store_status, Generation};
 use super::{EngineConfig, EngineError};
 use crate::admin;
 use crate::auth::Authenticator;
 use crate::http::{self, HttpState, SyncService};
-use crate::replication::{
-    bootstrap, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError,
-    SourcePlan, StreamContext, StreamProgress,
-};
-use crate::rules::{BucketVersion, SyncRules};
 use crate::source::{format_lsn, PrimaryHead};
-use crate::status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell, StoreStatus};
-use crate::store::{Checkpoint, Store};
+use crate::status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
 
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
-/// How long replication gets to finish its current transaction when the engine stops.
-const STOP_GRACE: Duration = Duration::from_secs(3);
-/// Backoff between attempts after an error that may pass (network, restarting primary).
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 pub(super) fn run(
     config: EngineConfig,
     status: Arc<StatusCell>,
+    rules: watch::Receiver<Arc<str>>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), EngineError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -38,7 +32,7 @@ pub(super) fn run(
         .enable_all()
         .build()
         .map_err(EngineError::Thread)?;
-    let result = runtime.block_on(serve(config, status.clone(), stop));
+    let result = runtime.block_on(serve(config, status.clone(), rules, stop));
     runtime.shutdown_timeout(Duration::from_millis(200));
     match &result {
         Ok(()) => status.update(|s| {
@@ -56,6 +50,7 @@ pub(super) fn run(
 async fn serve(
     config: EngineConfig,
     status: Arc<StatusCell>,
+    mut rules: watch::Receiver<Arc<str>>,
     mut host_stop: watch::Receiver<bool>,
 ) -> Result<(), EngineError> {
     // `halt` stops the HTTP server, the sync streams and replication: on the host's stop
@@ -68,7 +63,7 @@ async fn serve(
             halt.send_replace(true);
         })
     };
-    let result = run_engine(config, status, &mut stop, &halt).await;
+    let result = run_engine(config, status, &mut rules, &mut stop, &halt).await;
     halt.send_replace(true);
     forward.abort();
     result
@@ -77,6 +72,7 @@ async fn serve(
 async fn run_engine(
     config: EngineConfig,
     status: Arc<StatusCell>,
+    rules: &mut watch::Receiver<Arc<str>>,
     stop: &mut watch::Receiver<bool>,
     halt: &watch::Sender<bool>,
 ) -> Result<(), EngineError> {
@@ -92,41 +88,58 @@ async fn run_engine(
         s.admin_socket = None;
         s.store = None;
         s.replication = None;
+        s.generation = None;
+        s.rules_hash = None;
+        s.deploy = None;
         s.last_error = None;
     });
-    let dir = config.storage_dir.clone();
-    let store = Arc::new(
-        tokio::task::spawn_blocking(move || Store::open(&dir))
-            .await
-            .map_err(|e| EngineError::Thread(std::io::Error::other(e)))??,
-    );
-    // Bucket names carry the generation of the stored data; a store built after a reset
-    // gets the next one (spec §7.6), so clients drop the old buckets cleanly.
-    let generation = match store.read(|view| Ok(BootstrapIntent::load(view)))?? {
-        Some(intent) => intent.generation,
-        None => crate::store::next_generation(store.dir())?,
-    };
-    let rules = Arc::new(SyncRules::parse_with_version(
-        &config.service.rules.content,
-        BucketVersion::Versioned(generation),
-    )?);
+    let configured: Arc<str> = rules.borrow_and_update().clone();
+    let mut generations = Generations::open(
+        config.storage_dir.clone(),
+        config.slot_name.clone(),
+        config.service.source.clone(),
+        &configured,
+        status.clone(),
+    )
+    .await?;
+    let result = serve_generations(&config, &status, &mut generations, rules, stop, halt).await;
+    generations.stop().await;
+    drop(generations);
+    tracing::info!("engine stopped");
+    result
+}
+
+async fn serve_generations(
+    config: &EngineConfig,
+    status: &Arc<StatusCell>,
+    generations: &mut Generations,
+    rules: &mut watch::Receiver<Arc<str>>,
+    stop: &mut watch::Receiver<bool>,
+    halt: &watch::Sender<bool>,
+) -> Result<(), EngineError> {
+    let store = generations.active.store.clone();
     tracing::info!(
         dir = %store.dir().display(),
         store_id = %store.identity().store_id,
         created = store.was_created(),
+        generation = generations.active.number,
         "storage open"
     );
-    status.update(|s| s.store = Some(store_status(&store)));
-
-    let initial = store.read(|view| view.checkpoint())?;
-    let (published, checkpoints) = watch::channel::<Checkpoint>(initial);
+    let (number, rules_hash) = (
+        generations.active.number,
+        generations.active.rules.content_hash_hex(),
+    );
+    status.update(|s| {
+        s.store = Some(store_status(&store));
+        s.generation = Some(number);
+        s.rules_hash = Some(rules_hash);
+    });
+    drop(store);
     let auth = Authenticator::new(&config.service.client_auth)?;
     let sync = Arc::new(SyncService::new(
         status.clone(),
-        store.clone(),
-        rules.clone(),
+        generations.active.served(),
         auth,
-        checkpoints.clone(),
         PrimaryHead::new(config.service.source.clone()),
         stop.clone(),
     ));
@@ -140,91 +153,62 @@ async fn run_engine(
         .collect();
     let open_files = http::raise_open_files_limit();
     tracing::info!(addresses = %listen.join(","), open_files, "HTTP server listening");
-    let progress = Arc::new(Progress::default());
-    let stream_progress = Arc::new(StreamProgress::default());
-    let admin = start_admin(&config, &sync, &status, stop);
+    let admin = start_admin(config, &sync, status, stop);
     let server = tokio::spawn(http::serve(
         listeners,
         HttpState {
             status: status.clone(),
-            sync,
-            stream_progress: stream_progress.clone(),
-            snapshot_progress: progress.clone(),
+            sync: sync.clone(),
         },
         stop.clone(),
     ));
     status.touch();
-    let plan = SourcePlan {
-        connection: config.service.source.clone(),
-        slot: config.slot_name.clone(),
-    };
+    let tables_total = generations.active.rules.tables().len() as u64;
     status.update(|s| {
         s.listen = listen;
         s.phase = Phase::Validating;
         s.replication = Some(ReplicationStatus {
-            slot: plan.slot.clone(),
-            tables_total: rules.tables().len() as u64,
+            slot: generations.active.plan.slot.clone(),
+            tables_total,
             ..ReplicationStatus::default()
         });
     });
-
-    let context = StreamContext {
-        rules,
-        store: store.clone(),
-        published,
-        progress: stream_progress.clone(),
-    };
-    let mut replication = tokio::spawn(replicate(
-        plan,
-        context,
-        progress.clone(),
-        status.clone(),
-        stop.clone(),
-    ));
-    let mut replicating = true;
+    generations.active.start(status.clone());
+    // The configured rules differ from the served ones: deploy them (a resumed build
+    // is kept).
+    generations.consider(rules.borrow_and_update().clone()).await?;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let outcome = loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break Ok(()),
-                                    done = &mut replication, if replicating => {
+            event = generations.next_event() => match event {
                 // Replication finished its work for now; keep serving until stopped.
-                replicating = false;
-                match done {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => break Err(EngineError::Replication(e)),
-                    Err(e) => break Err(EngineError::Thread(std::io::Error::other(e))),
+                GenerationEvent::ServedStopped(Ok(())) => {}
+                GenerationEvent::ServedStopped(Err(e)) => break Err(e),
+                GenerationEvent::BuildReady(ready) => {
+                    let switched = match ready {
+                        Ok(()) => generations.switch(&sync).await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = switched {
+                        generations.fail_build(&e);
+                    }
+                }
+            },
+            changed = rules.changed() => {
+                if changed.is_err() {
+                    break Ok(());
+                }
+                // The rules of a failed build, handed over again, are tried again.
+                let text = rules.borrow_and_update().clone();
+                if let Err(e) = generations.consider(text).await {
+                    generations.fail_build(&e);
                 }
             }
             _ = heartbeat.tick() => {
                 status.touch();
-                status.update(|s| {
-                    s.store = Some(store_status(&store));
-                                        if s.phase == Phase::Validating && progress.copying() {
-                        s.phase = Phase::Snapshotting;
-                    }
-                    if s.phase == Phase::Streaming {
-                        if let Some(r) = s.replication.as_mut() {
-                            let checkpoint = *checkpoints.borrow();
-                            r.applied_lsn = Some(format_lsn(checkpoint.lsn));
-                            r.last_op_id = checkpoint.op_id;
-                            r.transactions = stream_progress.transactions.load(std::sync::atomic::Ordering::Relaxed);
-                            r.changes = stream_progress.changes.load(std::sync::atomic::Ordering::Relaxed);
-                            r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(std::sync::atomic::Ordering::Relaxed);
-                            let head = stream_progress.primary_head_lsn.load(std::sync::atomic::Ordering::Relaxed);
-                            r.primary_lsn = (head > 0).then(|| format_lsn(head));
-                            r.lag_bytes = head.saturating_sub(checkpoint.lsn);
-                        }
-                    }
-                    if s.phase == Phase::Snapshotting {
-                        if let Some(r) = s.replication.as_mut() {
-                            let seconds = progress.copy_elapsed().as_secs_f64();
-                            r.rows = progress.rows();
-                            r.tables_done = progress.tables_done();
-                            r.snapshot_seconds = seconds;
-                            r.rows_per_second = if seconds > 0.0 { r.rows as f64 / seconds } else { 0.0 };
-                        }
-                    }
-                });
+                report_heartbeat(status, &generations.active);
+                generations.report_progress();
             }
         }
     };
@@ -232,14 +216,7 @@ async fn run_engine(
         s.phase = Phase::Stopping;
         s.ready = false;
     });
-    if replicating
-        && tokio::time::timeout(STOP_GRACE, &mut replication)
-            .await
-            .is_err()
-    {
-        replication.abort();
-        let _ = replication.await;
-    }
+    generations.stop().await;
     // Ends the server (and every stream) also when the engine failed.
     halt.send_replace(true);
     let _ = server.await;
@@ -247,10 +224,44 @@ async fn run_engine(
         let _ = admin.await;
     }
     status.update(|s| s.admin_socket = None);
-    // The bootstrap's threads hold the store; they are joined when its task is dropped.
-    drop(store);
-    tracing::info!("engine stopped");
     outcome
+}
+
+/// The served generation's progress into `status()`, once per heartbeat.
+fn report_heartbeat(status: &StatusCell, active: &Generation) {
+    let (progress, stream_progress) = (&active.progress, &active.stream_progress);
+    let checkpoint = active.checkpoint();
+    status.update(|s| {
+        s.store = Some(store_status(&active.store));
+        if s.phase == Phase::Validating && progress.copying() {
+            s.phase = Phase::Snapshotting;
+        }
+        if s.phase == Phase::Streaming {
+            if let Some(r) = s.replication.as_mut() {
+                r.applied_lsn = Some(format_lsn(checkpoint.lsn));
+                r.last_op_id = checkpoint.op_id;
+                r.transactions = stream_progress.transactions.load(Relaxed);
+                r.changes = stream_progress.changes.load(Relaxed);
+                r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(Relaxed);
+                let head = stream_progress.primary_head_lsn.load(Relaxed);
+                r.primary_lsn = (head > 0).then(|| format_lsn(head));
+                r.lag_bytes = head.saturating_sub(checkpoint.lsn);
+            }
+        }
+        if s.phase == Phase::Snapshotting {
+            if let Some(r) = s.replication.as_mut() {
+                let seconds = progress.copy_elapsed().as_secs_f64();
+                r.rows = progress.rows();
+                r.tables_done = progress.tables_done();
+                r.snapshot_seconds = seconds;
+                r.rows_per_second = if seconds > 0.0 {
+                    r.rows as f64 / seconds
+                } else {
+                    0.0
+                };
+            }
+        }
+    });
 }
 
 /// Starts the admin socket beside the HTTP server. A socket that cannot be served does
@@ -277,125 +288,6 @@ fn start_admin(
                 "{e}; the SQL functions buckets(), user_buckets() and streams() will not work"
             );
             None
-        }
-    }
-}
-
-fn store_status(store: &Store) -> StoreStatus {
-    StoreStatus {
-        identity: store.identity().clone(),
-        file_bytes: store.file_bytes(),
-        used_bytes: store.used_bytes(),
-    }
-}
-
-/// Bootstraps (retrying errors that may pass), then reports readiness.
-async fn replicate(
-    plan: SourcePlan,
-    context: StreamContext,
-    progress: Arc<Progress>,
-    status: Arc<StatusCell>,
-    stop: watch::Receiver<bool>,
-) -> Result<(), ReplicationError> {
-    let store = context.store.clone();
-    let mut backoff = RETRY_MIN;
-    loop {
-        status.update(|s| s.phase = Phase::Validating);
-        let attempt = bootstrap(
-            &plan,
-            context.rules.clone(),
-            store.clone(),
-            progress.clone(),
-        );
-        let mut stopped = stop.clone();
-        let outcome = tokio::select! {
-            outcome = attempt => outcome,
-            // Dropping the bootstrap joins its threads; an interrupted one starts over.
-            _ = stopped.wait_for(|s| *s) => return Ok(()),
-        };
-        match outcome {
-            Ok(outcome) => {
-                let (consistent_point, rows) = match outcome {
-                    BootstrapOutcome::Copied {
-                        consistent_point,
-                        rows,
-                    }
-                    | BootstrapOutcome::AlreadyComplete {
-                        consistent_point,
-                        rows,
-                    } => (consistent_point, rows),
-                };
-                let seconds = progress.copy_elapsed().as_secs_f64();
-                let stored = store_status(&store);
-                status.update(|s| {
-                    s.phase = Phase::Ready;
-                    s.ready = true;
-                    s.store = Some(stored);
-                    s.last_error = None;
-                    if let Some(r) = s.replication.as_mut() {
-                        r.consistent_point = Some(format_lsn(consistent_point));
-                        r.rows = rows;
-                        r.tables_done = r.tables_total;
-                        if matches!(outcome, BootstrapOutcome::Copied { .. }) {
-                            r.snapshot_seconds = seconds;
-                            r.rows_per_second = if seconds > 0.0 {
-                                rows as f64 / seconds
-                            } else {
-                                0.0
-                            };
-                        }
-                    }
-                });
-                // Streams start from the completed snapshot's checkpoint.
-                context
-                    .published
-                    .send_replace(store.read(|view| view.checkpoint())?);
-                return stream(&plan, &context, &status, stop).await;
-            }
-            Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
-            Err(e) => {
-                tracing::warn!("{e}; retrying in {backoff:?}");
-                status.update(|s| {
-                    s.phase = Phase::Validating;
-                    s.last_error = Some(ErrorReport::new(e.to_string(), false));
-                });
-                let mut stopped = stop.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = stopped.wait_for(|s| *s) => return Ok(()),
-                }
-                backoff = (backoff * 2).min(RETRY_MAX);
-            }
-        }
-    }
-}
-
-/// Follows the slot until stopped, reconnecting with backoff after errors that may pass.
-async fn stream(
-    plan: &SourcePlan,
-    context: &StreamContext,
-    status: &StatusCell,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), ReplicationError> {
-    let mut backoff = RETRY_MIN;
-    loop {
-        status.update(|s| s.phase = Phase::Streaming);
-        let started = std::time::Instant::now();
-        match follow_slot(plan, context, stop.clone()).await {
-            Ok(()) => return Ok(()),
-            Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
-            Err(e) => {
-                if started.elapsed() > RETRY_MAX {
-                    backoff = RETRY_MIN;
-                }
-                tracing::warn!("{e}; reconnecting in {backoff:?}");
-                status.update(|s| s.last_error = Some(ErrorReport::new(e.to_string(), false)));
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = stop.wait_for(|s| *s) => return Ok(()),
-                }
-                backoff = (backoff * 2).min(RETRY_MAX);
-            }
         }
     }
 }

@@ -51,7 +51,8 @@ fn engine(e: &mut TextEncoder, state: &HttpState) {
         let value = u64::from(p == phase);
         e.sample_u64("powersync_mdbx_phase", &[("phase", p.name())], value);
     }
-    let snapshot = &state.snapshot_progress;
+    let served = state.sync.current();
+    let snapshot = &served.snapshot_progress;
     e.single_u64(
         "powersync_mdbx_snapshot_rows",
         Kind::Gauge,
@@ -68,8 +69,9 @@ fn engine(e: &mut TextEncoder, state: &HttpState) {
 }
 
 fn replication(e: &mut TextEncoder, state: &HttpState) {
-    let progress = &state.stream_progress;
-    let applied = state.sync.checkpoints.borrow().lsn;
+    let served = state.sync.current();
+    let progress = &served.stream_progress;
+    let applied = served.checkpoints.borrow().lsn;
     e.single_u64(
         "powersync_mdbx_applied_lsn",
         Kind::Gauge,
@@ -151,7 +153,8 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
 }
 
 fn storage(e: &mut TextEncoder, state: &HttpState) {
-    let store = &state.sync.store;
+    let served = state.sync.current();
+    let store = &served.store;
     e.single_u64(
         "powersync_mdbx_storage_file_bytes",
         Kind::Gauge,

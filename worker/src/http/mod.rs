@@ -17,7 +17,7 @@ mod write_checkpoint;
 pub use error::ApiError;
 pub use registry::{Registration, StreamInfo, StreamRegistry};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
-pub use service::{SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
+pub use service::{Served, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
 
 /// The body type every handler answers with (streaming bodies join it later).
 pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;

@@ -16,7 +16,6 @@ use super::probes::{self, Probe};
 use super::service::SyncService;
 use super::Body;
 use super::{cors, metrics, sync_stream, write_checkpoint};
-use crate::replication::{Progress, StreamProgress};
 use crate::status::StatusCell;
 
 /// How long open connections get to finish when the engine stops.
@@ -29,10 +28,6 @@ pub struct HttpState {
     pub status: Arc<StatusCell>,
     /// The sync endpoints.
     pub sync: Arc<SyncService>,
-    /// The stream's counters (for `/metrics`).
-    pub stream_progress: Arc<StreamProgress>,
-    /// The snapshot's counters (for `/metrics`).
-    pub snapshot_progress: Arc<Progress>,
 }
 
 /// Raises this process's soft limit of open files to its hard limit: every sync stream

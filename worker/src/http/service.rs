@@ -1,37 +1,56 @@
-//! What the sync endpoints share: the store, the rules, the authenticator, the checkpoint
-//! channel, the primary (for write checkpoints) and the limits.
+//! What the sync endpoints share: the generation they serve (store, rules, checkpoint
+//! channel), the authenticator, the primary (for write checkpoints) and the limits.
 
 use std::sync::Arc;
 
 use hyper::header::{self, HeaderMap};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, RwLock, Semaphore};
 
 use super::error::ApiError;
 use super::registry::StreamRegistry;
 use crate::auth::{AuthError, AuthenticatedUser, Authenticator};
 use crate::metrics::{LabelCounts, StatusCounts};
+use crate::replication::{Progress, StreamProgress};
 use crate::rules::SyncRules;
 use crate::source::PrimaryHead;
 use crate::status::StatusCell;
-use crate::store::{Checkpoint, Store};
+use crate::store::{Checkpoint, Store, StoreError};
+use crate::sync::write_checkpoint::RECORD_PREFIX;
 
 /// Open `/sync/stream` connections at most; more are answered 429 with `Retry-After`.
 pub const MAX_STREAMS: usize = 20_000;
 /// Store reads running at once for all streams (each one batch of at most 1,000 ops).
 pub const MAX_CONCURRENT_READS: usize = 8;
 
-/// The sync side of the HTTP server.
-pub struct SyncService {
-    /// Engine status (readiness).
-    pub status: Arc<StatusCell>,
+/// One bucket generation as the endpoints serve it. A rules deploy replaces it as a
+/// whole ([`SyncService::switch_to`]); open streams move over at their next checkpoint.
+pub struct Served {
+    /// The bucket generation (the number before `#` in bucket names).
+    pub generation: u64,
     /// The bucket store.
     pub store: Arc<Store>,
     /// The compiled rules.
     pub rules: Arc<SyncRules>,
-    /// Verifies client tokens.
-    pub auth: Authenticator,
     /// Durable checkpoints as replication publishes them.
     pub checkpoints: watch::Receiver<Checkpoint>,
+    /// The stream's counters (for `/metrics`).
+    pub stream_progress: Arc<StreamProgress>,
+    /// The snapshot's counters (for `/metrics`).
+    pub snapshot_progress: Arc<Progress>,
+}
+
+/// The sync side of the HTTP server.
+pub struct SyncService {
+    /// Engine status (readiness).
+    pub status: Arc<StatusCell>,
+    /// The generation served now.
+    served: watch::Sender<Arc<Served>>,
+    /// Held (shared) while a write-checkpoint request is recorded, and (exclusive) while
+    /// the served generation changes, so no request is recorded into a store that is
+    /// being left behind.
+    recording: RwLock<()>,
+    /// Verifies client tokens.
+    pub auth: Authenticator,
     /// The primary's WAL head, for write checkpoints.
     pub head: PrimaryHead,
     /// Turns true when the engine stops: streams end.
@@ -52,19 +71,16 @@ impl SyncService {
     /// A service with the default limits.
     pub fn new(
         status: Arc<StatusCell>,
-        store: Arc<Store>,
-        rules: Arc<SyncRules>,
+        served: Arc<Served>,
         auth: Authenticator,
-        checkpoints: watch::Receiver<Checkpoint>,
         head: PrimaryHead,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
             status,
-            store,
-            rules,
+            served: watch::Sender::new(served),
+            recording: RwLock::new(()),
             auth,
-            checkpoints,
             head,
             shutdown,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
@@ -73,6 +89,46 @@ impl SyncService {
             auth_failures: LabelCounts::new(AuthError::CODES),
             registry: Arc::default(),
         }
+    }
+
+    /// The generation served now.
+    pub fn current(&self) -> Arc<Served> {
+        self.served.borrow().clone()
+    }
+
+    /// Follows the served generation (a stream moves to a new one when it changes).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Served>> {
+        self.served.subscribe()
+    }
+
+    /// Records `lsn` as the write checkpoint `key` asked for, in the served store.
+    pub async fn record_write_checkpoint(&self, key: String, lsn: u64) -> Result<(), StoreError> {
+        let _recording = self.recording.read().await;
+        let store = self.current().store.clone();
+        tokio::task::spawn_blocking(move || store.put_stage_record(&key, &lsn.to_le_bytes()))
+            .await
+            .map_err(|e| StoreError::io(std::path::Path::new(""), "record a write checkpoint", std::io::Error::other(e)))?
+    }
+
+    /// Serves `next` from now on. The write-checkpoint requests recorded in the current
+    /// store are carried over first (their ids are source LSNs, so they mean the same in
+    /// every generation), so no client waits for an acknowledgement the new store lacks.
+    pub async fn switch_to(&self, next: Arc<Served>) -> Result<(), StoreError> {
+        let _recording = self.recording.write().await;
+        let (from, to) = (self.current().store.clone(), next.store.clone());
+        let join = |e: tokio::task::JoinError| {
+            StoreError::io(to.dir(), "carry the write checkpoints over", std::io::Error::other(e))
+        };
+        let copy = {
+            let to = to.clone();
+            tokio::task::spawn_blocking(move || {
+                let records = from.read(|view| view.stage_records(RECORD_PREFIX))?;
+                to.put_stage_records(&records)
+            })
+        };
+        copy.await.map_err(join)??;
+        self.served.send_replace(next);
+        Ok(())
     }
 
     /// Streams open now (their permits are held until the stream's task ends).

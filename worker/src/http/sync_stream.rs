@@ -72,7 +72,8 @@ async fn start(
         .to_bytes();
     let request = SyncRequest::parse(&body).map_err(sync_error)?;
     let context = request.context(user.claims.clone());
-    let session = SyncSession::new(service.rules.clone(), context, &request.buckets);
+    let served = service.current();
+    let session = SyncSession::new(served.rules.clone(), context, &request.buckets);
     let key = record_key(&user.user_id, request.client_id.as_deref());
     let expires = user
         .expires_at
@@ -89,6 +90,7 @@ async fn start(
         let _permit = permit;
         let mut stream = Stream {
             service,
+            served,
             session: Some(session),
             encoding,
             compressor,
@@ -162,6 +164,8 @@ enum End {
 
 struct Stream {
     service: Arc<SyncService>,
+    /// The generation the session's rules belong to.
+    served: Arc<super::Served>,
     /// Taken out while a blocking read works on it.
     session: Option<SyncSession>,
     encoding: Encoding,
@@ -186,10 +190,15 @@ impl Stream {
             // Still accepted thanks to the clock tolerance: tell the client to renew.
             return self.send_line(&SyncLine::TokenExpiresIn(0)).await;
         }
-        let mut checkpoints = self.service.checkpoints.clone();
+        let mut generations = self.service.subscribe();
+        let mut checkpoints = self.served.checkpoints.clone();
         let mut shutdown = self.service.shutdown.clone();
         let mut next_keepalive = Instant::now() + jittered(KEEPALIVE);
         loop {
+            if generations.has_changed().unwrap_or(false) {
+                self.follow(generations.borrow_and_update().clone());
+                checkpoints = self.served.checkpoints.clone();
+            }
             let checkpoint = *checkpoints.borrow_and_update();
             self.announce(checkpoint).await?;
             loop {
@@ -200,6 +209,13 @@ impl Stream {
                 });
                 tokio::select! {
                     changed = checkpoints.changed() => {
+                        // A generation left behind closes its channel once replaced.
+                        if changed.is_err() && !generations.has_changed().unwrap_or(false) {
+                            return Err(End::Shutdown);
+                        }
+                        break;
+                    }
+                    changed = generations.changed() => {
                         if changed.is_err() {
                             return Err(End::Shutdown);
                         }
@@ -224,11 +240,23 @@ impl Stream {
         }
     }
 
+    /// Moves the session to a newly served generation: its next line is a
+    /// `checkpoint_diff` that removes the old generation's buckets and adds the new ones
+    /// (spec §7.6), and the client keeps its data until that checkpoint completes.
+    fn follow(&mut self, served: Arc<super::Served>) {
+        if served.generation != self.served.generation {
+            if let Some(session) = self.session.as_mut() {
+                session.switch_rules(served.rules.clone());
+            }
+        }
+        self.served = served;
+    }
+
     /// Sends the line for `checkpoint` (if it concerns this connection) and its data.
     async fn announce(&mut self, checkpoint: Checkpoint) -> Result<(), End> {
         // One blocking call per checkpoint (this runs for every stream on every commit):
         // the write-checkpoint request, then the line.
-        let store = self.service.store.clone();
+        let store = self.served.store.clone();
         let key = self.key.clone();
         let reported = self.reported;
         let (line, report) = self
@@ -253,7 +281,7 @@ impl Stream {
             .as_ref()
             .is_some_and(SyncSession::is_downloading)
         {
-            let store = self.service.store.clone();
+            let store = self.served.store.clone();
             let encoding = self.encoding;
             let chunk = self
                 .blocking(move |session| {

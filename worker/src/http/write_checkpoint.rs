@@ -42,10 +42,9 @@ async fn create(req: &Request<Incoming>, service: &Arc<SyncService>) -> Result<u
     let lsn = service.head.current_lsn().await.map_err(unreachable)?;
     // Recorded before the ping: a stream woken by the ping's checkpoint must see it.
     let key = record_key(&user.user_id, client_id.as_deref());
-    let store = service.store.clone();
-    tokio::task::spawn_blocking(move || store.put_stage_record(&key, &lsn.to_le_bytes()))
+    service
+        .record_write_checkpoint(key, lsn)
         .await
-        .map_err(|e| ApiError::unavailable(format!("write checkpoint: {e}")))?
         .map_err(|e| ApiError::unavailable(format!("write checkpoint: {e}")))?;
     service.head.ping().await.map_err(unreachable)?;
     Ok(lsn)

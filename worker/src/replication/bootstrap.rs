@@ -75,6 +75,14 @@ pub async fn bootstrap(
 
     if let Some(intent) = &stored {
         check_ownership(intent, plan, &primary.system_identifier, &rules_hash)?;
+        if intent.state == BootstrapState::Complete
+            && store
+                .read(|view| Ok(BootstrapIntent::load_rules_text(view)))??
+                .is_none()
+        {
+            // Built before the rules text was recorded: record it (the hash matched).
+            store.write(0, |w| BootstrapIntent::save_rules_text(rules.text(), w))?;
+        }
         let generation = generation_of(&rules);
         if intent.generation != generation {
             return Err(ownership(
@@ -158,7 +166,10 @@ pub async fn bootstrap(
         rows: 0,
     };
     let encoded = intent.encode()?;
-    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
+    store.write(0, |w| {
+        BootstrapIntent::save_rules_text(rules.text(), w)?;
+        BootstrapIntent::save(&encoded, w)
+    })?;
     let exported = create_slot(&plan.connection, &client, &plan.slot).await?;
     intent.state = BootstrapState::Snapshotting;
     intent.consistent_point = Some(exported.consistent_point);
@@ -295,7 +306,8 @@ fn check_ownership(
             ),
         ));
     }
-    if intent.rules_hash != rules_hash {
+    // An interrupted bootstrap starts over with the rules it is given.
+    if intent.state == BootstrapState::Complete && intent.rules_hash != rules_hash {
         return Err(ownership(
             "PSM_B1003",
             "the sync rules changed since the storage was built; run SELECT powersync_mdbx.reset() to rebuild \

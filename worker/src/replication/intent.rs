@@ -9,6 +9,8 @@ use crate::store::{ReadTxn, StoreError, WriteTxn};
 
 /// Stage-record key in the store.
 const KEY: &str = "bootstrap";
+/// Stage-record key of the rules text the data is built with.
+const RULES_KEY: &str = "rules";
 
 /// How far the bootstrap got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +106,22 @@ impl BootstrapIntent {
                 "cannot encode the bootstrap record ({e}); this is a bug, please report it"
             ),
         })
+    }
+
+    /// The rules text the stored data was built with (`None` for stores built before the
+    /// text was recorded: their rules are known only by [`Self::rules_hash`]).
+    pub fn load_rules_text(view: &ReadTxn<'_, '_>) -> Result<Option<String>, ReplicationError> {
+        match view.stage_record(RULES_KEY)? {
+            None => Ok(None),
+            Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
+                ReplicationError::Store(StoreError::corrupt(view.dir(), "rules record"))
+            }),
+        }
+    }
+
+    /// Records the rules text the data is built with, in `write`'s transaction.
+    pub fn save_rules_text(text: &str, write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
+        write.put_stage_record(RULES_KEY, text.as_bytes())
     }
 
     /// Writes an [`encode`](Self::encode)d record in `write`'s transaction.

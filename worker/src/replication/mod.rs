@@ -16,5 +16,5 @@ pub use bootstrap::{bootstrap, BootstrapOutcome, SourcePlan};
 pub use error::ReplicationError;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
 pub use progress::Progress;
-pub use release::release_slot;
+pub use release::{release_intent_slot, release_slot};
 pub use stream::{follow_slot, StreamContext};

@@ -1,4 +1,5 @@
-//! Releasing what a store owns on the primary, for `powersync_mdbx.reset()`.
+//! Releasing what a store owns on the primary, for `powersync_mdbx.reset()` and for a
+//! generation a rules deploy leaves behind.
 
 use std::path::Path;
 
@@ -38,6 +39,16 @@ pub async fn release_slot(
             return Ok(None);
         }
     };
+    release_intent_slot(conn, &intent).await
+}
+
+/// Drops the slot `intent` records, if it exists, is idle and decodes the recorded
+/// database (a slot of that name on another database is not ours). Returns the slot
+/// dropped.
+pub async fn release_intent_slot(
+    conn: &SourceConnection,
+    intent: &BootstrapIntent,
+) -> Result<Option<String>, ReplicationError> {
     let client = connect(conn).await?;
     let Some(slot) = slot_info(&client, &intent.slot).await? else {
         return Ok(None);
@@ -55,5 +66,5 @@ pub async fn release_slot(
         return Ok(None);
     }
     drop_slot(&client, &intent.slot).await?;
-    Ok(Some(intent.slot))
+    Ok(Some(intent.slot.clone()))
 }

@@ -61,6 +61,7 @@ pub struct SyncRules {
     compat: Compatibility,
     version: BucketVersion,
     hash: [u8; 32],
+    text: std::sync::Arc<str>,
     sources: Vec<BucketSource>,
     plans: BTreeMap<TableRef, TablePlan>,
 }
@@ -148,6 +149,7 @@ impl SyncRules {
             compat,
             version,
             hash: Sha256::digest(yaml_text.as_bytes()).into(),
+            text: yaml_text.into(),
             sources,
             plans,
         })
@@ -156,6 +158,12 @@ impl SyncRules {
     /// SHA-256 of the YAML text: identifies a deployment's rules content.
     pub fn content_hash(&self) -> [u8; 32] {
         self.hash
+    }
+
+    /// The YAML text the rules were compiled from (stored with the data they built, so a
+    /// generation keeps serving with its own rules while a deploy builds the next one).
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// [`Self::content_hash`] as lower-case hex.

@@ -34,9 +34,19 @@ impl PrimaryHead {
     /// Writes a non-transactional logical message (prefix `powersync`) so replication
     /// passes the current position even when nothing else changes on the primary.
     pub async fn ping(&self) -> Result<(), SourceError> {
-        self.query("SELECT pg_logical_emit_message(false, 'powersync', 'write-checkpoint')::text")
-            .await
-            .map(drop)
+        self.mark("write-checkpoint").await.map(drop)
+    }
+
+    /// Like [`Self::ping`] with `content`; returns the message's LSN, which every slot
+    /// of the database reaches once it decoded everything committed before it.
+    pub async fn mark(&self, content: &str) -> Result<u64, SourceError> {
+        let sql = format!(
+            "SELECT (pg_logical_emit_message(false, 'powersync', '{}') - '0/0'::pg_lsn)::text",
+            content.replace('\'', "''")
+        );
+        let lsn: String = self.query(&sql).await?;
+        lsn.parse()
+            .map_err(|_| SourceError::Connection(format!("the primary returned LSN {lsn:?}")))
     }
 
     /// One text value from `sql`, reconnecting first if the connection was lost.

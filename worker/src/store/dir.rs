@@ -3,7 +3,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use super::StoreError;
+use super::{layout, StoreError};
 
 /// The libmdbx data file.
 pub(super) const DATA_FILE: &str = "mdbx.dat";
@@ -16,7 +16,8 @@ const GENERATION_FILE: &str = "generation";
 const GENERATION_TMP: &str = "generation.tmp";
 
 /// Creates `dir` (0700) if absent, otherwise checks it is private, owned by this user and
-/// holds only store files. Returns true when it holds no store yet.
+/// holds only store files (and the layout's own entries: the generation and active files,
+/// generation subdirectories). Returns true when it holds no store yet.
 pub(super) fn prepare(dir: &Path) -> Result<bool, StoreError> {
     match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -41,10 +42,12 @@ pub(super) fn prepare(dir: &Path) -> Result<bool, StoreError> {
         let entry = entry.map_err(|e| StoreError::io(dir, "list it", e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         has_data |= name == DATA_FILE;
-        if !STORE_FILES.contains(&name.as_str())
-            && name != GENERATION_FILE
-            && name != GENERATION_TMP
-        {
+        let layout_entry = name == GENERATION_FILE
+            || name == GENERATION_TMP
+            || name == layout::ACTIVE_FILE
+            || name == layout::ACTIVE_TMP
+            || (layout::is_generation_dir_name(&name) && entry.path().is_dir());
+        if !STORE_FILES.contains(&name.as_str()) && !layout_entry {
             foreign.push(name);
         }
     }
@@ -103,8 +106,15 @@ pub fn next_generation(dir: &Path) -> Result<u64, StoreError> {
 /// across the reset. Written to a temporary file, synced and renamed. Returns the new
 /// generation.
 pub fn advance_generation(dir: &Path) -> Result<u64, StoreError> {
-    use std::io::Write;
     let next = next_generation(dir).unwrap_or(1) + 1;
+    set_next_generation(dir, next)?;
+    Ok(next)
+}
+
+/// Records `next` as the generation the next store in `dir` builds with (a deploy takes
+/// the generation after the serving one, so a later reset counts on from there).
+pub fn set_next_generation(dir: &Path, next: u64) -> Result<(), StoreError> {
+    use std::io::Write;
     let tmp = dir.join(GENERATION_TMP);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -118,10 +128,14 @@ pub fn advance_generation(dir: &Path) -> Result<u64, StoreError> {
         .map_err(|e| StoreError::io(&tmp, "write it", e))?;
     let path = dir.join(GENERATION_FILE);
     std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, "replace it", e))?;
+    sync_dir(dir)
+}
+
+/// Makes renames and removals in `dir` durable.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, "sync it", e))?;
-    Ok(next)
+        .map_err(|e| StoreError::io(dir, "sync it", e))
 }
 
 /// Removes the store's own files from `dir` (never anything else), for a reset.

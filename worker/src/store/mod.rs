@@ -7,6 +7,7 @@ mod codec;
 mod compress;
 mod dir;
 mod error;
+mod layout;
 mod lookup_read;
 mod meta;
 mod op;
@@ -25,7 +26,10 @@ use libmdbx::{Database, DatabaseOptions, Mode, ReadWriteOptions, SyncMode, Write
 
 use crate::metrics::ReadTracker;
 
-pub use dir::{advance_generation, next_generation, remove_store_files, STORE_FILES};
+pub use dir::{
+    advance_generation, next_generation, remove_store_files, set_next_generation, STORE_FILES,
+};
+pub use layout::{active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active};
 pub use error::StoreError;
 pub use lookup_read::StoreLookups;
 pub use meta::{stage_record_of_any_format, StoreIdentity, FORMAT};
@@ -305,6 +309,11 @@ impl Store {
     /// counters and checkpoint untouched (for records kept outside the replication
     /// stream, such as write-checkpoint requests). Waits for a running write to finish.
     pub fn put_stage_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.put_stage_records(&[(key.to_owned(), value.to_vec())])
+    }
+
+    /// [`Self::put_stage_record`] for several records in one durable transaction.
+    pub fn put_stage_records(&self, records: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(StoreError::Poisoned {
                 path: self.dir.clone(),
@@ -316,13 +325,15 @@ impl Store {
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
         {
             let tables = tables::Tables::open(&txn, &self.dir)?;
-            txn.put(
-                &tables.meta,
-                format!("stage.{key}").as_bytes(),
-                value,
-                libmdbx::WriteFlags::UPSERT,
-            )
-            .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
+            for (key, value) in records {
+                txn.put(
+                    &tables.meta,
+                    format!("stage.{key}").as_bytes(),
+                    value,
+                    libmdbx::WriteFlags::UPSERT,
+                )
+                .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
+            }
         }
         if let Err(e) = txn.commit() {
             self.poisoned.store(true, Ordering::Release);

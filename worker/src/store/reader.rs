@@ -74,6 +74,11 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         }
     }
 
+    /// The store's directory (for error messages).
+    pub fn dir(&self) -> &Path {
+        self.dir
+    }
+
     fn mdbx(&self, action: &'static str) -> impl Fn(libmdbx::Error) -> StoreError + '_ {
         move |e| StoreError::mdbx(self.dir, action, e)
     }
@@ -97,6 +102,28 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         self.txn
             .get(&self.tables.meta, key.as_bytes())
             .map_err(self.mdbx("read a stage record"))
+    }
+
+    /// Every stage record whose key starts with `prefix`, in key order (the meta table is
+    /// small: a handful of records plus one per write-checkpoint key).
+    pub fn stage_records(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let full = format!("stage.{prefix}");
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.meta)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut out = Vec::new();
+        for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
+            let (key, value) = item.map_err(self.mdbx("read stage records"))?;
+            if let Some(rest) = key.strip_prefix(b"stage.".as_slice()) {
+                if key.starts_with(full.as_bytes()) {
+                    let key = String::from_utf8(rest.to_vec())
+                        .map_err(|_| StoreError::corrupt(self.dir, "stage record key"))?;
+                    out.push((key, value));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// A bucket's accumulators; `None` for a bucket that never had an op.

@@ -53,6 +53,15 @@ impl SyncSession {
         }
     }
 
+    /// Resolves the next checkpoints with `rules` (a new generation's). The buckets
+    /// announced so far stay the reference for the next `checkpoint_diff`, which then
+    /// removes every bucket the new rules no longer produce; an unfinished download of
+    /// the old generation is dropped with its checkpoint.
+    pub fn switch_rules(&mut self, rules: Arc<SyncRules>) {
+        self.rules = rules;
+        self.download = None;
+    }
+
     /// Replaces the paging limits (tests use small ones to force paging).
     pub fn with_budgets(mut self, budgets: Budgets) -> Self {
         self.budgets = budgets;

@@ -9,11 +9,14 @@
 
 use crate::store::{ReadTxn, StoreError};
 
+/// The start of every request's stage-record key.
+pub const RECORD_PREFIX: &str = "write_checkpoint/";
+
 /// Stage-record key of a user's (and client's) latest request.
 pub fn record_key(user_id: &str, client_id: Option<&str>) -> String {
     match client_id {
-        Some(client) => format!("write_checkpoint/{user_id}/{client}"),
-        None => format!("write_checkpoint/{user_id}"),
+        Some(client) => format!("{RECORD_PREFIX}{user_id}/{client}"),
+        None => format!("{RECORD_PREFIX}{user_id}"),
     }
 }
 
