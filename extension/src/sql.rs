@@ -82,7 +82,9 @@ fn serve(request: Request, name: &str, timeout: Duration) -> JsonB {
         if Instant::now() >= deadline {
             fail(
                 PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
-                format!("the powersync_mdbx worker did not carry out the {name} within {timeout:?}"),
+                format!(
+                    "the powersync_mdbx worker did not carry out the {name} within {timeout:?}"
+                ),
                 "Check SELECT powersync_mdbx.status() and the server log; the request stays \
                  filed and the worker serves it when it runs.",
             );

@@ -72,11 +72,13 @@ impl Generations {
         let opened = OpenedStore::open(active_dir.clone()).await?;
         let number = match &opened.intent {
             Some(intent) => intent.generation,
-            None => blocking({
-                let root = root.clone();
-                move || store::next_generation(&root)
-            })
-            .await?,
+            None => {
+                blocking({
+                    let root = root.clone();
+                    move || store::next_generation(&root)
+                })
+                .await?
+            }
         };
         // A complete store serves with the rules it was built with; an unfinished one
         // (re)starts its snapshot with the configured rules.
@@ -208,8 +210,14 @@ impl Generations {
         };
         let opened = OpenedStore::open(dir.clone()).await?;
         let slot = slot_for(&self.slot_base, &self.root, &dir, number);
-        let mut generation =
-            Generation::new(opened, number, &text, slot.clone(), self.source.clone(), false)?;
+        let mut generation = Generation::new(
+            opened,
+            number,
+            &text,
+            slot.clone(),
+            self.source.clone(),
+            false,
+        )?;
         tracing::info!(generation = number, slot = %slot, dir = %dir.display(), "deploying changed sync rules beside the served ones");
         let tables_total = generation.rules.tables().len() as u64;
         let rules_hash = generation.rules.content_hash_hex();
@@ -270,7 +278,10 @@ impl Generations {
     /// or failed. Cancel-safe: the build keeps the progress made towards it.
     pub async fn next_event(&mut self) -> GenerationEvent {
         let Self {
-            active, build, head, ..
+            active,
+            build,
+            head,
+            ..
         } = self;
         let replicating = active.is_replicating();
         tokio::select! {
@@ -517,7 +528,9 @@ async fn wait_until_unused(store: Arc<Store>) -> bool {
 async fn remove_dir(root: PathBuf, dir: PathBuf) {
     let shown = dir.display().to_string();
     match blocking(move || store::remove_store(&root, &dir)).await {
-        Ok(removed) => tracing::info!(dir = %shown, files = %removed.join(","), "removed a retired generation"),
+        Ok(removed) => {
+            tracing::info!(dir = %shown, files = %removed.join(","), "removed a retired generation")
+        }
         Err(e) => tracing::warn!(dir = %shown, "{e}; the next start tries again"),
     }
 }

@@ -60,9 +60,8 @@ impl Engine {
         status: Arc<StatusCell>,
     ) -> Result<EngineHandle, EngineError> {
         let (stop, stop_rx) = watch::channel(false);
-        let (rules, rules_rx) = watch::channel::<Arc<str>>(Arc::from(
-            config.service.rules.content.as_str(),
-        ));
+        let (rules, rules_rx) =
+            watch::channel::<Arc<str>>(Arc::from(config.service.rules.content.as_str()));
         let outcome = Arc::new(Mutex::new(None));
         let thread = std::thread::Builder::new()
             .name("psm-engine".into())

@@ -176,7 +176,9 @@ async fn serve_generations(
     generations.active.start(status.clone());
     // The configured rules differ from the served ones: deploy them (a resumed build
     // is kept).
-    generations.consider(rules.borrow_and_update().clone()).await?;
+    generations
+        .consider(rules.borrow_and_update().clone())
+        .await?;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let outcome = loop {
         tokio::select! {

@@ -107,7 +107,13 @@ impl SyncService {
         let store = self.current().store.clone();
         tokio::task::spawn_blocking(move || store.put_stage_record(&key, &lsn.to_le_bytes()))
             .await
-            .map_err(|e| StoreError::io(std::path::Path::new(""), "record a write checkpoint", std::io::Error::other(e)))?
+            .map_err(|e| {
+                StoreError::io(
+                    std::path::Path::new(""),
+                    "record a write checkpoint",
+                    std::io::Error::other(e),
+                )
+            })?
     }
 
     /// Serves `next` from now on. The write-checkpoint requests recorded in the current
@@ -117,7 +123,11 @@ impl SyncService {
         let _recording = self.recording.write().await;
         let (from, to) = (self.current().store.clone(), next.store.clone());
         let join = |e: tokio::task::JoinError| {
-            StoreError::io(to.dir(), "carry the write checkpoints over", std::io::Error::other(e))
+            StoreError::io(
+                to.dir(),
+                "carry the write checkpoints over",
+                std::io::Error::other(e),
+            )
         };
         let copy = {
             let to = to.clone();

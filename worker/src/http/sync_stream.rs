@@ -195,8 +195,9 @@ impl Stream {
         let mut shutdown = self.service.shutdown.clone();
         let mut next_keepalive = Instant::now() + jittered(KEEPALIVE);
         loop {
-            if generations.has_changed().unwrap_or(false) {
-                self.follow(generations.borrow_and_update().clone());
+            let served = generations.borrow_and_update().clone();
+            if !Arc::ptr_eq(&served, &self.served) {
+                self.follow(served);
                 checkpoints = self.served.checkpoints.clone();
             }
             let checkpoint = *checkpoints.borrow_and_update();
@@ -210,7 +211,7 @@ impl Stream {
                 tokio::select! {
                     changed = checkpoints.changed() => {
                         // A generation left behind closes its channel once replaced.
-                        if changed.is_err() && !generations.has_changed().unwrap_or(false) {
+                        if changed.is_err() && Arc::ptr_eq(&generations.borrow(), &self.served) {
                             return Err(End::Shutdown);
                         }
                         break;

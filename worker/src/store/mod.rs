@@ -29,8 +29,10 @@ use crate::metrics::ReadTracker;
 pub use dir::{
     advance_generation, next_generation, remove_store_files, set_next_generation, STORE_FILES,
 };
-pub use layout::{active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active};
 pub use error::StoreError;
+pub use layout::{
+    active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active,
+};
 pub use lookup_read::StoreLookups;
 pub use meta::{stage_record_of_any_format, StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};

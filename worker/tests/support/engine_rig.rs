@@ -19,9 +19,11 @@ pub const AUDIENCE: &str = "powersync-mdbx-test";
 pub struct EngineRig {
     _dir: TestDir,
     pub primary: Cluster,
-    _store: tempfile::TempDir,
+    store: tempfile::TempDir,
     engine: Option<EngineHandle>,
     pub port: u16,
+    pub status: Arc<StatusCell>,
+    config: EngineConfig,
 }
 
 impl EngineRig {
@@ -33,6 +35,71 @@ impl EngineRig {
         primary.sql(schema);
         let store = tempfile::tempdir().unwrap();
         let port = free_port();
+        let config = engine_config(&primary, store.path(), port, rules, slot);
+        let status = Arc::new(StatusCell::new(std::process::id()));
+        let engine = Engine::start(config.clone(), status.clone()).unwrap();
+        let rig = Self {
+            _dir: dir,
+            primary,
+            store,
+            engine: Some(engine),
+            port,
+            status,
+            config,
+        };
+        rig.wait_phase(Phase::Streaming);
+        rig
+    }
+
+    /// Waits up to 60 s for the engine to reach `phase`.
+    pub fn wait_phase(&self, phase: Phase) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.status.snapshot().phase != phase {
+            assert!(Instant::now() < deadline, "{:?}", self.status.snapshot());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The storage directory.
+    pub fn storage_dir(&self) -> std::path::PathBuf {
+        self.config.storage_dir.clone()
+    }
+
+    /// Hands the running engine changed rules, as a configuration reload does.
+    pub fn deploy_rules(&self, rules: &str) {
+        self.engine.as_ref().unwrap().deploy_rules(rules);
+    }
+
+    /// Stops the engine (as a worker crash or restart would) and starts a new one on the
+    /// same storage with `rules` configured; does not wait for it.
+    pub fn restart_with_rules(&mut self, rules: &str) {
+        if let Some(engine) = self.engine.take() {
+            assert!(
+                engine.shutdown(Duration::from_secs(10)),
+                "the engine stopped"
+            );
+        }
+        self.config = engine_config(
+            &self.primary,
+            self.store.path(),
+            self.port,
+            rules,
+            &self.config.slot_name,
+        );
+        self.engine = Some(Engine::start(self.config.clone(), self.status.clone()).unwrap());
+    }
+}
+
+/// The engine's configuration: the primary, `rules`, an HS256 key, storage in
+/// `<root>/store`.
+fn engine_config(
+    primary: &Cluster,
+    root: &std::path::Path,
+    port: u16,
+    rules: &str,
+    slot: &str,
+) -> EngineConfig {
+    {
         let k = base64_url(SECRET);
         let yaml = format!(
             "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
@@ -46,32 +113,14 @@ impl EngineRig {
                 .collect::<Vec<_>>()
                 .join("\n"),
         );
-        let service =
-            ServiceConfig::parse(&store.path().join("config.yaml"), &yaml, &|_| None).unwrap();
-        let status = Arc::new(StatusCell::new(std::process::id()));
-        let engine = Engine::start(
-            EngineConfig {
-                service,
-                storage_dir: store.path().join("store"),
-                listen_addresses: vec!["127.0.0.1".into()],
-                runtime_threads: 2,
-                slot_name: slot.into(),
-                admin_socket: None,
-            },
-            status.clone(),
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while status.snapshot().phase != Phase::Streaming {
-            assert!(Instant::now() < deadline, "{:?}", status.snapshot());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            _dir: dir,
-            primary,
-            _store: store,
-            engine: Some(engine),
-            port,
+        let service = ServiceConfig::parse(&root.join("config.yaml"), &yaml, &|_| None).unwrap();
+        EngineConfig {
+            service,
+            storage_dir: root.join("store"),
+            listen_addresses: vec!["127.0.0.1".into()],
+            runtime_threads: 2,
+            slot_name: slot.into(),
+            admin_socket: None,
         }
     }
 }
