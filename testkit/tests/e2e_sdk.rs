@@ -69,6 +69,7 @@ struct Rig {
     primary: Cluster,
     http_port: u16,
     rules: Rules,
+    rules_path: std::path::PathBuf,
     db_dir: tempfile::TempDir,
     _dir: TestDir,
 }
@@ -109,6 +110,7 @@ impl Rig {
             primary,
             http_port,
             rules,
+            rules_path,
             db_dir: tempfile::tempdir().unwrap(),
             _dir: dir,
         };
@@ -150,14 +152,50 @@ impl Rig {
     /// Every task, as the client's `tasks` table should hold it: both rule sets give the
     /// user every row (the global `tasks` stream / `all_tasks` bucket).
     fn expected_tasks(&self) -> Value {
+        self.expected_tasks_where("true", "summary")
+    }
+
+    /// The tasks `filter` selects, with `summary` as the expression for that column.
+    fn expected_tasks_where(&self, filter: &str, summary: &str) -> Value {
         let sql = format!(
             "SELECT coalesce(json_agg(json_build_object('id', id, 'org_id', org_id, \
              'project_id', project_id, 'title', title, 'status', status, 'priority', priority, \
              'assignee_id', assignee_id, 'story_points', story_points, 'updated_at', {}, \
-             'summary', summary) ORDER BY id), '[]') FROM tasks",
+             'summary', {summary}) ORDER BY id), '[]') FROM tasks WHERE {filter}",
             self.rules.updated_at_sql()
         );
         serde_json::from_str(&self.primary.sql(&sql)).unwrap()
+    }
+
+    /// The worker's status.
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.status()")).unwrap()
+    }
+
+    /// Writes `rules` to the rules file and has the worker reload it.
+    fn deploy(&self, rules: &str) -> Value {
+        std::fs::write(&self.rules_path, rules).unwrap();
+        serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.reload()")).unwrap()
+    }
+
+    /// Waits until the worker serves bucket generation `generation` or a later one (a
+    /// build interrupted before it recorded its rules is started again under the next
+    /// number); returns the generation served.
+    fn wait_generation(&self, generation: u64) -> u64 {
+        let mut last = Value::Null;
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_until(Duration::from_secs(90), "the deploy to switch", || {
+                last = self.status();
+                let served = last["generation"].as_u64()?;
+                (served >= generation && last["phase"] == "streaming").then_some(())
+            })
+        }));
+        assert!(
+            found.is_ok(),
+            "generation {generation} is not served: {last}\n{}",
+            self.replica.log_text()
+        );
+        last["generation"].as_u64().unwrap_or(generation)
     }
 
     /// The projects the user's access rows name: one parameter bucket each.
@@ -500,7 +538,144 @@ fn sync_end_to_end(rules: Rules) {
     assert_eq!(after["tables"]["tasks"].as_array().unwrap().len(), 2);
     assert_no_warnings(&after, "after reset()");
     step("the client resynced after reset()");
+    if rules == Rules::Streams {
+        deploys_with_the_client_connected(&rig, &mut client, &step);
+    }
     client.finish();
+}
+
+/// The edition 3 rules with `filter` on every stream, `columns` selected, and the
+/// `done_tasks` stream when `extra_stream`.
+fn streams_rules(filter: &str, columns: &str, extra_stream: bool) -> String {
+    let prefixed: Vec<String> = columns.split(", ").map(|c| format!("tasks.{c}")).collect();
+    let prefixed = prefixed.join(", ");
+    let project_filter = if filter == "true" {
+        String::new()
+    } else {
+        format!(" AND tasks.{filter}")
+    };
+    let mut rules = format!(
+        "config:\n  edition: 3\nstreams:\n  tasks:\n    auto_subscribe: true\n    \
+         query: SELECT {columns} FROM tasks WHERE {filter}\n  tasks_by_auth_project:\n    with:\n      \
+         accessible_projects: SELECT project_id AS project_id FROM user_project_access WHERE user_id = auth.user_id()\n    \
+         queries:\n      - SELECT {prefixed} FROM tasks, accessible_projects AS bucket WHERE tasks.project_id = bucket.project_id{project_filter}\n"
+    );
+    if extra_stream {
+        rules.push_str(&format!(
+            "  done_tasks:\n    auto_subscribe: true\n    query: SELECT {columns} FROM tasks WHERE status = 'done'\n"
+        ));
+    }
+    rules
+}
+
+/// Waits until the client holds exactly the tasks `filter` selects (`summary`: the
+/// expression for that column).
+fn expect_rows(
+    rig: &Rig,
+    client: &mut powersync_mdbx_testkit::WatchClient,
+    filter: &str,
+    summary: &str,
+    what: &str,
+) {
+    let want = rig.expected_tasks_where(filter, summary);
+    let answer = client.try_send(&json!({"cmd": "wait_equal", "table": "tasks", "rows": want}));
+    assert!(answer["ok"] == true, "{what}: {answer}");
+}
+
+/// Step 8: rules deploys with the official client connected throughout: a changed filter, an
+/// added stream, a changed column list; invalid rules rejected while the served ones
+/// stay; the worker killed during a build. The client must end each with exactly the
+/// new rules' rows and log no warning.
+fn deploys_with_the_client_connected(
+    rig: &Rig,
+    client: &mut powersync_mdbx_testkit::WatchClient,
+    step: &dyn Fn(&str),
+) {
+    const ALL: &str = "id, org_id, project_id, title, status, priority, assignee_id, story_points, updated_at, summary";
+    const NO_SUMMARY: &str =
+        "id, org_id, project_id, title, status, priority, assignee_id, story_points, updated_at";
+    rig.primary
+        .sql("UPDATE tasks SET status = 'done' WHERE id = 'task-e2e-after-truncate'");
+    let mut generation = rig.status()["generation"].as_u64().unwrap();
+
+    // A changed filter (and a stream removed: tasks_dashboard).
+    let result = rig.deploy(&streams_rules("status != 'done'", ALL, false));
+    assert_eq!(result["outcome"], "deploying_rules", "{result}");
+    generation = rig.wait_generation(generation + 1);
+    expect_rows(
+        rig,
+        client,
+        "status != 'done'",
+        "summary",
+        "a changed filter",
+    );
+    step("deploy: a changed filter");
+
+    // An added stream.
+    rig.deploy(&streams_rules("status != 'done'", ALL, true));
+    generation = rig.wait_generation(generation + 1);
+    expect_rows(rig, client, "true", "summary", "an added stream");
+    step("deploy: an added stream");
+
+    // Invalid rules: rejected, the served generation stays and follows the primary.
+    let result = rig.deploy("config:\n  edition: 3\nstreams:\n  broken:\n    query: SELECT FROM\n");
+    assert_eq!(result["outcome"], "invalid_rules_or_keys", "{result}");
+    rig.primary.sql(
+        "INSERT INTO tasks VALUES ('task-e2e-after-invalid', 'org-001', 'project-org-001-0001', \
+         'user-org-001-0001', 'After invalid rules', 'todo', 1, 'user-org-001-0001', 1, \
+         '2026-05-03T00:00:00Z', 'after invalid');",
+    );
+    expect_rows(
+        rig,
+        client,
+        "true",
+        "summary",
+        "invalid rules keep the served ones",
+    );
+    assert_eq!(rig.status()["generation"], generation);
+    let dump = client.send(&json!({"cmd": "dump"}));
+    assert_no_warnings(&dump, "the rules deploys");
+    step("deploy: invalid rules rejected");
+
+    // A changed column list, with the worker killed while it builds: the restarted worker
+    // serves the previous generation from its own stored rules and resumes the build.
+    rig.deploy(&streams_rules("true", NO_SUMMARY, false));
+    rig.replica.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'powersync_mdbx'",
+    );
+    generation = rig.wait_generation(generation + 1);
+    expect_rows(
+        rig,
+        client,
+        "true",
+        "NULL::text",
+        "a changed column list after a crash during the build",
+    );
+    let status = rig.status();
+    assert!(status["deploy"].is_null(), "{status}");
+    let slots = rig
+        .primary
+        .sql("SELECT string_agg(slot_name, ',') FROM pg_replication_slots");
+    assert_eq!(
+        slots.trim(),
+        format!("powersync_mdbx_g{generation}"),
+        "old slots are dropped"
+    );
+    // While the killed worker restarts the client cannot connect; nothing else may show.
+    let dump = client.send(&json!({"cmd": "dump"}));
+    let other: Vec<&Value> = dump["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| {
+            !w["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("fetch failed")
+        })
+        .collect();
+    assert!(other.is_empty(), "the SDK logged {other:?}");
+    step("deploy: a changed column list, worker killed during the build");
 }
 
 #[test]
