@@ -117,7 +117,8 @@ impl Generations {
                 let dir = dir.clone();
                 move || {
                     let intent = store::stage_record_of_any_format(&dir, BootstrapIntent::KEY)?;
-                    let rules = store::stage_record_of_any_format(&dir, "rules")?;
+                    let rules =
+                        store::stage_record_of_any_format(&dir, BootstrapIntent::RULES_KEY)?;
                     Ok((intent, rules))
                 }
             })

@@ -79,6 +79,8 @@ pub struct BootstrapIntent {
 impl BootstrapIntent {
     /// The stage-record key it is stored under.
     pub const KEY: &'static str = KEY;
+    /// The stage-record key of the rules text (see [`Self::load_rules_text`]).
+    pub const RULES_KEY: &'static str = RULES_KEY;
 
     /// Reads the record, if any.
     pub fn load(view: &ReadTxn<'_, '_>) -> Result<Option<Self>, ReplicationError> {

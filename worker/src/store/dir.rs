@@ -114,8 +114,19 @@ pub fn advance_generation(dir: &Path) -> Result<u64, StoreError> {
 /// Records `next` as the generation the next store in `dir` builds with (a deploy takes
 /// the generation after the serving one, so a later reset counts on from there).
 pub fn set_next_generation(dir: &Path, next: u64) -> Result<(), StoreError> {
+    replace_file(dir, GENERATION_FILE, GENERATION_TMP, &format!("{next}\n"))
+}
+
+/// Replaces `dir/name` with `text` durably: written to `dir/tmp` (mode 0600), synced,
+/// renamed over `name`, and the directory synced.
+pub(super) fn replace_file(
+    dir: &Path,
+    name: &str,
+    tmp: &str,
+    text: &str,
+) -> Result<(), StoreError> {
     use std::io::Write;
-    let tmp = dir.join(GENERATION_TMP);
+    let tmp = dir.join(tmp);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -123,10 +134,10 @@ pub fn set_next_generation(dir: &Path, next: u64) -> Result<(), StoreError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| StoreError::io(&tmp, "create it", e))?;
-    file.write_all(format!("{next}\n").as_bytes())
+    file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|e| StoreError::io(&tmp, "write it", e))?;
-    let path = dir.join(GENERATION_FILE);
+    let path = dir.join(name);
     std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, "replace it", e))?;
     sync_dir(dir)
 }

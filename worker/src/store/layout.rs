@@ -3,8 +3,6 @@
 //! and the file `active` naming the subdirectory that serves once a deploy has switched
 //! over. Without `active`, the directory's own store serves.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::dir::{self, DATA_FILE};
@@ -51,20 +49,7 @@ pub fn set_active(root: &Path, dir: &Path) -> Result<(), StoreError> {
         .and_then(|p| p.to_str())
         .filter(|n| is_generation_dir_name(n))
         .ok_or_else(|| StoreError::corrupt(dir, "generation directory name"))?;
-    let tmp = root.join(ACTIVE_TMP);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| StoreError::io(&tmp, "create it", e))?;
-    file.write_all(format!("{name}\n").as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(|e| StoreError::io(&tmp, "write it", e))?;
-    let path = root.join(ACTIVE_FILE);
-    std::fs::rename(&tmp, &path).map_err(|e| StoreError::io(&path, "replace it", e))?;
-    dir::sync_dir(root)
+    dir::replace_file(root, ACTIVE_FILE, ACTIVE_TMP, &format!("{name}\n"))
 }
 
 /// Every store directory under `root` other than `active`: the directory's own store
