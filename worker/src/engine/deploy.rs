@@ -124,19 +124,22 @@ impl Generations {
             })
             .await;
             let resumable = match &peek {
-                Ok((Some(intent), Some(rules))) => {
-                    let generation = BootstrapIntent::decode(intent).map(|i| i.generation);
-                    dir != self.root
-                        && self.build.is_none()
-                        && rules.as_slice() == config_rules.as_bytes()
-                        && config_rules != self.active.rules.text()
-                        && generation.is_ok_and(|g| g > self.active.number)
-                }
-                _ => false,
+                Ok((Some(intent), Some(rules))) => BootstrapIntent::decode(intent)
+                    .ok()
+                    .map(|i| i.generation)
+                    .filter(|g| {
+                        dir != self.root
+                            && self.build.is_none()
+                            && rules.as_slice() == config_rules.as_bytes()
+                            && config_rules != self.active.rules.text()
+                            && *g > self.active.number
+                    }),
+                _ => None,
             };
-            if resumable {
+            if let Some(number) = resumable {
                 tracing::info!(dir = %dir.display(), "resuming the interrupted rules deploy");
-                self.start_build(Arc::from(config_rules), Some(dir)).await?;
+                self.start_build(Arc::from(config_rules), Some((dir, number)))
+                    .await;
             } else {
                 tracing::info!(dir = %dir.display(), "removing a generation left behind");
                 self.retire_dir(dir);
@@ -147,7 +150,7 @@ impl Generations {
 
     /// Rules (re)loaded from the configuration: build them unless they are served or
     /// being built already. Invalid rules change nothing; the error shows in `status()`.
-    pub async fn consider(&mut self, text: Arc<str>) -> Result<(), EngineError> {
+    pub async fn consider(&mut self, text: Arc<str>) {
         if *text == *self.active.rules.text() {
             if let Some(build) = self.build.take() {
                 tracing::info!(
@@ -157,10 +160,10 @@ impl Generations {
                 self.retire(build.generation);
             }
             self.status.update(|s| s.deploy = None);
-            return Ok(());
+            return;
         }
         if self.build.as_ref().is_some_and(|b| b.text == text) {
-            return Ok(());
+            return;
         }
         if let Err(e) = SyncRules::parse(&text) {
             let report = ErrorReport::new(EngineError::Rules(e).to_string(), true);
@@ -169,7 +172,7 @@ impl Generations {
                 report.message
             );
             self.status.update(|s| s.last_error = Some(report));
-            return Ok(());
+            return;
         }
         if let Some(build) = self.build.take() {
             tracing::info!(
@@ -178,25 +181,15 @@ impl Generations {
             );
             self.retire(build.generation);
         }
-        self.start_build(text, None).await
+        self.start_build(text, None).await;
     }
 
-    /// Starts building `text` in a new generation directory (or resumes it in `resume`).
-    async fn start_build(
-        &mut self,
-        text: Arc<str>,
-        resume: Option<PathBuf>,
-    ) -> Result<(), EngineError> {
-        let (dir, number) = match resume {
-            Some(dir) => {
-                let number = dir
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix('g'))
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(self.active.number + 1);
-                (dir, number)
-            }
+    /// Starts building `text` in a new generation directory (or resumes generation
+    /// `number` in `dir`). A build that cannot even start (its directory or store cannot
+    /// be created) is reported in `status().last_error`; the served generation stays.
+    async fn start_build(&mut self, text: Arc<str>, resume: Option<(PathBuf, u64)>) {
+        let chosen = match resume {
+            Some(resumed) => Ok(resumed),
             None => {
                 let root = self.root.clone();
                 let after = self.active.number;
@@ -206,20 +199,34 @@ impl Generations {
                     store::set_next_generation(&root, number + 1)?;
                     Ok((store::build_dir(&root, number), number))
                 })
-                .await?
+                .await
             }
         };
-        let opened = OpenedStore::open(dir.clone()).await?;
-        let slot = slot_for(&self.slot_base, &self.root, &dir, number);
-        let mut generation = Generation::new(
-            opened,
-            number,
-            &text,
-            slot.clone(),
-            self.source.clone(),
-            false,
-        )?;
-        tracing::info!(generation = number, slot = %slot, dir = %dir.display(), "deploying changed sync rules beside the served ones");
+        let started = match chosen {
+            Ok((dir, number)) => match self.open_build(&text, dir.clone(), number).await {
+                Ok(generation) => Ok(generation),
+                Err(e) => {
+                    self.retire_dir(dir);
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
+        };
+        let mut generation = match started {
+            Ok(generation) => generation,
+            Err(e) => {
+                let report = ErrorReport::new(e.to_string(), e.needs_operator());
+                tracing::error!(
+                    "{}; the rules deploy cannot start, the served rules stay in force",
+                    report.message
+                );
+                self.status.update(|s| s.last_error = Some(report));
+                return;
+            }
+        };
+        let (number, slot) = (generation.number, generation.plan.slot.clone());
+        let dir = generation.dir.display().to_string();
+        tracing::info!(generation = number, slot = %slot, dir = %dir, "deploying changed sync rules beside the served ones");
         let tables_total = generation.rules.tables().len() as u64;
         let rules_hash = generation.rules.content_hash_hex();
         self.status.update(|s| {
@@ -227,7 +234,7 @@ impl Generations {
                 generation: number,
                 phase: DeployPhase::Validating,
                 rules_hash,
-                dir: dir.display().to_string(),
+                dir,
                 slot,
                 started_at: unix_now(),
                 tables_total,
@@ -245,7 +252,18 @@ impl Generations {
             started: Instant::now(),
             target: None,
         });
-        Ok(())
+    }
+
+    /// Opens (or creates) the store of generation `number` in `dir` with `text`.
+    async fn open_build(
+        &self,
+        text: &str,
+        dir: PathBuf,
+        number: u64,
+    ) -> Result<Generation, EngineError> {
+        let opened = OpenedStore::open(dir.clone()).await?;
+        let slot = slot_for(&self.slot_base, &self.root, &dir, number);
+        Generation::new(opened, number, text, slot, self.source.clone(), false)
     }
 
     /// Refreshes the deploy's progress in `status()` (from the engine's heartbeat).
@@ -316,10 +334,21 @@ impl Generations {
 
     /// Replaces the served generation with the caught-up build: the old one stops at its
     /// last commit, the build passes that position, the storage records the new one as
-    /// served, the endpoints switch over, and the old one is retired.
-    pub async fn switch(&mut self, sync: &SyncService) -> Result<(), EngineError> {
+    /// served, the endpoints switch over, and the old one is retired. If any step fails
+    /// the old generation resumes as it was and the build fails.
+    pub async fn switch(&mut self, sync: &SyncService) {
         let Some(mut build) = self.build.take() else {
-            return Ok(());
+            return;
+        };
+        let intent = match build
+            .generation
+            .store
+            .read(|view| Ok(BootstrapIntent::load(view)))
+        {
+            Ok(Ok(Some(intent))) => intent,
+            Ok(Ok(None)) => return self.resume_served(build, stopped()),
+            Ok(Err(e)) => return self.resume_served(build, e.into()),
+            Err(e) => return self.resume_served(build, e.into()),
         };
         self.status.update(|s| {
             if let Some(d) = s.deploy.as_mut() {
@@ -327,42 +356,20 @@ impl Generations {
             }
         });
         self.active.stop(STOP_GRACE).await;
-        let old_lsn = self.active.checkpoint().lsn;
-        let mut checkpoints = build.generation.checkpoints();
-        let reached = tokio::select! {
-            r = tokio::time::timeout(SWITCH_WAIT, checkpoints.wait_for(|c| c.lsn >= old_lsn)) => {
-                matches!(r, Ok(Ok(_)))
-            }
-            ended = build.generation.replication_ended() => { let _ = ended; false }
-        };
-        if !reached {
-            // Serve on as before; the build is given up (a reload tries again).
+        if let Err(e) = self.hand_over(&mut build, sync).await {
             self.active.start(self.status.clone());
-            self.build = Some(build);
-            self.fail_build(&EngineError::Deploy(format!(
-                "PSM_D2001 the new generation did not reach the served one's position {} within \
-                 {SWITCH_WAIT:?}",
-                format_lsn(old_lsn)
-            )));
-            return Ok(());
+            return self.resume_served(build, e);
         }
-        let (root, dir) = (self.root.clone(), build.generation.dir.clone());
-        blocking(move || store::set_active(&root, &dir)).await?;
-        sync.switch_to(build.generation.served()).await?;
         build.generation.serve();
         let new = &build.generation;
         let seconds = build.started.elapsed().as_secs_f64();
-        let intent = new.store.read(|view| Ok(BootstrapIntent::load(view)))?;
-        let intent = intent.ok().flatten();
-        let (number, rows) = (new.number, intent.as_ref().map_or(0, |i| i.rows));
+        let (number, rows) = (new.number, intent.rows);
+        let tables = new.rules.tables().len() as u64;
         let replication = ReplicationStatus {
             slot: new.plan.slot.clone(),
-            consistent_point: intent
-                .as_ref()
-                .and_then(|i| i.consistent_point)
-                .map(format_lsn),
-            tables_total: new.rules.tables().len() as u64,
-            tables_done: new.rules.tables().len() as u64,
+            consistent_point: intent.consistent_point.map(format_lsn),
+            tables_total: tables,
+            tables_done: tables,
             rows,
             ..ReplicationStatus::default()
         };
@@ -389,7 +396,53 @@ impl Generations {
         );
         let old = std::mem::replace(&mut self.active, build.generation);
         self.retire(old);
+    }
+
+    /// The switch proper, with the served generation stopped: the build passes its last
+    /// position, `active` names the build, the endpoints serve it. On an error nothing of
+    /// this stays (`active` names the served generation again).
+    async fn hand_over(&self, build: &mut Build, sync: &SyncService) -> Result<(), EngineError> {
+        let old_lsn = self.active.checkpoint().lsn;
+        let mut checkpoints = build.generation.checkpoints();
+        let reached = tokio::select! {
+            r = tokio::time::timeout(SWITCH_WAIT, checkpoints.wait_for(|c| c.lsn >= old_lsn)) => {
+                matches!(r, Ok(Ok(_)))
+            }
+            ended = build.generation.replication_ended() => ended.and(Err(stopped()))?,
+        };
+        if !reached {
+            return Err(EngineError::Deploy(format!(
+                "PSM_D2001 the new generation did not reach the served one's position {} within \
+                 {SWITCH_WAIT:?}",
+                format_lsn(old_lsn)
+            )));
+        }
+        let (root, dir) = (self.root.clone(), build.generation.dir.clone());
+        blocking(move || store::set_active(&root, &dir)).await?;
+        if let Err(e) = sync.switch_to(build.generation.served()).await {
+            let (root, served) = (self.root.clone(), self.active.dir.clone());
+            let restored = blocking(move || {
+                if served == root {
+                    store::remove_active_file(&root)
+                } else {
+                    store::set_active(&root, &served)
+                }
+            })
+            .await;
+            if let Err(restore) = restored {
+                // `active` names the build: a restart would serve it, complete and
+                // caught up, which is correct; only this process keeps the old one.
+                tracing::warn!("{restore}; the storage records the new generation as served");
+            }
+            return Err(e.into());
+        }
         Ok(())
+    }
+
+    /// Fails `build` with `error` while the served generation stays.
+    fn resume_served(&mut self, build: Build, error: EngineError) {
+        self.build = Some(build);
+        self.fail_build(&error);
     }
 
     /// Stops every generation's replication (engine shutdown). Retirements in progress

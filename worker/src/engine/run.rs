@@ -178,7 +178,7 @@ async fn serve_generations(
     // is kept).
     generations
         .consider(rules.borrow_and_update().clone())
-        .await?;
+        .await;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let outcome = loop {
         tokio::select! {
@@ -187,15 +187,8 @@ async fn serve_generations(
                 // Replication finished its work for now; keep serving until stopped.
                 GenerationEvent::ServedStopped(Ok(())) => {}
                 GenerationEvent::ServedStopped(Err(e)) => break Err(e),
-                GenerationEvent::BuildReady(ready) => {
-                    let switched = match ready {
-                        Ok(()) => generations.switch(&sync).await,
-                        Err(e) => Err(e),
-                    };
-                    if let Err(e) = switched {
-                        generations.fail_build(&e);
-                    }
-                }
+                GenerationEvent::BuildReady(Ok(())) => generations.switch(&sync).await,
+                GenerationEvent::BuildReady(Err(e)) => generations.fail_build(&e),
             },
             changed = rules.changed() => {
                 if changed.is_err() {
@@ -203,9 +196,7 @@ async fn serve_generations(
                 }
                 // The rules of a failed build, handed over again, are tried again.
                 let text = rules.borrow_and_update().clone();
-                if let Err(e) = generations.consider(text).await {
-                    generations.fail_build(&e);
-                }
+                generations.consider(text).await;
             }
             _ = heartbeat.tick() => {
                 status.touch();
