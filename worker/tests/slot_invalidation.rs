@@ -37,6 +37,17 @@ bucket_definitions:
       - SELECT id, body FROM items WHERE owner = bucket.owner
 ";
 
+/// A primary that invalidates slots retaining more than 1 MB of WAL.
+fn small_wal_primary(install: &PgInstall, dir: &TestDir) -> Cluster {
+    Cluster::start_new(
+        install,
+        dir,
+        "primary",
+        ClusterKind::Primary,
+        &["max_slot_wal_keep_size = 1MB".to_owned()],
+    )
+}
+
 fn slot_state(primary: &Cluster) -> String {
     primary.sql(&format!(
         "SELECT coalesce(wal_status, 'null') || ' ' || active FROM pg_replication_slots \
@@ -122,13 +133,7 @@ fn start(
 async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
-    let primary = Cluster::start_new(
-        &install,
-        &dir,
-        "primary",
-        ClusterKind::Primary,
-        &["max_slot_wal_keep_size = 1MB".to_owned()],
-    );
+    let primary = small_wal_primary(&install, &dir);
     primary.sql(SCHEMA);
     let Bootstrapped {
         connection,
@@ -211,13 +216,7 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
 
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
-    let primary = Cluster::start_new(
-        &install,
-        &dir,
-        "primary",
-        ClusterKind::Primary,
-        &["max_slot_wal_keep_size = 1MB".to_owned()],
-    );
+    let primary = small_wal_primary(&install, &dir);
     primary.sql(SCHEMA);
     primary.sql("CREATE TABLE filler (id serial PRIMARY KEY, body text)");
     let Bootstrapped {

@@ -105,15 +105,11 @@ impl SyncService {
     pub async fn record_write_checkpoint(&self, key: String, lsn: u64) -> Result<(), StoreError> {
         let _recording = self.recording.read().await;
         let store = self.current().store.clone();
-        tokio::task::spawn_blocking(move || store.put_stage_record(&key, &lsn.to_le_bytes()))
-            .await
-            .map_err(|e| {
-                StoreError::io(
-                    std::path::Path::new(""),
-                    "record a write checkpoint",
-                    std::io::Error::other(e),
-                )
-            })?
+        let dir = store.dir().to_owned();
+        on_blocking_thread(&dir, "record a write checkpoint", move || {
+            store.put_stage_record(&key, &lsn.to_le_bytes())
+        })
+        .await
     }
 
     /// Serves `next` from now on. The write-checkpoint requests recorded in the current
@@ -122,21 +118,12 @@ impl SyncService {
     pub async fn switch_to(&self, next: Arc<Served>) -> Result<(), StoreError> {
         let _recording = self.recording.write().await;
         let (from, to) = (self.current().store.clone(), next.store.clone());
-        let join = |e: tokio::task::JoinError| {
-            StoreError::io(
-                to.dir(),
-                "carry the write checkpoints over",
-                std::io::Error::other(e),
-            )
-        };
-        let copy = {
-            let to = to.clone();
-            tokio::task::spawn_blocking(move || {
-                let records = from.read(|view| view.stage_records(RECORD_PREFIX))?;
-                to.put_stage_records(&records)
-            })
-        };
-        copy.await.map_err(join)??;
+        let dir = to.dir().to_owned();
+        on_blocking_thread(&dir, "carry the write checkpoints over", move || {
+            let records = from.read(|view| view.stage_records(RECORD_PREFIX))?;
+            to.put_stage_records(&records)
+        })
+        .await?;
         self.served.send_replace(next);
         Ok(())
     }
@@ -159,4 +146,15 @@ impl SyncService {
                 ApiError::from(e)
             })
     }
+}
+
+/// Runs store work on a blocking thread; a panic there becomes an error about `dir`.
+async fn on_blocking_thread(
+    dir: &std::path::Path,
+    action: &'static str,
+    work: impl FnOnce() -> Result<(), StoreError> + Send + 'static,
+) -> Result<(), StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::io(dir, action, std::io::Error::other(e)))?
 }
