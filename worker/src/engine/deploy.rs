@@ -48,7 +48,6 @@ pub(super) struct Generations {
 
 struct Build {
     generation: Generation,
-    text: Arc<str>,
     started: Instant,
     /// The primary's position the build must reach before the switch, once taken.
     target: Option<u64>,
@@ -108,7 +107,7 @@ impl Generations {
     /// switch).
     async fn sort_out_others(&mut self, config_rules: &str) -> Result<(), EngineError> {
         let others = blocking({
-            let (root, active) = (self.root.clone(), self.active.dir.clone());
+            let (root, active) = (self.root.clone(), self.active.dir().to_owned());
             move || store::other_stores(&root, &active)
         })
         .await?;
@@ -162,7 +161,11 @@ impl Generations {
             self.status.update(|s| s.deploy = None);
             return;
         }
-        if self.build.as_ref().is_some_and(|b| b.text == text) {
+        if self
+            .build
+            .as_ref()
+            .is_some_and(|b| b.generation.rules.text() == &*text)
+        {
             return;
         }
         if let Err(e) = SyncRules::parse(&text) {
@@ -225,7 +228,7 @@ impl Generations {
             }
         };
         let (number, slot) = (generation.number, generation.plan.slot.clone());
-        let dir = generation.dir.display().to_string();
+        let dir = generation.dir().display().to_string();
         tracing::info!(generation = number, slot = %slot, dir = %dir, "deploying changed sync rules beside the served ones");
         let tables_total = generation.rules.tables().len() as u64;
         let rules_hash = generation.rules.content_hash_hex();
@@ -248,7 +251,6 @@ impl Generations {
         generation.start(self.status.clone());
         self.build = Some(Build {
             generation,
-            text,
             started: Instant::now(),
             target: None,
         });
@@ -417,10 +419,10 @@ impl Generations {
                 format_lsn(old_lsn)
             )));
         }
-        let (root, dir) = (self.root.clone(), build.generation.dir.clone());
+        let (root, dir) = (self.root.clone(), build.generation.dir().to_owned());
         blocking(move || store::set_active(&root, &dir)).await?;
         if let Err(e) = sync.switch_to(build.generation.served()).await {
-            let (root, served) = (self.root.clone(), self.active.dir.clone());
+            let (root, served) = (self.root.clone(), self.active.dir().to_owned());
             let restored = blocking(move || {
                 if served == root {
                     store::remove_active_file(&root)
@@ -463,7 +465,7 @@ impl Generations {
             let mut generation = generation;
             generation.stop(STOP_GRACE).await;
             let store = generation.store.clone();
-            let dir = generation.dir.clone();
+            let dir = generation.dir().to_owned();
             drop(generation);
             let intent = store
                 .read(|view| Ok(BootstrapIntent::load(view)))

@@ -82,7 +82,6 @@ pub(super) fn slot_for(base: &str, root: &Path, dir: &Path, generation: u64) -> 
 /// One generation and its replication.
 pub(super) struct Generation {
     pub number: u64,
-    pub dir: PathBuf,
     pub store: Arc<Store>,
     pub rules: Arc<SyncRules>,
     pub plan: SourcePlan,
@@ -119,7 +118,6 @@ impl Generation {
         let (published, checkpoints) = watch::channel(initial);
         Ok(Self {
             number,
-            dir: store.dir().to_owned(),
             store,
             rules,
             plan: SourcePlan { connection, slot },
@@ -132,6 +130,11 @@ impl Generation {
             task: None,
             serving: Arc::new(AtomicBool::new(serving)),
         })
+    }
+
+    /// Its store's directory.
+    pub fn dir(&self) -> &Path {
+        self.store.dir()
     }
 
     /// What the HTTP endpoints serve of this generation.
