@@ -64,7 +64,14 @@ impl Default for Shared {
 }
 
 impl Shared {
-    fn handshake(&mut self, request: Request) -> &mut Handshake {
+    fn handshake(&self, request: Request) -> &Handshake {
+        match request {
+            Request::Reset => &self.reset,
+            Request::Reload => &self.reload,
+        }
+    }
+
+    fn handshake_mut(&mut self, request: Request) -> &mut Handshake {
         match request {
             Request::Reset => &mut self.reset,
             Request::Reload => &mut self.reload,
@@ -117,14 +124,14 @@ pub fn read_status() -> Option<String> {
 /// Files a request; returns its number.
 pub fn file(request: Request) -> u64 {
     let mut shared = SHARED.exclusive();
-    let handshake = shared.handshake(request);
+    let handshake = shared.handshake_mut(request);
     handshake.requested += 1;
     handshake.requested
 }
 
 /// For the worker: the newest request of this kind not yet served, if any.
 pub fn pending(request: Request) -> Option<u64> {
-    let mut shared = SHARED.exclusive();
+    let shared = SHARED.share();
     let handshake = shared.handshake(request);
     (handshake.requested > handshake.completed).then_some(handshake.requested)
 }
@@ -132,14 +139,14 @@ pub fn pending(request: Request) -> Option<u64> {
 /// For the worker: marks requests up to `number` served with `result`.
 pub fn complete(request: Request, number: u64, result: &str) {
     let mut shared = SHARED.exclusive();
-    let handshake = shared.handshake(request);
+    let handshake = shared.handshake_mut(request);
     store(&mut handshake.result, &mut handshake.result_len, result);
     handshake.completed = number;
 }
 
 /// The result of request `number`, once served.
 pub fn result(request: Request, number: u64) -> Option<String> {
-    let mut shared = SHARED.exclusive();
+    let shared = SHARED.share();
     let handshake = shared.handshake(request);
     if handshake.completed >= number {
         Some(load(&handshake.result, handshake.result_len).unwrap_or_default())
