@@ -10,6 +10,7 @@
 #   PSM_BENCH_GATES=1                 correctness gates (scripts/bench_gates.py); 0 skips
 #   PSM_BENCH_PROFILE=<file>          perf record of the worker to readiness
 #   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
+#   PSM_BENCH_DEPLOY=1                at the end, time a rules deploy (scripts/bench_deploy.py)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
 # until a /sync/stream response for the probe user reaches checkpoint_complete with
@@ -207,7 +208,15 @@ fi
 status_after="$(psql_r -c "SELECT powersync_mdbx.status()")"
 mdbx_bytes_after="$(stat -c %s "$store_dir/mdbx.dat")"
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" <<PY
+deploy='{}'
+if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
+  log "timing a rules deploy (every bucket rebuilt under the next generation)"
+  deploy="$(python3 "$root/scripts/bench_deploy.py" "$work/config.yaml" "$work/rules-deploy.yaml" \
+    "$store_dir" "$worker" -- "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" \
+    -U postgres -d postgres)"
+fi
+
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -216,6 +225,7 @@ after = json.loads(sys.argv[4])
 download = json.loads(sys.argv[5])
 download_raw = json.loads(sys.argv[6])
 gates = json.loads(sys.argv[7])
+deploy = json.loads(sys.argv[8])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -250,6 +260,7 @@ out = {
   "mdbx_file_bytes_after_churn": $mdbx_bytes_after,
   "mdbx_used_bytes_after_churn": after["store"]["used_bytes"],
   "peak_anon_rss_bytes_streaming": $churn_anon * 1024,
+  **deploy,
 }
 print(json.dumps(out))
 PY
