@@ -6,6 +6,8 @@ mod bootstrap;
 mod error;
 mod intent;
 mod pipeline;
+#[cfg(test)]
+mod pipeline_cost;
 mod progress;
 mod release;
 mod stream;

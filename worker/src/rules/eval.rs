@@ -19,12 +19,28 @@ use super::row::SourceRow;
 use super::types::convert;
 use super::value::{OwnedValue, Value};
 
-/// Where each column a plan's queries read sits among a source's columns: computed once
-/// per column layout ([`TablePlan::bind`]) instead of matching names for every row.
+/// A plan's queries bound to one column layout of its source ([`TablePlan::bind`]):
+/// their column references point straight at the row's converted values, so a row is
+/// evaluated without matching names or copying values per query.
 #[derive(Debug, Clone)]
 pub struct SlotBinding {
-    data: Vec<Vec<Option<usize>>>,
-    lookups: Vec<Vec<Option<usize>>>,
+    data: Vec<DataEvaluator>,
+    lookups: Vec<LookupCreator>,
+    /// The plan's table name, shared by the objects of queries without an output name.
+    table: Arc<str>,
+    /// Per data query: its output name, shared by every row's object.
+    object_types: Vec<Option<Arc<str>>>,
+}
+
+impl SlotBinding {
+    /// The `object_type` of data query `index` for a row of `table`.
+    fn object_type(&self, index: usize, table: &str) -> Arc<str> {
+        match self.object_types.get(index).and_then(Option::as_ref) {
+            Some(name) => name.clone(),
+            None if *self.table == *table => self.table.clone(),
+            None => Arc::from(table),
+        }
+    }
 }
 
 impl TablePlan {
@@ -37,8 +53,30 @@ impl TablePlan {
                 .collect()
         };
         SlotBinding {
-            data: self.data.iter().map(|d| indices(&d.slots)).collect(),
-            lookups: self.lookups.iter().map(|l| indices(&l.slots)).collect(),
+            data: self
+                .data
+                .iter()
+                .map(|d| {
+                    let mut bound = d.clone();
+                    bound.bind_columns(&indices(&d.slots));
+                    bound
+                })
+                .collect(),
+            lookups: self
+                .lookups
+                .iter()
+                .map(|l| {
+                    let mut bound = l.clone();
+                    bound.bind_columns(&indices(&l.slots));
+                    bound
+                })
+                .collect(),
+            table: Arc::from(self.table.name.as_str()),
+            object_types: self
+                .data
+                .iter()
+                .map(|d| d.object_type.as_deref().map(Arc::from))
+                .collect(),
         }
     }
 
@@ -70,134 +108,177 @@ impl TablePlan {
                 }
             });
         }
-        let mut out = RowEvaluation::default();
-        let mut objects: Vec<Option<Object>> = Vec::with_capacity(self.data.len());
-        for (i, (d, bound)) in self.data.iter().zip(&binding.data).enumerate() {
-            let slots = slot_values(bound, &values);
-            let object =
-                self.evaluate_data(i, d, row, (&values, &slots), &objects, &mut out.buckets);
+        let env = Env {
+            row: &values,
+            request: None,
+        };
+        let mut out = RowEvaluation {
+            buckets: Vec::with_capacity(binding.data.len()),
+            lookups: Vec::new(),
+        };
+        let mut objects: Vec<Option<Object>> = Vec::with_capacity(binding.data.len());
+        let mut names = Vec::new();
+        for (i, d) in binding.data.iter().enumerate() {
+            bucket_names(d, env, &mut names);
+            let object = if names.is_empty() {
+                None
+            } else {
+                let object = self.object_for(i, d, binding, row, &values, &objects);
+                add_memberships(&object, names.drain(..), &mut out.buckets);
+                Some(object)
+            };
             objects.push(object);
         }
-        let mut seen_keys = HashSet::new();
-        for (l, bound) in self.lookups.iter().zip(&binding.lookups) {
-            let slots = slot_values(bound, &values);
-            evaluate_lookup(l, &slots, &mut seen_keys, &mut out.lookups);
+        if !binding.lookups.is_empty() {
+            let mut seen_keys = HashSet::new();
+            for l in &binding.lookups {
+                evaluate_lookup(l, env, &mut seen_keys, &mut out.lookups);
+            }
         }
         Ok(out)
     }
 
-    /// Adds the row's memberships from data query `index` (`d`); returns the object it
-    /// built (for a twin query or an identical output of another query to reuse), or
-    /// `None` when the row is in none of its buckets. `built` holds the objects of the
-    /// queries before it.
-    fn evaluate_data(
+    /// The row's object for data query `index` (`d`): its twin's when that one was built
+    /// (`built` holds the objects of the queries before it), otherwise built.
+    fn object_for(
         &self,
         index: usize,
         d: &DataEvaluator,
+        binding: &SlotBinding,
         row: &SourceRow<'_>,
-        (values, slots): (&[Value<'_>], &[Value<'_>]),
+        values: &[Value<'_>],
         built: &[Option<Object>],
-        out: &mut Vec<BucketRow>,
-    ) -> Option<Object> {
+    ) -> Object {
         let twin = self
             .twins
             .get(index)
             .copied()
             .flatten()
             .and_then(|j| built.get(j).cloned().flatten());
-        let env = Env {
-            row: slots,
-            request: None,
-        };
-        let tuples = param_tuples(&d.filter, env, d.params);
-        if tuples.is_empty() {
-            return None;
-        }
-        let object = match twin {
+        match twin {
             Some(object) => object,
-            None => Self::build_object(d, row, values, env, built),
-        };
-        for t in tuples {
-            let Some(bucket) = bucket_name(&d.prefix, &t) else {
-                continue;
-            };
-            let known = out.iter().any(|b| {
-                b.bucket == bucket
-                    && b.object_type == object.object_type
-                    && b.object_id == object.object_id
-            });
-            if !known {
-                out.push(BucketRow {
-                    bucket,
-                    object_type: object.object_type.clone(),
-                    object_id: object.object_id.clone(),
-                    data: object.data.clone(),
-                    checksum: object.checksum,
-                });
-            }
+            None => build_object(d, binding.object_type(index, row.table), row, values, built),
         }
-        Some(object)
     }
+}
 
-    /// The row's object for one data query: data JSON, id, output table and checksum.
-    fn build_object(
-        d: &DataEvaluator,
-        row: &SourceRow<'_>,
-        values: &[Value<'_>],
-        env: Env<'_>,
-        built: &[Option<Object>],
-    ) -> Object {
-        let mut data = String::with_capacity(256);
-        data.push('{');
-        let mut first = true;
-        let mut star_id: Option<Value<'_>> = None;
-        for p in &d.projection {
-            match p {
-                Projection::Star => {
-                    for (c, v) in row.columns.iter().zip(values) {
-                        if c.name.starts_with('_') || d.explicit.iter().any(|e| e == c.name) {
-                            continue;
-                        }
-                        if c.name == "id" {
-                            star_id = Some(v.borrowed());
-                        }
-                        write_field(&mut data, &mut first, None, c.name, v);
-                    }
-                }
-                Projection::Column {
-                    name,
-                    key_json,
-                    expr,
-                } => {
-                    let v = expr.eval(env);
-                    write_field(&mut data, &mut first, Some(key_json), name, &v);
-                }
+/// The buckets data query `d` puts the row in (into `out`, which it clears first).
+fn bucket_names(d: &DataEvaluator, env: Env<'_>, out: &mut Vec<String>) {
+    out.clear();
+    let filter = match &d.filter {
+        ParamFilter::And(items) if items.len() == 1 => &items[0],
+        filter => filter,
+    };
+    match filter {
+        // The common shapes, without building assignment lists: a global bucket (with
+        // or without a row filter) and one bucket per value of one row column.
+        ParamFilter::Pred(e) if d.params == 0 => {
+            if e.eval(env).is_truthy() {
+                out.extend(bucket_name(&d.prefix, &[]));
             }
         }
-        data.push('}');
-        let id_value = match &d.id {
-            Some(e) => e.eval(env),
-            None => star_id.unwrap_or(Value::Null),
-        };
-        let object_id = id_value
-            .to_text()
-            .map(|t| t.into_owned())
-            .unwrap_or_default();
-        let object_type: &str = d.object_type.as_deref().unwrap_or(row.table);
-        // Another data query of this row may have built the same object (same columns,
-        // different bucket parameters): share it and its checksum.
-        if let Some(same) = built.iter().flatten().find(|o| {
-            *o.data == *data && *o.object_id == *object_id && *o.object_type == *object_type
-        }) {
-            return same.clone();
+        ParamFilter::Param {
+            param: 0,
+            row,
+            expands: false,
+        } if d.params == 1 => {
+            let v = row.eval(env);
+            if !matches!(v, Value::Null | Value::Blob(_)) {
+                out.extend(bucket_name(&d.prefix, std::slice::from_ref(&v)));
+            }
         }
-        let checksum = put_checksum(object_type, &object_id, &data);
-        Object {
-            object_type: Arc::from(object_type),
-            object_id: Arc::from(object_id),
-            data: Arc::from(data),
-            checksum,
+        filter => {
+            for t in param_tuples(filter, env, d.params) {
+                out.extend(bucket_name(&d.prefix, &t));
+            }
         }
+    }
+}
+
+/// Adds the memberships of `object` in `buckets`, once per (bucket, object).
+fn add_memberships(
+    object: &Object,
+    buckets: impl Iterator<Item = String>,
+    out: &mut Vec<BucketRow>,
+) {
+    for bucket in buckets {
+        let known = out.iter().any(|b| {
+            b.bucket == bucket
+                && b.object_type == object.object_type
+                && b.object_id == object.object_id
+        });
+        if !known {
+            out.push(BucketRow {
+                bucket,
+                object_type: object.object_type.clone(),
+                object_id: object.object_id.clone(),
+                data: object.data.clone(),
+                checksum: object.checksum,
+            });
+        }
+    }
+}
+
+/// The row's object for one data query: data JSON, id, output table and checksum.
+fn build_object(
+    d: &DataEvaluator,
+    object_type: Arc<str>,
+    row: &SourceRow<'_>,
+    values: &[Value<'_>],
+    built: &[Option<Object>],
+) -> Object {
+    let env = Env {
+        row: values,
+        request: None,
+    };
+    let mut data = String::with_capacity(512);
+    data.push('{');
+    let mut first = true;
+    let mut star_id: Option<Value<'_>> = None;
+    for p in &d.projection {
+        match p {
+            Projection::Star => {
+                for (c, v) in row.columns.iter().zip(values) {
+                    if c.name.starts_with('_') || d.explicit.iter().any(|e| e == c.name) {
+                        continue;
+                    }
+                    if c.name == "id" {
+                        star_id = Some(v.borrowed());
+                    }
+                    write_field(&mut data, &mut first, None, c.name, v);
+                }
+            }
+            Projection::Column {
+                name,
+                key_json,
+                expr,
+            } => {
+                let v = expr.eval(env);
+                write_field(&mut data, &mut first, Some(key_json), name, &v);
+            }
+        }
+    }
+    data.push('}');
+    let id_value = match &d.id {
+        Some(e) => e.eval(env),
+        None => star_id.unwrap_or(Value::Null),
+    };
+    let object_id = id_value.to_text().unwrap_or_default();
+    // Another data query of this row may have built the same object (same columns,
+    // different bucket parameters): share it and its checksum.
+    if let Some(same) = built
+        .iter()
+        .flatten()
+        .find(|o| *o.data == *data && *o.object_id == *object_id && *o.object_type == *object_type)
+    {
+        return same.clone();
+    }
+    let checksum = put_checksum(&object_type, &object_id, &data);
+    Object {
+        object_type,
+        object_id: Arc::from(&*object_id),
+        data: Arc::from(data),
+        checksum,
     }
 }
 
@@ -233,16 +314,6 @@ fn write_field(
         }
     }
     write_data_value(out, v);
-}
-
-fn slot_values<'e>(bound: &[Option<usize>], values: &'e [Value<'e>]) -> Vec<Value<'e>> {
-    bound
-        .iter()
-        .map(|i| {
-            i.and_then(|i| values.get(i))
-                .map_or(Value::Null, |v| v.borrowed())
-        })
-        .collect()
 }
 
 /// The complete bucket-parameter tuples a row produces.
@@ -331,14 +402,10 @@ fn same_key(a: &Value<'_>, b: &Value<'_>) -> bool {
 
 fn evaluate_lookup(
     l: &LookupCreator,
-    slots: &[Value<'_>],
+    env: Env<'_>,
     seen: &mut HashSet<LookupKey>,
     out: &mut Vec<LookupEntry>,
 ) {
-    let env = Env {
-        row: slots,
-        request: None,
-    };
     for b in &l.branches {
         if !b.rows.iter().all(|e| e.eval(env).is_truthy()) {
             continue;

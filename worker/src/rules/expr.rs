@@ -199,6 +199,34 @@ impl Expr {
         }
     }
 
+    /// Points column references at a source's column order: slot `i` reads column
+    /// `columns[i]`, or NULL when the source lacks it ([`super::SlotBinding`]).
+    pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
+        match self {
+            Expr::Column(slot) => match columns.get(*slot).copied().flatten() {
+                Some(index) => *slot = index,
+                None => *self = Expr::Literal(Value::Null),
+            },
+            Expr::Literal(_) | Expr::Request(_) => {}
+            Expr::Not(x) | Expr::Neg(x) | Expr::IsNull(x, _) | Expr::Cast(x, _) => {
+                x.bind_columns(columns)
+            }
+            Expr::Binary(_, a, b) | Expr::InJson(a, b) => {
+                a.bind_columns(columns);
+                b.bind_columns(columns);
+            }
+            Expr::JsonArrow { value, path, .. } => {
+                value.bind_columns(columns);
+                path.bind_columns(columns);
+            }
+            Expr::InList(x, list, _) => {
+                x.bind_columns(columns);
+                list.iter_mut().for_each(|e| e.bind_columns(columns));
+            }
+            Expr::Func(_, args) => args.iter_mut().for_each(|e| e.bind_columns(columns)),
+        }
+    }
+
     /// True when the expression reads a source-row column.
     pub fn uses_row(&self) -> bool {
         self.any(&|e| matches!(e, Expr::Column(_)))

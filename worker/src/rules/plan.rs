@@ -195,7 +195,47 @@ pub struct TablePlan {
     pub(crate) twins: Vec<Option<usize>>,
 }
 
+impl ParamFilter {
+    /// See [`Expr::bind_columns`].
+    pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
+        match self {
+            ParamFilter::Pred(e) | ParamFilter::Param { row: e, .. } => e.bind_columns(columns),
+            ParamFilter::And(items) | ParamFilter::Or(items) => {
+                items.iter_mut().for_each(|i| i.bind_columns(columns))
+            }
+        }
+    }
+}
+
+impl LookupCreator {
+    /// See [`Expr::bind_columns`].
+    pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
+        self.outputs
+            .iter_mut()
+            .for_each(|e| e.bind_columns(columns));
+        for b in &mut self.branches {
+            b.rows.iter_mut().for_each(|e| e.bind_columns(columns));
+            b.links
+                .iter_mut()
+                .for_each(|(e, _)| e.bind_columns(columns));
+        }
+    }
+}
+
 impl DataEvaluator {
+    /// See [`Expr::bind_columns`].
+    pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
+        for p in &mut self.projection {
+            if let Projection::Column { expr, .. } = p {
+                expr.bind_columns(columns);
+            }
+        }
+        if let Some(id) = &mut self.id {
+            id.bind_columns(columns);
+        }
+        self.filter.bind_columns(columns);
+    }
+
     /// True when `self` and `other` produce the same object for every row.
     fn same_output(&self, other: &DataEvaluator) -> bool {
         self.object_type == other.object_type

@@ -54,25 +54,30 @@ impl CopyFields {
         self.spans.clear();
         self.scratch.clear();
         let mut start = 0;
-        for (field, end) in line
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| (*b == b'\t').then_some(i))
-            .chain(std::iter::once(line.len()))
-            .enumerate()
-        {
+        let mut tabs = memchr::memchr_iter(b'\t', line);
+        loop {
+            let end = tabs.next().unwrap_or(line.len());
             let raw = line.get(start..end).unwrap_or_default();
+            let field = self.spans.len();
             let span = if raw == b"\\N" {
                 Span::Null
-            } else if raw.contains(&b'\\') {
+            } else if memchr::memchr(b'\\', raw).is_some() {
                 let from = self.scratch.len();
                 unescape(raw, &mut self.scratch)
                     .map_err(|problem| CopyTextError::Malformed { field, problem })?;
+                // Escapes can make any byte: check the unescaped value by itself.
+                let unescaped = self.scratch.get(from..).unwrap_or_default();
+                if std::str::from_utf8(unescaped).is_err() {
+                    return Err(not_utf8(field));
+                }
                 Span::Scratch(from, self.scratch.len())
             } else {
                 Span::Line(start, end)
             };
             self.spans.push(span);
+            if end == line.len() {
+                break;
+            }
             start = end + 1;
         }
         if self.spans.len() != self.columns {
@@ -81,20 +86,29 @@ impl CopyFields {
                 found: self.spans.len(),
             });
         }
-        let fields = Fields {
+        // One check for the whole line: valid UTF-8 split at ASCII tabs gives valid
+        // fields. Only when it fails are the fields checked one by one, to name the bad one.
+        if std::str::from_utf8(line).is_err() {
+            for (field, span) in self.spans.iter().enumerate() {
+                if let Span::Line(a, b) = *span {
+                    if std::str::from_utf8(line.get(a..b).unwrap_or_default()).is_err() {
+                        return Err(not_utf8(field));
+                    }
+                }
+            }
+        }
+        Ok(Fields {
             spans: &self.spans,
             line,
             scratch: &self.scratch,
-        };
-        for field in 0..fields.len() {
-            if let Some(bytes) = fields.get(field) {
-                std::str::from_utf8(bytes).map_err(|_| CopyTextError::Malformed {
-                    field,
-                    problem: "not valid UTF-8",
-                })?;
-            }
-        }
-        Ok(fields)
+        })
+    }
+}
+
+fn not_utf8(field: usize) -> CopyTextError {
+    CopyTextError::Malformed {
+        field,
+        problem: "not valid UTF-8",
     }
 }
 

@@ -27,6 +27,51 @@ const RAW: u8 = 0;
 const ZSTD_DICT: u8 = 1;
 const WHAT: &str = "compressed row record";
 
+/// Packs encoded records into their stored form: compressed with the codec's
+/// dictionary when that is smaller, raw otherwise (and always while there is none).
+pub(super) struct Packer<'c> {
+    compressor: Option<zstd::bulk::Compressor<'c>>,
+    /// The compressed frame before its header is put in front (reused).
+    scratch: Vec<u8>,
+}
+
+impl Packer<'_> {
+    /// A packer that stores records raw.
+    #[cfg(test)]
+    pub fn raw() -> Packer<'static> {
+        Packer {
+            compressor: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// True when it compresses.
+    pub fn compresses(&self) -> bool {
+        self.compressor.is_some()
+    }
+
+    /// The stored form of an encoded record.
+    pub fn pack(&mut self, raw: &[u8]) -> Vec<u8> {
+        if let Some(compressor) = self.compressor.as_mut() {
+            self.scratch.clear();
+            self.scratch
+                .reserve(zstd::zstd_safe::compress_bound(raw.len()));
+            let compressed = compressor.compress_to_buffer(raw, &mut self.scratch);
+            if compressed.is_ok() && self.scratch.len() + 4 < raw.len() {
+                let mut w = Writer::with_capacity(self.scratch.len() + 6);
+                w.raw(&[ZSTD_DICT])
+                    .varint(raw.len() as u64)
+                    .raw(&self.scratch);
+                return w.finish();
+            }
+        }
+        let mut out = Vec::with_capacity(raw.len() + 1);
+        out.push(RAW);
+        out.extend_from_slice(raw);
+        out
+    }
+}
+
 /// How records are written and read.
 pub(super) struct RecordCodec {
     dictionary: Option<(EncoderDictionary<'static>, DecoderDictionary<'static>)>,
@@ -53,30 +98,20 @@ impl RecordCodec {
         self.dictionary.is_some()
     }
 
-    /// A compressor for one write transaction.
-    pub fn compressor(&self) -> Option<zstd::bulk::Compressor<'_>> {
-        let (encoder, _) = self.dictionary.as_ref()?;
-        let mut c = zstd::bulk::Compressor::with_prepared_dictionary(encoder).ok()?;
-        // The header carries the length; the frame needs neither checksum nor ids.
-        c.include_checksum(false).ok()?;
-        c.include_contentsize(false).ok()?;
-        c.include_dictid(false).ok()?;
-        Some(c)
-    }
-
-    /// The stored form of an encoded record.
-    pub fn pack(compressor: Option<&mut zstd::bulk::Compressor<'_>>, raw: &[u8]) -> Vec<u8> {
-        if let Some(packed) = compressor.and_then(|c| c.compress(raw).ok()) {
-            if packed.len() + 4 < raw.len() {
-                let mut w = Writer::with_capacity(packed.len() + 6);
-                w.raw(&[ZSTD_DICT]).varint(raw.len() as u64).raw(&packed);
-                return w.finish();
-            }
+    /// A packer for one write transaction or one evaluator thread.
+    pub fn packer(&self) -> Packer<'_> {
+        let compressor = self.dictionary.as_ref().and_then(|(encoder, _)| {
+            let mut c = zstd::bulk::Compressor::with_prepared_dictionary(encoder).ok()?;
+            // The header carries the length; the frame needs neither checksum nor ids.
+            c.include_checksum(false).ok()?;
+            c.include_contentsize(false).ok()?;
+            c.include_dictid(false).ok()?;
+            Some(c)
+        });
+        Packer {
+            compressor,
+            scratch: Vec::new(),
         }
-        let mut out = Vec::with_capacity(raw.len() + 1);
-        out.push(RAW);
-        out.extend_from_slice(raw);
-        out
     }
 
     /// The raw bytes of a stored form that is not compressed, `None` when it is.
@@ -128,15 +163,14 @@ mod tests {
             .collect();
         let raw = RecordCodec::raw();
         assert_eq!(
-            raw.unpack(&RecordCodec::pack(None, &samples[0]))
+            raw.unpack(&Packer::raw().pack(&samples[0]))
                 .unwrap()
                 .as_ref(),
             samples[0].as_slice()
         );
         let dict = RecordCodec::train(&samples).unwrap();
         let codec = RecordCodec::with_dictionary(&dict);
-        let mut c = codec.compressor();
-        let packed = RecordCodec::pack(c.as_mut(), &samples[7]);
+        let packed = codec.packer().pack(&samples[7]);
         assert!(
             packed.len() < samples[7].len() / 2,
             "{} vs {}",
@@ -149,10 +183,7 @@ mod tests {
         );
         // Raw records stay readable after the dictionary arrives; damage is an error.
         assert_eq!(
-            codec
-                .unpack(&RecordCodec::pack(None, b"x"))
-                .unwrap()
-                .as_ref(),
+            codec.unpack(&Packer::raw().pack(b"x")).unwrap().as_ref(),
             b"x"
         );
         assert!(raw.unpack(&packed).is_err());

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use libmdbx::WriteFlags;
 
-use super::compress::RecordCodec;
+use super::compress::{Packer, RecordCodec};
 use super::record::{decode_outputs, encode_head, encode_outputs};
 use super::tables::row_key;
 use super::writer::{LookupPut, RowPut, Stash, WriteTxn};
@@ -107,22 +107,18 @@ impl RowCodec {
 
     /// A packer (one compression context, reused for every row it packs).
     pub fn packer(&self) -> RowPacker<'_> {
-        RowPacker {
-            compressor: self.0.compressor(),
-        }
+        RowPacker(self.0.packer())
     }
 }
 
 /// Compresses prepared rows' outputs with one codec.
-pub struct RowPacker<'c> {
-    compressor: Option<zstd::bulk::Compressor<'c>>,
-}
+pub struct RowPacker<'c>(Packer<'c>);
 
 impl RowPacker<'_> {
     /// Packs the outputs of `rows` (raw while the store has no dictionary).
     pub fn pack(&mut self, rows: &mut [PreparedRow]) {
         for row in rows.iter_mut().filter(|r| !r.packed) {
-            row.outputs = RecordCodec::pack(self.compressor.as_mut(), &row.outputs);
+            row.outputs = self.0.pack(&row.outputs);
             row.packed = true;
         }
     }

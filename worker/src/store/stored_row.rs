@@ -60,6 +60,7 @@ pub(super) fn output(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::compress::Packer;
     use crate::store::record::{LookupRef, Membership};
 
     #[test]
@@ -85,7 +86,7 @@ mod tests {
         let codec = RecordCodec::raw();
         let stored = join(
             &record.encode_head(),
-            &RecordCodec::pack(None, &record.encode_outputs()),
+            &Packer::raw().pack(&record.encode_outputs()),
         );
         assert_eq!(decode(&codec, &stored).unwrap(), record);
         let (table, output) = output(&codec, &stored, 0).unwrap();

@@ -9,10 +9,10 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use libmdbx::{Transaction, WriteFlags, WriteMap, RW};
+use libmdbx::{WriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
-use super::compress::{RecordCodec, TRAINING_SAMPLES};
+use super::compress::{Packer, RecordCodec, TRAINING_SAMPLES};
 use super::op::{BucketState, OpKind, StoredOp, OP_BYTES};
 use super::record::{subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
 use super::stored_row;
@@ -127,7 +127,7 @@ pub struct WriteTxn<'t, 'db> {
     dirty: foldhash::HashMap<String, BucketState>,
     new_names: Vec<(u32, String)>,
     codec: &'t RecordCodec,
-    compressor: Option<zstd::bulk::Compressor<'t>>,
+    packer: Packer<'t>,
     /// Encoded records kept to train the dictionary (while there is none).
     samples: Vec<Vec<u8>>,
     /// Ops appended in this transaction, per bucket id, in op order; written with one
@@ -175,7 +175,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             dirty: foldhash::HashMap::default(),
             new_names: Vec::new(),
             codec,
-            compressor: codec.compressor(),
+            packer: codec.packer(),
             samples: Vec::new(),
             pending: foldhash::HashMap::default(),
             pending_ops: 0,
@@ -510,15 +510,17 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
 
     /// An outputs section packed with this transaction's codec.
     pub(super) fn pack_outputs(&mut self, raw: &[u8]) -> Vec<u8> {
-        RecordCodec::pack(self.compressor.as_mut(), raw)
+        self.packer.pack(raw)
     }
 
     /// Raw packed outputs compressed with this transaction's dictionary; `None` when
     /// they are compressed already or there is no dictionary yet.
     pub(super) fn repack(&mut self, packed: &[u8]) -> Option<Vec<u8>> {
-        let compressor = self.compressor.as_mut()?;
+        if !self.packer.compresses() {
+            return None;
+        }
         let raw = RecordCodec::raw_part(packed)?;
-        Some(RecordCodec::pack(Some(compressor), raw))
+        Some(self.packer.pack(raw))
     }
 
     /// The raw outputs section of packed outputs.

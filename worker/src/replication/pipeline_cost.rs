@@ -1,0 +1,124 @@
+//! The snapshot pipeline's CPU cost on a real COPY dump, without PostgreSQL: an ignored
+//! test for profiling (it asserts nothing about time).
+//!
+//! ```text
+//! psql -c "COPY tasks TO STDOUT" > /tmp/tasks.copy     # a fixture primary
+//! PSM_PIPELINE_COPY=/tmp/tasks.copy cargo test --release -p powersync-mdbx-worker \
+//!     --lib pipeline_cost -- --ignored --nocapture
+//! ```
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::pipeline::{Pipeline, TableJob};
+use super::{BootstrapIntent, BootstrapState, Progress};
+use crate::rules::SyncRules;
+use crate::source::ColumnMeta;
+use crate::store::Store;
+
+// The extension's allocator, so the figures compare with the worker's (this applies to the
+// whole unit-test binary).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The fixture's `tasks` columns and their type OIDs.
+const TASK_COLUMNS: [(&str, u32); 11] = [
+    ("id", 25),
+    ("org_id", 25),
+    ("project_id", 25),
+    ("owner_id", 25),
+    ("title", 25),
+    ("status", 25),
+    ("priority", 23),
+    ("assignee_id", 25),
+    ("story_points", 23),
+    ("updated_at", 1184),
+    ("summary", 25),
+];
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+#[test]
+#[ignore = "profiling aid: needs PSM_PIPELINE_COPY (a COPY dump of the fixture's tasks)"]
+fn pipeline_cost() {
+    let path = std::env::var("PSM_PIPELINE_COPY").expect("PSM_PIPELINE_COPY");
+    let text = Bytes::from(std::fs::read(path).unwrap());
+    let rules_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixture/sync-config.yaml");
+    let rules = Arc::new(SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap());
+    let columns: Vec<ColumnMeta> = TASK_COLUMNS
+        .iter()
+        .map(|(name, oid)| ColumnMeta {
+            name: (*name).into(),
+            type_oid: *oid,
+            element_oid: None,
+            typlen: if *oid == 23 { 4 } else { -1 },
+        })
+        .collect();
+    let mut lines = Vec::new();
+    let mut start = 0;
+    for end in memchr_newlines(&text) {
+        lines.push(text.slice(start..=end));
+        start = end + 1;
+    }
+    let rows = lines.len();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&dir.path().join("store")).unwrap());
+    let job = TableJob {
+        id: 1,
+        schema: "public".into(),
+        name: "tasks".into(),
+        columns,
+        identity: vec![0],
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (cpu0, wall) = (cpu_seconds(), Instant::now());
+    let mut pipeline = Pipeline::start(
+        rules,
+        vec![job],
+        store.clone(),
+        Arc::new(Progress::default()),
+    )
+    .unwrap();
+    runtime.block_on(async {
+        for chunk in lines.chunks(1024) {
+            assert!(pipeline.send_rows(0, chunk.to_vec()).await);
+        }
+        let intent = BootstrapIntent {
+            system_identifier: "1".into(),
+            database: "bench".into(),
+            slot: "bench".into(),
+            publication: "bench".into(),
+            rules_hash: "-".into(),
+            generation: 1,
+            tables: Vec::new(),
+            state: BootstrapState::Complete,
+            consistent_point: Some(1),
+            rows: 0,
+        };
+        assert!(pipeline.finish(intent).await);
+    });
+    pipeline.join().unwrap();
+    let (cpu, wall) = (cpu_seconds() - cpu0, wall.elapsed().as_secs_f64());
+    println!(
+        "rows {rows}: wall {wall:.3} s, CPU {cpu:.3} s, {:.3} µs/row, store used {} B ({:.1} B/row)",
+        cpu * 1e6 / rows as f64,
+        store.used_bytes(),
+        store.used_bytes() as f64 / rows as f64
+    );
+}
+
+fn memchr_newlines(text: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    text.iter()
+        .enumerate()
+        .filter_map(|(i, b)| (*b == b'\n').then_some(i))
+}
