@@ -11,6 +11,7 @@
 #   PSM_BENCH_PROFILE=<file>          perf record of the worker to readiness
 #   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
 #   PSM_BENCH_DEPLOY=1                at the end, time a rules deploy (scripts/bench_deploy.py)
+#   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
 # until a /sync/stream response for the probe user reaches checkpoint_complete with
@@ -48,6 +49,8 @@ cleanup() {
     [ -f "$d/postmaster.pid" ] && kill -INT "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
   done
   sleep 1
+  # The replica's log outlives the run, for a failure's cause.
+  cp "$work/replica.log" "${PSM_BENCH_LOG:-/tmp/psm-bench-replica.log}" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use libmdbx::{Database, TableFlags, WriteFlags, WriteMap};
+use libmdbx::{Database, NoWriteMap, TableFlags, WriteFlags};
 
 use super::tables::{META as META_TABLE, TABLES};
 use super::StoreError;
@@ -28,7 +28,7 @@ pub struct StoreIdentity {
 /// Reads the identity, or writes a new one into an empty environment.
 /// Returns the identity and whether it was just created.
 pub(super) fn load_or_init(
-    db: &Database<WriteMap>,
+    db: &Database<NoWriteMap>,
     dir: &Path,
     fresh: bool,
 ) -> Result<(StoreIdentity, bool), StoreError> {
@@ -112,7 +112,7 @@ pub fn stage_record_of_any_format(dir: &Path, key: &str) -> Result<Option<Vec<u8
         mode: libmdbx::Mode::ReadOnly,
         ..Default::default()
     };
-    let db = Database::<WriteMap>::open_with_options(dir, options).map_err(mdbx("open"))?;
+    let db = Database::<NoWriteMap>::open_with_options(dir, options).map_err(mdbx("open"))?;
     let txn = db.begin_ro_txn().map_err(mdbx("begin a read"))?;
     let table = match txn.open_table(Some(META_TABLE)) {
         Ok(table) => table,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use libmdbx::{Transaction, WriteMap, RO};
+use libmdbx::{NoWriteMap, Transaction, RO};
 
 use super::compress::RecordCodec;
 use super::op::{BucketState, OpKind, StoredOp};
@@ -53,7 +53,7 @@ pub struct OpsPage {
 
 /// An open read. Build it with [`super::Store::read`].
 pub struct ReadTxn<'t, 'db> {
-    pub(super) txn: &'t Transaction<'db, RO, WriteMap>,
+    pub(super) txn: &'t Transaction<'db, RO, NoWriteMap>,
     pub(super) tables: &'t Tables<'t>,
     pub(super) dir: &'t Path,
     codec: &'t RecordCodec,
@@ -61,7 +61,7 @@ pub struct ReadTxn<'t, 'db> {
 
 impl<'t, 'db> ReadTxn<'t, 'db> {
     pub(super) fn new(
-        txn: &'t Transaction<'db, RO, WriteMap>,
+        txn: &'t Transaction<'db, RO, NoWriteMap>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
         codec: &'t RecordCodec,

@@ -53,7 +53,7 @@ pub(super) struct Tables<'t> {
 impl<'t> Tables<'t> {
     /// Opens every table in `txn`.
     pub fn open<K: TransactionKind>(
-        txn: &'t Transaction<'_, K, libmdbx::WriteMap>,
+        txn: &'t Transaction<'_, K, libmdbx::NoWriteMap>,
         dir: &std::path::Path,
     ) -> Result<Self, StoreError> {
         let open = |name: &str| {

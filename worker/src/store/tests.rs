@@ -49,7 +49,7 @@ fn refuses_an_mdbx_environment_it_did_not_write() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     {
-        let db = libmdbx::Database::<libmdbx::WriteMap>::open(&dir).unwrap();
+        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
         let txn = db.begin_rw_txn().unwrap();
         let t = txn.create_table(None, Default::default()).unwrap();
         txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
@@ -65,7 +65,7 @@ fn refuses_an_mdbx_environment_it_did_not_write() {
 
 /// Rewrites the store's recorded format, as a store written by another build would have it.
 fn set_format(dir: &Path, format: &[u8]) {
-    let db = libmdbx::Database::<libmdbx::WriteMap>::open_with_options(
+    let db = libmdbx::Database::<libmdbx::NoWriteMap>::open_with_options(
         dir,
         libmdbx::DatabaseOptions {
             max_tables: Some(16),

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use libmdbx::{WriteMap, Transaction, WriteFlags, RW};
+use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
 use super::compress::{Packer, RecordCodec, TRAINING_SAMPLES};
@@ -35,7 +35,7 @@ const KEY_DICTIONARY: &[u8] = b"dictionary";
 
 /// The record codec stored in `db`: with its dictionary, or raw.
 pub(super) fn load_codec(
-    db: &libmdbx::Database<WriteMap>,
+    db: &libmdbx::Database<NoWriteMap>,
     dir: &Path,
 ) -> Result<RecordCodec, StoreError> {
     let txn = db
@@ -119,7 +119,7 @@ impl Counters {
 
 /// An open write. Build it with [`super::Store::write`].
 pub struct WriteTxn<'t, 'db> {
-    txn: &'t Transaction<'db, RW, WriteMap>,
+    txn: &'t Transaction<'db, RW, NoWriteMap>,
     tables: &'t Tables<'t>,
     dir: &'t Path,
     counters: Counters,
@@ -147,13 +147,15 @@ const CLEAR_BATCH: usize = 100_000;
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
 const PENDING_OPS_LIMIT: usize = 65_536;
+/// Ops appended per libmdbx call (about 24 KiB: a few pages).
+const OPS_PER_CALL: usize = 1024;
 
 /// Source values a row keeps for later "unchanged TOAST" updates: `(column, text)`.
 pub type Stash = Vec<(String, Vec<u8>)>;
 
 impl<'t, 'db> WriteTxn<'t, 'db> {
     pub(super) fn begin(
-        txn: &'t Transaction<'db, RW, WriteMap>,
+        txn: &'t Transaction<'db, RW, NoWriteMap>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
         codec: &'t RecordCodec,
@@ -706,15 +708,20 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             for op in &ops {
                 encoded.extend_from_slice(&op.encode());
             }
-            self.txn
-                .put_multiple(
-                    &self.tables.ops,
-                    bucket_id.to_ne_bytes(),
-                    &encoded,
-                    OP_BYTES,
-                    WriteFlags::APPEND_DUP,
-                )
-                .map_err(|e| StoreError::mdbx(self.dir, "append ops", e))?;
+            // libmdbx checks the transaction's room for dirty pages once per call: a
+            // bounded call lets it spill between them (one unbounded call of a 1 M-row
+            // transaction failed with MDBX_TXN_FULL).
+            for part in encoded.chunks(OPS_PER_CALL * OP_BYTES) {
+                self.txn
+                    .put_multiple(
+                        &self.tables.ops,
+                        bucket_id.to_ne_bytes(),
+                        part,
+                        OP_BYTES,
+                        WriteFlags::APPEND_DUP,
+                    )
+                    .map_err(|e| StoreError::mdbx(self.dir, "append ops", e))?;
+            }
         }
         self.pending_ops = 0;
         Ok(())
