@@ -83,19 +83,26 @@ pub(super) fn timestamptz(s: &str, compat: &Compatibility) -> Result<String, Str
             offset += p.parse::<i64>().map_err(|_| bad())? * mult;
         }
     }
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86400 + h * 3600 + mi * 60 + sec - sign * offset;
-    let (days, tod) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let (y, mo, d) = civil_from_days(days);
     let mut out = String::with_capacity(32);
     let sep = if iso { 'T' } else { ' ' };
-    let _ = write!(
-        out,
-        "{y:04}-{mo:02}-{d:02}{sep}{:02}:{:02}:{:02}",
-        tod / 3600,
-        (tod / 60) % 60,
-        tod % 60
-    );
+    if offset == 0 {
+        // Already UTC (a session in UTC, the usual case): the fields stay as they are.
+        out.push_str(s.get(..10).ok_or_else(bad)?);
+        out.push(sep);
+        out.push_str(s.get(11..19).ok_or_else(bad)?);
+    } else {
+        let days = days_from_civil(y, mo, d);
+        let secs = days * 86400 + h * 3600 + mi * 60 + sec - sign * offset;
+        let (days, tod) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+        let (y, mo, d) = civil_from_days(days);
+        let _ = write!(
+            out,
+            "{y:04}-{mo:02}-{d:02}{sep}{:02}:{:02}:{:02}",
+            tod / 3600,
+            (tod / 60) % 60,
+            tod % 60
+        );
+    }
     if iso {
         out.push('.');
         let f: String = frac.chars().take(6).collect();
@@ -143,6 +150,30 @@ mod tests {
         for d in [-800000, -1, 0, 1, 19000, 2932896] {
             let (y, m, dd) = civil_from_days(d);
             assert_eq!(days_from_civil(y, m, dd), d);
+        }
+    }
+
+    /// A value already in UTC is copied field by field; it must read exactly like the
+    /// same instant given with another offset (which is converted).
+    #[test]
+    fn utc_values_equal_converted_ones() {
+        for iso in [false, true] {
+            let compat = Compatibility {
+                timestamps_iso8601: iso,
+                ..Compatibility::default()
+            };
+            for (utc, other) in [
+                ("2026-01-01 00:00:00+00", "2026-01-01 02:30:00+02:30"),
+                ("2024-02-29 23:59:59.5+00", "2024-03-01 00:59:59.5+01"),
+                (
+                    "1999-12-31 12:00:00.123456+00",
+                    "1999-12-31 07:00:00.123456-05",
+                ),
+            ] {
+                let fast = timestamptz(utc, &compat).unwrap();
+                assert_eq!(fast, timestamptz(other, &compat).unwrap(), "{utc}");
+                assert!(fast.ends_with('Z') && fast.contains(if iso { 'T' } else { ' ' }));
+            }
         }
     }
 }
