@@ -8,6 +8,8 @@ mod intent;
 mod pipeline;
 #[cfg(test)]
 mod pipeline_cost;
+#[cfg(test)]
+mod pipeline_tests;
 mod progress;
 mod release;
 mod stream;

@@ -1,15 +1,19 @@
 //! The snapshot pipeline: COPY bytes arrive on the async side in chunks; evaluator
 //! threads (two or more) decode the rows, evaluate them against the rules and pack their
-//! records; one thread writes them into MDBX. Chunks go to the evaluators in turn and the
-//! writer takes their results in the same turn, so rows reach MDBX in COPY order (keys
-//! inserted in order keep B-tree pages full) without a reorder buffer. Bounded channels
-//! between the stages keep memory flat and let them overlap.
+//! records; one thread writes them into MDBX. Any evaluator takes the next chunk from one
+//! shared queue, and the writer puts the results back in COPY order (keys inserted in order
+//! keep B-tree pages full) with a small reorder buffer. A fixed number of chunks may be in
+//! flight between the COPY and the writer, which keeps memory flat and lets the stages
+//! overlap without one slow evaluator holding up the others.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
 
 use super::toast::stash_for;
 use super::{BootstrapIntent, Progress, ReplicationError};
@@ -19,10 +23,9 @@ use crate::store::{encode_values, identity_key, PreparedRow, Store};
 
 /// Rows per MDBX write transaction during the snapshot (at least; whole chunks).
 const BATCH_ROWS: usize = 2048;
-/// Row chunks buffered between COPY and each evaluator.
-const EVAL_QUEUE: usize = 4;
-/// Evaluated chunks buffered between each evaluator and the writer.
-const WRITE_QUEUE: usize = 4;
+/// Chunks handed to the evaluators and not yet written (queued, being evaluated, or
+/// waiting for an earlier chunk in the writer's reorder buffer).
+const IN_FLIGHT: usize = 16;
 /// At most this many evaluator threads (at least two: the writer is the only other
 /// thread, so one evaluator would leave a core idle while it waits).
 const MAX_EVALUATORS: usize = 4;
@@ -38,28 +41,38 @@ pub(super) struct TableJob {
 }
 
 enum EvalMsg {
-    /// Rows of table `table` (index into the jobs), one line each.
-    Rows(usize, Vec<Bytes>),
-    /// Every table is copied: the evaluator says so to the writer and stops.
+    /// Chunk `seq`: rows of table `table` (index into the jobs), one line each.
+    Rows {
+        seq: u64,
+        table: usize,
+        rows: Vec<Bytes>,
+    },
+    /// Every table is copied: the evaluator that takes it says so to the writer and
+    /// stops (one per evaluator).
     Finish(Arc<BootstrapIntent>),
 }
 
 enum WriteMsg {
-    /// One chunk's rows, prepared (exactly one message per chunk, even when empty).
-    Rows(Vec<PreparedRow>),
-    /// The evaluator evaluated every chunk it was given.
+    /// Chunk `seq`, prepared (exactly one message per chunk, even when empty).
+    Rows(u64, Vec<PreparedRow>),
+    /// An evaluator evaluated every chunk it took and stopped.
     Done(Arc<BootstrapIntent>),
+    /// An evaluator stopped early (an error, or cancellation): the snapshot stays
+    /// incomplete.
+    Stopped,
 }
 
 /// A pipeline thread and what it ends with.
 type Stage = JoinHandle<Result<(), ReplicationError>>;
 
-/// Dropping it (on cancellation) closes the inputs and waits for every thread, so no
+/// Dropping it (on cancellation) closes the input and waits for every thread, so no
 /// writer outlives the bootstrap that started it.
 pub(super) struct Pipeline {
-    inputs: Vec<tokio::sync::mpsc::Sender<EvalMsg>>,
-    /// The evaluator whose turn the next chunk is.
-    turn: usize,
+    input: Option<tokio::sync::mpsc::Sender<EvalMsg>>,
+    /// One permit per chunk that may be in flight; the writer returns them as it writes,
+    /// and closes it when it stops.
+    in_flight: Arc<Semaphore>,
+    next_seq: u64,
     evaluators: Vec<Stage>,
     writer: Option<Stage>,
 }
@@ -75,47 +88,64 @@ impl Pipeline {
             .map_or(2, usize::from)
             .clamp(2, MAX_EVALUATORS);
         let jobs = Arc::new(jobs);
+        let (input, eval_rx) = tokio::sync::mpsc::channel(IN_FLIGHT);
+        let eval_rx = Arc::new(Mutex::new(eval_rx));
+        let (write_tx, write_rx) = sync_channel(IN_FLIGHT);
+        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
         let mut pipeline = Self {
-            inputs: Vec::with_capacity(count),
-            turn: 0,
+            input: Some(input),
+            in_flight: in_flight.clone(),
+            next_seq: 0,
             evaluators: Vec::with_capacity(count),
             writer: None,
         };
-        let mut results = Vec::with_capacity(count);
         for n in 0..count {
-            let (input, eval_rx) = tokio::sync::mpsc::channel(EVAL_QUEUE);
-            let (write_tx, write_rx) = sync_channel(WRITE_QUEUE);
             let (rules, jobs, store) = (rules.clone(), jobs.clone(), store.clone());
+            let (input, output) = (eval_rx.clone(), write_tx.clone());
             let evaluator = std::thread::Builder::new()
                 .name(format!("psm-snapshot-eval{n}"))
-                .spawn(move || eval_loop(&rules, &jobs, &store, eval_rx, write_tx))?;
-            pipeline.inputs.push(input);
+                .spawn(move || {
+                    let mut output = StopsWriterOnDrop(Some(output));
+                    eval_loop(&rules, &jobs, &store, &input, &mut output)
+                })?;
             pipeline.evaluators.push(evaluator);
-            results.push(write_rx);
         }
+        drop(write_tx);
         pipeline.writer = Some(
             std::thread::Builder::new()
                 .name("psm-snapshot-write".into())
-                .spawn(move || write_loop(&store, InTurn::new(results), &progress))?,
+                .spawn(move || {
+                    let _close = ClosesOnDrop(&in_flight);
+                    write_loop(&store, &write_rx, count, &in_flight, &progress)
+                })?,
         );
         Ok(pipeline)
     }
 
-    /// Hands a chunk of rows of table `table` to the next evaluator. False when the
-    /// pipeline stopped (its error is reported by [`Self::join`]).
+    /// Hands a chunk of rows of table `table` to the evaluators, waiting while
+    /// [`IN_FLIGHT`] chunks are. False when the pipeline stopped (its error is reported by
+    /// [`Self::join`]).
     pub async fn send_rows(&mut self, table: usize, rows: Vec<Bytes>) -> bool {
-        let Some(input) = self.inputs.get(self.turn) else {
+        let Some(input) = &self.input else {
             return false;
         };
-        self.turn = (self.turn + 1) % self.inputs.len();
-        input.send(EvalMsg::Rows(table, rows)).await.is_ok()
+        match self.in_flight.acquire().await {
+            Ok(permit) => permit.forget(),
+            Err(_) => return false, // the writer stopped
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        input.send(EvalMsg::Rows { seq, table, rows }).await.is_ok()
     }
 
     /// Tells every evaluator that all rows were sent; the writer then completes the
     /// snapshot with `intent`. False when the pipeline already stopped.
     pub async fn finish(&self, intent: BootstrapIntent) -> bool {
+        let Some(input) = &self.input else {
+            return false;
+        };
         let intent = Arc::new(intent);
-        for input in &self.inputs {
+        for _ in 0..self.evaluators.len() {
             if input.send(EvalMsg::Finish(intent.clone())).await.is_err() {
                 return false;
             }
@@ -123,7 +153,7 @@ impl Pipeline {
         true
     }
 
-    /// Waits for every thread (after `finish`, or after the inputs were dropped) and
+    /// Waits for every thread (after `finish`, or after the input was dropped) and
     /// returns the first error.
     pub fn join(mut self) -> Result<(), ReplicationError> {
         self.join_threads()
@@ -133,8 +163,8 @@ impl Pipeline {
         let Some(writer) = self.writer.take() else {
             return Ok(());
         };
-        // Closing the inputs ends the evaluators, which ends the writer.
-        self.inputs.clear();
+        // Closing the input ends the evaluators, which ends the writer.
+        self.input = None;
         let mut evaluated = Ok(());
         for evaluator in self.evaluators.drain(..) {
             let result = evaluator
@@ -154,6 +184,43 @@ impl Drop for Pipeline {
     }
 }
 
+/// An evaluator's way to the writer. However the evaluator ends without saying `Done`
+/// (an error, cancellation, a panic), the writer hears `Stopped`: the other evaluators
+/// keep the channel open, so its closing alone would not tell.
+struct StopsWriterOnDrop(Option<SyncSender<WriteMsg>>);
+
+impl StopsWriterOnDrop {
+    /// Sends `msg`; false when the writer is gone.
+    fn send(&self, msg: WriteMsg) -> bool {
+        self.0.as_ref().is_some_and(|o| o.send(msg).is_ok())
+    }
+
+    /// Says `Done`; nothing more is sent.
+    fn done(&mut self, intent: Arc<BootstrapIntent>) {
+        if let Some(output) = self.0.take() {
+            let _ = output.send(WriteMsg::Done(intent));
+        }
+    }
+}
+
+impl Drop for StopsWriterOnDrop {
+    fn drop(&mut self) {
+        if let Some(output) = self.0.take() {
+            let _ = output.send(WriteMsg::Stopped);
+        }
+    }
+}
+
+/// Closes the in-flight permits when the writer stops, so a sender waiting for one
+/// learns that the pipeline stopped.
+struct ClosesOnDrop<'s>(&'s Semaphore);
+
+impl Drop for ClosesOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 fn panicked(which: &str) -> ReplicationError {
     ReplicationError::Copy {
         table: "-".into(),
@@ -165,8 +232,8 @@ fn eval_loop(
     rules: &SyncRules,
     jobs: &[TableJob],
     store: &Store,
-    mut input: tokio::sync::mpsc::Receiver<EvalMsg>,
-    output: SyncSender<WriteMsg>,
+    input: &Mutex<tokio::sync::mpsc::Receiver<EvalMsg>>,
+    output: &mut StopsWriterOnDrop,
 ) -> Result<(), ReplicationError> {
     let mut decoders: Vec<CopyFields> = jobs
         .iter()
@@ -199,13 +266,14 @@ fn eval_loop(
         let codec = store.row_codec();
         let mut packer = codec.packer();
         while !codec.is_stale(store) {
-            let Some(msg) = input.blocking_recv() else {
+            // Waiting holds the lock: the others wait for their turn at the queue.
+            let Some(msg) = input.lock().blocking_recv() else {
                 return Ok(()); // cancelled
             };
-            let (index, lines) = match msg {
-                EvalMsg::Rows(index, lines) => (index, lines),
+            let (seq, index, lines) = match msg {
+                EvalMsg::Rows { seq, table, rows } => (seq, table, rows),
                 EvalMsg::Finish(intent) => {
-                    let _ = output.send(WriteMsg::Done(intent));
+                    output.done(intent);
                     return Ok(());
                 }
             };
@@ -262,89 +330,86 @@ fn eval_loop(
                 rows.push(row);
             }
             packer.pack(&mut rows);
-            if output.send(WriteMsg::Rows(rows)).is_err() {
+            if !output.send(WriteMsg::Rows(seq, rows)) {
                 return Ok(()); // the writer failed; its error is reported
             }
         }
     }
 }
 
-/// The evaluators' outputs, read in the turn their chunks were handed out.
-struct InTurn {
-    outputs: Vec<Receiver<WriteMsg>>,
-    turn: usize,
-}
-
-/// The writer's input stopped early: an evaluator failed or the snapshot was cancelled.
-struct Stopped;
-
-impl InTurn {
-    fn new(outputs: Vec<Receiver<WriteMsg>>) -> Self {
-        Self { outputs, turn: 0 }
-    }
-
-    /// The next message in turn, waiting for it when `wait`; `Ok(None)` when it is not
-    /// there yet.
-    fn next(&mut self, wait: bool) -> Result<Option<WriteMsg>, Stopped> {
-        let output = self.outputs.get(self.turn).ok_or(Stopped)?;
-        let msg = if wait {
-            output.recv().map_err(|_| Stopped)?
-        } else {
-            match output.try_recv() {
-                Ok(msg) => msg,
-                Err(TryRecvError::Empty) => return Ok(None),
-                Err(TryRecvError::Disconnected) => return Err(Stopped),
-            }
-        };
-        self.turn = (self.turn + 1) % self.outputs.len();
-        Ok(Some(msg))
-    }
-}
-
-/// Writes chunks in turn (grouping consecutive ones into transactions of about
-/// [`BATCH_ROWS`]) until the evaluators are done, then commits the completion record.
+/// Writes chunks in COPY order (grouping consecutive ones into transactions of about
+/// [`BATCH_ROWS`]) until every evaluator is done, then commits the completion record.
 /// When an evaluator stops without being done (an error, or cancellation), the snapshot
 /// stays incomplete.
 fn write_loop(
     store: &Store,
-    mut input: InTurn,
+    input: &Receiver<WriteMsg>,
+    evaluators: usize,
+    in_flight: &Semaphore,
     progress: &Progress,
 ) -> Result<(), ReplicationError> {
-    let mut done = None;
-    while done.is_none() {
+    // Chunks that arrived before an earlier one, by sequence number.
+    let mut early: BTreeMap<u64, Vec<PreparedRow>> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut done = 0;
+    let mut intent = None;
+    loop {
         let mut batch: Vec<PreparedRow> = Vec::with_capacity(BATCH_ROWS + 1024);
-        let mut wait = true;
-        while batch.len() < BATCH_ROWS {
-            match input.next(wait) {
-                Err(Stopped) => return Ok(()),
-                Ok(None) => break,
-                Ok(Some(WriteMsg::Rows(rows))) => batch.extend(rows),
-                Ok(Some(WriteMsg::Done(intent))) => {
-                    done = Some(intent);
-                    break;
-                }
+        let mut chunks = 0;
+        loop {
+            while let Some(rows) = early.remove(&next) {
+                next += 1;
+                chunks += 1;
+                batch.extend(rows);
             }
-            wait = false;
+            if batch.len() >= BATCH_ROWS || done == evaluators {
+                break;
+            }
+            // Wait only while there is nothing to write.
+            let msg = if chunks == 0 {
+                match input.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => return Ok(()),
+                }
+            } else {
+                match input.try_recv() {
+                    Ok(msg) => msg,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Ok(()),
+                }
+            };
+            match msg {
+                WriteMsg::Rows(seq, rows) => {
+                    early.insert(seq, rows);
+                }
+                WriteMsg::Done(finished) => {
+                    done += 1;
+                    intent = Some(finished);
+                }
+                WriteMsg::Stopped => return Ok(()),
+            }
         }
-        if batch.is_empty() {
+        if chunks == 0 {
+            if done == evaluators {
+                break;
+            }
             continue;
         }
         let count = batch.len() as u64;
-        store.write_unsynced(0, |w| {
-            batch.into_iter().try_for_each(|row| w.insert_prepared(row))
-        })?;
-        progress.add_rows(count);
-    }
-    // The first evaluator that is done had no chunk left in its turn, so no chunk is left
-    // at all: every other evaluator's next message must be its own `Done`.
-    for _ in 1..input.outputs.len() {
-        match input.next(true) {
-            Err(Stopped) => return Ok(()),
-            Ok(Some(WriteMsg::Done(_))) => {}
-            Ok(_) => return Err(panicked("writer (a chunk after the end)")),
+        if count > 0 {
+            store.write_unsynced(0, |w| {
+                batch.into_iter().try_for_each(|row| w.insert_prepared(row))
+            })?;
+            progress.add_rows(count);
         }
+        in_flight.add_permits(chunks);
     }
-    let Some(intent) = done else {
+    // Every evaluator sent its chunks before its `Done`, so every chunk arrived and was
+    // written; one left over means a gap in the sequence.
+    if !early.is_empty() {
+        return Err(panicked("writer (a chunk went missing)"));
+    }
+    let Some(intent) = intent else {
         return Ok(());
     };
     let mut intent = BootstrapIntent::clone(&intent);

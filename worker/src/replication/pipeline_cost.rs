@@ -24,7 +24,7 @@ use crate::store::Store;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The fixture's `tasks` columns and their type OIDs.
-const TASK_COLUMNS: [(&str, u32); 11] = [
+pub(super) const TASK_COLUMNS: [(&str, u32); 11] = [
     ("id", 25),
     ("org_id", 25),
     ("project_id", 25),
@@ -37,6 +37,35 @@ const TASK_COLUMNS: [(&str, u32); 11] = [
     ("updated_at", 1184),
     ("summary", 25),
 ];
+
+/// The fixture's `tasks` columns as the snapshot reads them.
+pub(super) fn task_columns() -> Vec<ColumnMeta> {
+    TASK_COLUMNS
+        .iter()
+        .map(|(name, oid)| ColumnMeta {
+            name: (*name).into(),
+            type_oid: *oid,
+            element_oid: None,
+            typlen: if *oid == 23 { 4 } else { -1 },
+        })
+        .collect()
+}
+
+/// The intent a completed snapshot commits.
+pub(super) fn complete_intent() -> BootstrapIntent {
+    BootstrapIntent {
+        system_identifier: "1".into(),
+        database: "bench".into(),
+        slot: "bench".into(),
+        publication: "bench".into(),
+        rules_hash: "-".into(),
+        generation: 1,
+        tables: Vec::new(),
+        state: BootstrapState::Complete,
+        consistent_point: Some(1),
+        rows: 0,
+    }
+}
 
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage writes the struct it is given.
@@ -53,15 +82,7 @@ fn pipeline_cost() {
     let text = Bytes::from(std::fs::read(path).unwrap());
     let rules_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixture/sync-config.yaml");
     let rules = Arc::new(SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap());
-    let columns: Vec<ColumnMeta> = TASK_COLUMNS
-        .iter()
-        .map(|(name, oid)| ColumnMeta {
-            name: (*name).into(),
-            type_oid: *oid,
-            element_oid: None,
-            typlen: if *oid == 23 { 4 } else { -1 },
-        })
-        .collect();
+    let columns = task_columns();
     let mut lines = Vec::new();
     let mut start = 0;
     for end in memchr_newlines(&text) {
@@ -93,19 +114,7 @@ fn pipeline_cost() {
         for chunk in lines.chunks(1024) {
             assert!(pipeline.send_rows(0, chunk.to_vec()).await);
         }
-        let intent = BootstrapIntent {
-            system_identifier: "1".into(),
-            database: "bench".into(),
-            slot: "bench".into(),
-            publication: "bench".into(),
-            rules_hash: "-".into(),
-            generation: 1,
-            tables: Vec::new(),
-            state: BootstrapState::Complete,
-            consistent_point: Some(1),
-            rows: 0,
-        };
-        assert!(pipeline.finish(intent).await);
+        assert!(pipeline.finish(complete_intent()).await);
     });
     pipeline.join().unwrap();
     let (cpu, wall) = (cpu_seconds() - cpu0, wall.elapsed().as_secs_f64());
