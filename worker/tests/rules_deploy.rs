@@ -131,10 +131,7 @@ fn store_entries(rig: &EngineRig) -> Vec<String> {
 fn a_connected_client_moves_to_each_deployed_generation() {
     let mut rig = EngineRig::start(SCHEMA, RULES_V1, SLOT);
     let t = token("u1", 3600);
-    let (status, mut lines) = post(rig.port, Some(&t), "application/x-ndjson", "{}");
-    assert_eq!(status, 200);
-    let mut client = Client::default();
-    client.apply(&lines.until_complete());
+    let (mut client, mut lines) = connect(&rig, &t);
     assert_eq!(
         client.announced.keys().collect::<Vec<_>>(),
         vec![r#"1#mine["u1"]"#]
@@ -215,10 +212,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     wait_for("the resumed deploy to switch", || {
         rig.status.snapshot().generation == Some(3)
     });
-    let (status, mut lines) = post(rig.port, Some(&t), "application/x-ndjson", "{}");
-    assert_eq!(status, 200);
-    let mut fresh = Client::default();
-    fresh.apply(&lines.until_complete());
+    let (fresh, _lines) = connect(&rig, &t);
     assert_eq!(
         fresh.announced.keys().collect::<Vec<_>>(),
         vec![r#"3#my_notes["u1"]"#]
@@ -265,10 +259,7 @@ fn a_build_the_primary_cannot_serve_fails_and_the_served_rules_stay() {
         slots(&rig) == vec!["psm_deploy_fail".to_owned()] && !rig.storage_dir().join("g2").exists()
     });
     let t = token("u2", 3600);
-    let (code, mut lines) = post(rig.port, Some(&t), "application/x-ndjson", "{}");
-    assert_eq!(code, 200);
-    let mut client = Client::default();
-    client.apply(&lines.until_complete());
+    let (client, _lines) = connect(&rig, &t);
     assert_eq!(
         held(&client),
         expected(
@@ -276,4 +267,14 @@ fn a_build_the_primary_cannot_serve_fails_and_the_served_rules_stay() {
             "SELECT id, owner, kind, n FROM items WHERE owner = 'u2'"
         )
     );
+}
+
+/// A new client connected with token `t` and synced to its first checkpoint, and the
+/// stream it keeps reading.
+fn connect(rig: &EngineRig, t: &str) -> (Client, Lines) {
+    let (status, mut lines) = post(rig.port, Some(t), "application/x-ndjson", "{}");
+    assert_eq!(status, 200);
+    let mut client = Client::default();
+    client.apply(&lines.until_complete());
+    (client, lines)
 }

@@ -85,7 +85,7 @@ fn pipeline_cost() {
     let columns = task_columns();
     let mut lines = Vec::new();
     let mut start = 0;
-    for end in memchr_newlines(&text) {
+    for end in memchr::memchr_iter(b'\n', &text) {
         lines.push(text.slice(start..=end));
         start = end + 1;
     }
@@ -161,10 +161,4 @@ fn update_all_in_one_transaction(store: &Store, lines: &[Bytes]) {
         cpu_seconds() - cpu0,
         store.used_bytes()
     );
-}
-
-fn memchr_newlines(text: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    text.iter()
-        .enumerate()
-        .filter_map(|(i, b)| (*b == b'\n').then_some(i))
 }

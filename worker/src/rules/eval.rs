@@ -53,24 +53,18 @@ impl TablePlan {
                 .collect()
         };
         SlotBinding {
-            data: self
-                .data
-                .iter()
-                .map(|d| {
-                    let mut bound = d.clone();
-                    bound.bind_columns(&indices(&d.slots));
-                    bound
-                })
-                .collect(),
-            lookups: self
-                .lookups
-                .iter()
-                .map(|l| {
-                    let mut bound = l.clone();
-                    bound.bind_columns(&indices(&l.slots));
-                    bound
-                })
-                .collect(),
+            data: bound(
+                &self.data,
+                |d| &d.slots,
+                DataEvaluator::bind_columns,
+                &indices,
+            ),
+            lookups: bound(
+                &self.lookups,
+                |l| &l.slots,
+                LookupCreator::bind_columns,
+                &indices,
+            ),
             table: Arc::from(self.table.name.as_str()),
             object_types: self
                 .data
@@ -160,6 +154,24 @@ impl TablePlan {
             None => build_object(d, binding.object_type(index, row.table), row, values, built),
         }
     }
+}
+
+/// Copies of `items` with their column references bound by `bind` to the source columns
+/// their `slots` name (`indices`).
+fn bound<T: Clone>(
+    items: &[T],
+    slots: impl Fn(&T) -> &[String],
+    bind: impl Fn(&mut T, &[Option<usize>]),
+    indices: &dyn Fn(&[String]) -> Vec<Option<usize>>,
+) -> Vec<T> {
+    items
+        .iter()
+        .map(|item| {
+            let mut copy = item.clone();
+            bind(&mut copy, &indices(slots(item)));
+            copy
+        })
+        .collect()
 }
 
 /// The buckets data query `d` puts the row in (into `out`, which it clears first).
