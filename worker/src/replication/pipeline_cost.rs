@@ -75,6 +75,15 @@ fn cpu_seconds() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// Bytes this process has written with write(2) and friends (`wchar` of /proc/self/io).
+fn written_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 #[test]
 #[ignore = "profiling aid: needs PSM_PIPELINE_COPY (a COPY dump of the fixture's tasks)"]
 fn pipeline_cost() {
@@ -119,10 +128,11 @@ fn pipeline_cost() {
     pipeline.join().unwrap();
     let (cpu, wall) = (cpu_seconds() - cpu0, wall.elapsed().as_secs_f64());
     println!(
-        "rows {rows}: wall {wall:.3} s, CPU {cpu:.3} s, {:.3} µs/row, store used {} B ({:.1} B/row)",
+        "rows {rows}: wall {wall:.3} s, CPU {cpu:.3} s, {:.3} µs/row, store used {} B ({:.1} B/row), {} MB written",
         cpu * 1e6 / rows as f64,
         store.used_bytes(),
-        store.used_bytes() as f64 / rows as f64
+        store.used_bytes() as f64 / rows as f64,
+        written_bytes() / 1_000_000
     );
     if std::env::var_os("PSM_PIPELINE_UPDATE_ALL").is_some() {
         update_all_in_one_transaction(&store, &lines);

@@ -140,6 +140,9 @@ pub struct WriteTxn<'t, 'db> {
     lsn: Option<u64>,
     /// Per bucket id: ops this transaction made compactable (superseded PUTs, REMOVEs).
     compactable: HashMap<u32, u64>,
+    /// The largest key in `row_keys` once read ([`Self::claim_row`]); `None` until then
+    /// and after any write there that did not go through `claim_row`.
+    row_keys_end: Option<Option<Vec<u8>>>,
 }
 
 /// Ops folded into one CLEAR per compaction step (bounds the memory of one step).
@@ -183,6 +186,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             pending_ops: 0,
             lsn: None,
             compactable: HashMap::new(),
+            row_keys_end: None,
         })
     }
 
@@ -238,6 +242,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         self.txn
             .del(&self.tables.row_keys, &old_key, None)
             .map_err(self.mdbx("remove a row key"))?;
+        self.row_keys_end = None;
         self.txn
             .put(
                 &self.tables.row_keys,
@@ -468,6 +473,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         };
         self.store_record(row_id, &record, flags)?;
         if existing.is_none() && !known_new {
+            self.row_keys_end = None;
             self.txn
                 .put(
                     &self.tables.row_keys,
@@ -552,20 +558,49 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
     /// an update of that row, as pgoutput would).
     pub(super) fn claim_row(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
         let row_id = self.counters.next_row;
-        let claim = self.txn.put(
-            &self.tables.row_keys,
-            key,
-            row_id.to_le_bytes(),
-            WriteFlags::NO_OVERWRITE,
-        );
+        // Rows copied in key order (a serial or time-ordered key, a table clustered on
+        // it) land past the tree's end: appending skips the search for their place.
+        let mut appending = match self.row_keys_end()? {
+            Some(end) => key > end.as_slice(),
+            None => true,
+        };
+        let flags = if appending {
+            WriteFlags::APPEND
+        } else {
+            WriteFlags::NO_OVERWRITE
+        };
+        let (table, value) = (&self.tables.row_keys, row_id.to_le_bytes());
+        let mut claim = self.txn.put(table, key, value, flags);
+        if let Err(libmdbx::Error::KeyMismatch) = claim {
+            // Not past the end after all: place it by searching.
+            (appending, self.row_keys_end) = (false, None);
+            claim = self.txn.put(table, key, value, WriteFlags::NO_OVERWRITE);
+        }
         match claim {
             Ok(()) => {
                 self.counters.next_row += 1;
+                if appending {
+                    self.row_keys_end = Some(Some(key.to_vec()));
+                }
                 Ok(Some(row_id))
             }
             Err(libmdbx::Error::KeyExist) => Ok(None),
             Err(e) => Err(self.mdbx("write a row key")(e)),
         }
+    }
+
+    /// The largest key in `row_keys` (read once per transaction, then kept by
+    /// [`Self::claim_row`]).
+    fn row_keys_end(&mut self) -> Result<&Option<Vec<u8>>, StoreError> {
+        if self.row_keys_end.is_none() {
+            let last: Option<(Vec<u8>, ())> = self
+                .txn
+                .cursor(&self.tables.row_keys)
+                .and_then(|mut c| c.last())
+                .map_err(self.mdbx("read the last row key"))?;
+            self.row_keys_end = Some(last.map(|(key, ())| key));
+        }
+        Ok(self.row_keys_end.as_ref().unwrap_or(&None))
     }
 
     /// Appends a PUT of row `row_id` (showing `output`) to bucket `name`.
