@@ -25,7 +25,7 @@ use crate::store::{encode_values, identity_key, PreparedRow, Store};
 const BATCH_ROWS: usize = 2048;
 /// Chunks handed to the evaluators and not yet written (queued, being evaluated, or
 /// waiting for an earlier chunk in the writer's reorder buffer).
-const IN_FLIGHT: usize = 16;
+const IN_FLIGHT: usize = 8;
 /// At most this many evaluator threads (at least two: the writer is the only other
 /// thread, so one evaluator would leave a core idle while it waits).
 const MAX_EVALUATORS: usize = 4;
