@@ -103,7 +103,7 @@ async fn expected_buckets(
             };
             let columns = source.source_columns();
             for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
-                let entry = buckets.entry(b.bucket).or_default();
+                let entry = buckets.entry(b.bucket.clone()).or_default();
                 entry.0 += 1;
                 entry.1 = entry.1.wrapping_add(b.checksum);
             }

@@ -148,7 +148,7 @@ impl Db {
                 .evaluate(&row.view(&columns))
                 .unwrap();
             for b in eval.buckets {
-                out.entry(b.bucket).or_default().insert(
+                out.entry(b.bucket.clone()).or_default().insert(
                     (b.object_type.to_string(), b.object_id.to_string()),
                     b.data.to_string(),
                 );

@@ -13,7 +13,7 @@ use super::expr::{json_array_values, Env};
 use super::json::{write_data_value, write_json_string, write_key_value};
 use super::plan::{
     lookup_key, BucketRow, DataEvaluator, LookupCreator, LookupEntry, LookupKey, ParamFilter,
-    Projection, RowEvaluation, TablePlan,
+    Projection, RowEvaluation, RowObject, TablePlan,
 };
 use super::row::SourceRow;
 use super::types::convert;
@@ -222,10 +222,7 @@ fn add_memberships(
         if !known {
             out.push(BucketRow {
                 bucket,
-                object_type: object.object_type.clone(),
-                object_id: object.object_id.clone(),
-                data: object.data.clone(),
-                checksum: object.checksum,
+                object: object.clone(),
             });
         }
     }
@@ -286,23 +283,17 @@ fn build_object(
         return same.clone();
     }
     let checksum = put_checksum(&object_type, &object_id, &data);
-    Object {
+    Arc::new(RowObject {
         object_type,
-        object_id: Arc::from(&*object_id),
-        data: Arc::from(data),
+        object_id: object_id.into(),
+        data: data.into_boxed_str(),
         checksum,
-    }
+    })
 }
 
 /// One output object of a row, shared by twin data queries and by every bucket that
-/// holds it (reference-counted: no copy per bucket).
-#[derive(Debug, Clone)]
-struct Object {
-    object_type: Arc<str>,
-    object_id: Arc<str>,
-    data: Arc<str>,
-    checksum: u32,
-}
+/// holds it.
+type Object = Arc<RowObject>;
 
 fn write_field(
     out: &mut String,

@@ -31,7 +31,7 @@ pub use checksum::{add_checksums, put_checksum, remove_checksum};
 pub use error::{RulesError, SqlLocation};
 pub use eval::SlotBinding;
 pub use options::Compatibility;
-pub use plan::{BucketRow, LookupEntry, LookupKey, RowEvaluation, TablePlan, TableRef};
+pub use plan::{BucketRow, LookupEntry, LookupKey, RowEvaluation, RowObject, TablePlan, TableRef};
 pub use request::{
     BucketReason, InMemoryLookups, LookupReader, RequestContext, Resolution, ResolvedBucket,
     Subscription, SubscriptionError,

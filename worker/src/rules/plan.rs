@@ -150,17 +150,34 @@ pub(crate) fn lookup_key(source: &str, query: &str, values: &[Value<'_>]) -> Opt
     })
 }
 
-/// A row's membership in one bucket: what the store turns into a PUT.
+/// A row's membership in one bucket: what the store turns into a PUT. The object's
+/// fields read through it (`b.object_id`, `b.data`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketRow {
     /// The full bucket name (with version prefix).
     pub bucket: String,
-    /// Output table name (`object_type` on the wire). Shared by the row's buckets.
+    /// What the bucket shows: one allocation, and one reference count to move, however
+    /// many buckets and twin queries hold it.
+    pub object: std::sync::Arc<RowObject>,
+}
+
+impl std::ops::Deref for BucketRow {
+    type Target = RowObject;
+
+    fn deref(&self) -> &RowObject {
+        &self.object
+    }
+}
+
+/// One output object of a row: what a PUT shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowObject {
+    /// Output table name (`object_type` on the wire). Shared by the table's rows.
     pub object_type: std::sync::Arc<str>,
     /// Row id as text (`object_id` on the wire).
-    pub object_id: std::sync::Arc<str>,
-    /// The exact `data` JSON string (one allocation however many buckets hold the row).
-    pub data: std::sync::Arc<str>,
+    pub object_id: Box<str>,
+    /// The exact `data` JSON string.
+    pub data: Box<str>,
     /// PUT checksum of `(object_type, object_id, data)`.
     pub checksum: u32,
 }

@@ -15,7 +15,7 @@ use super::record::{decode_outputs, encode_head, encode_outputs};
 use super::tables::row_key;
 use super::writer::{LookupPut, RowPut, Stash, WriteTxn};
 use super::{Store, StoreError};
-use crate::rules::BucketRow;
+use crate::rules::{BucketRow, RowObject};
 
 /// A PUT of a prepared row: the bucket and which of the row's outputs it shows.
 #[derive(Debug, Clone)]
@@ -53,25 +53,28 @@ impl PreparedRow {
     ) -> Option<Self> {
         // Outputs are stored once per row; the buckets of one evaluation usually share
         // one object, so compare its pointer before its bytes.
-        let mut distinct: Vec<(Arc<str>, Arc<str>, Arc<str>)> = Vec::with_capacity(1);
+        let mut distinct: Vec<Arc<RowObject>> = Vec::with_capacity(1);
         let mut puts = Vec::with_capacity(buckets.len());
         for b in buckets {
-            let index = match distinct.iter().position(|(t, i, d)| {
-                same(d, &b.data) && same(i, &b.object_id) && same(t, &b.object_type)
-            }) {
+            let checksum = b.object.checksum;
+            let index = match distinct.iter().position(|o| same(o, &b.object)) {
                 Some(i) => i,
                 None => {
-                    distinct.push((b.object_type, b.object_id, b.data));
+                    distinct.push(b.object);
                     distinct.len() - 1
                 }
             };
             puts.push(PreparedPut {
                 bucket: b.bucket,
                 output: u8::try_from(index).ok()?,
-                checksum: b.checksum,
+                checksum,
             });
         }
-        let outputs = encode_outputs(distinct.iter().map(|(t, i, d)| (&**t, &**i, &**d)));
+        let outputs = encode_outputs(
+            distinct
+                .iter()
+                .map(|o| (&*o.object_type, &*o.object_id, &*o.data)),
+        );
         Some(Self {
             table_id,
             identity,
@@ -84,8 +87,9 @@ impl PreparedRow {
     }
 }
 
-fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
-    Arc::ptr_eq(a, b) || a == b
+fn same(a: &Arc<RowObject>, b: &Arc<RowObject>) -> bool {
+    Arc::ptr_eq(a, b)
+        || (a.data == b.data && a.object_id == b.object_id && a.object_type == b.object_type)
 }
 
 impl Store {
@@ -207,16 +211,17 @@ mod tests {
 
     /// Bucket rows sharing one object, as the evaluator makes them.
     fn bucket_rows(buckets: &[&str], id: &str, data: &str) -> Vec<BucketRow> {
-        let (object_type, object_id, data): (Arc<str>, Arc<str>, Arc<str>) =
-            ("tasks".into(), id.into(), data.into());
+        let object = Arc::new(RowObject {
+            object_type: "tasks".into(),
+            object_id: id.into(),
+            data: data.into(),
+            checksum: data.len() as u32,
+        });
         buckets
             .iter()
             .map(|b| BucketRow {
                 bucket: (*b).to_owned(),
-                object_type: object_type.clone(),
-                object_id: object_id.clone(),
-                checksum: data.len() as u32,
-                data: data.clone(),
+                object: object.clone(),
             })
             .collect()
     }

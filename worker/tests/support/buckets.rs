@@ -45,7 +45,7 @@ pub async fn expected(conn: &SourceConnection, rules: &SyncRules, tables: &[&str
             }
             let columns = source.source_columns();
             for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
-                out.entry(b.bucket).or_default().insert(
+                out.entry(b.bucket.clone()).or_default().insert(
                     (b.object_type.to_string(), b.object_id.to_string()),
                     b.data.to_string(),
                 );
