@@ -353,8 +353,9 @@ fn write_loop(
     let mut next = 0u64;
     let mut done = 0;
     let mut intent = None;
+    // One buffer for every transaction's rows (it is drained, not dropped).
+    let mut batch: Vec<PreparedRow> = Vec::with_capacity(BATCH_ROWS + 1024);
     loop {
-        let mut batch: Vec<PreparedRow> = Vec::with_capacity(BATCH_ROWS + 1024);
         let mut chunks = 0;
         loop {
             while let Some(rows) = early.remove(&next) {
@@ -398,7 +399,7 @@ fn write_loop(
         let count = batch.len() as u64;
         if count > 0 {
             store.write_unsynced(0, |w| {
-                batch.into_iter().try_for_each(|row| w.insert_prepared(row))
+                batch.drain(..).try_for_each(|row| w.insert_prepared(row))
             })?;
             progress.add_rows(count);
         }

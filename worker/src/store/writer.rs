@@ -140,9 +140,10 @@ pub struct WriteTxn<'t, 'db> {
     lsn: Option<u64>,
     /// Per bucket id: ops this transaction made compactable (superseded PUTs, REMOVEs).
     compactable: HashMap<u32, u64>,
-    /// The largest key in `row_keys` once read ([`Self::claim_row`]); `None` until then
-    /// and after any write there that did not go through `claim_row`.
-    row_keys_end: Option<Option<Vec<u8>>>,
+    /// The largest key in `row_keys` once read ([`Self::claim_row`]), empty when there
+    /// is none (no row key is empty); `None` until then and after any write there that
+    /// did not go through `claim_row`.
+    row_keys_end: Option<Vec<u8>>,
 }
 
 /// Ops folded into one CLEAR per compaction step (bounds the memory of one step).
@@ -560,10 +561,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         let row_id = self.counters.next_row;
         // Rows copied in key order (a serial or time-ordered key, a table clustered on
         // it) land past the tree's end: appending skips the search for their place.
-        let mut appending = match self.row_keys_end()? {
-            Some(end) => key > end.as_slice(),
-            None => true,
-        };
+        let mut appending = key > self.row_keys_end()?;
         let flags = if appending {
             WriteFlags::APPEND
         } else {
@@ -579,8 +577,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         match claim {
             Ok(()) => {
                 self.counters.next_row += 1;
-                if appending {
-                    self.row_keys_end = Some(Some(key.to_vec()));
+                if let (true, Some(end)) = (appending, &mut self.row_keys_end) {
+                    end.clear();
+                    end.extend_from_slice(key);
                 }
                 Ok(Some(row_id))
             }
@@ -589,18 +588,18 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         }
     }
 
-    /// The largest key in `row_keys` (read once per transaction, then kept by
-    /// [`Self::claim_row`]).
-    fn row_keys_end(&mut self) -> Result<&Option<Vec<u8>>, StoreError> {
+    /// The largest key in `row_keys`, empty when there is none (read once per
+    /// transaction, then kept by [`Self::claim_row`]).
+    fn row_keys_end(&mut self) -> Result<&[u8], StoreError> {
         if self.row_keys_end.is_none() {
             let last: Option<(Vec<u8>, ())> = self
                 .txn
                 .cursor(&self.tables.row_keys)
                 .and_then(|mut c| c.last())
                 .map_err(self.mdbx("read the last row key"))?;
-            self.row_keys_end = Some(last.map(|(key, ())| key));
+            self.row_keys_end = Some(last.map(|(key, ())| key).unwrap_or_default());
         }
-        Ok(self.row_keys_end.as_ref().unwrap_or(&None))
+        Ok(self.row_keys_end.as_deref().unwrap_or_default())
     }
 
     /// Appends a PUT of row `row_id` (showing `output`) to bucket `name`.
