@@ -128,26 +128,36 @@ worker=""
 peak_anon=0
 peak_rss=0
 peak_file=0
+# The sampling must not take CPU from the worker on a 2-core machine (forking psql,
+# python3 and awk every 50 ms cost about half a core): /proc is read with shell builtins
+# every 50 ms, and the status function is asked (psql only) every 0.5 s.
+sample_memory() {
+  local key value _
+  while read -r key value _; do
+    case "$key" in
+      RssAnon:) [ "$value" -gt "$peak_anon" ] && peak_anon="$value" ;;
+      RssFile:) [ "$value" -gt "$peak_file" ] && peak_file="$value" ;;
+      VmHWM:) [ "$value" -gt "$peak_rss" ] && peak_rss="$value" ;;
+    esac
+  done < "/proc/$worker/status" || true
+}
+tick=0
 while :; do
-  st="$(psql_r -c "SELECT powersync_mdbx.status()" 2>/dev/null || true)"
-  phase="$(printf '%s' "$st" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("phase",""))' 2>/dev/null || true)"
-  [ -z "$worker" ] && worker="$(printf '%s' "$st" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("worker_pid",""))' 2>/dev/null || true)"
-  if [ -n "${PSM_BENCH_PROFILE:-}" ] && [ -n "$worker" ] && [ -z "${perf_pid:-}" ]; then
-    perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE" >/dev/null 2>&1 &
-    perf_pid=$!
+  if [ -z "$worker" ] || [ $((tick % 10)) -eq 0 ]; then
+    st="$(psql_r -F ' ' -c "SELECT s->>'phase', s->>'worker_pid' FROM powersync_mdbx.status() AS s" 2>/dev/null || true)"
+    phase="${st%% *}"
+    [ -z "$worker" ] && [ -n "${st#* }" ] && [ "${st#* }" != "$st" ] && worker="${st#* }"
+    if [ -n "${PSM_BENCH_PROFILE:-}" ] && [ -n "$worker" ] && [ -z "${perf_pid:-}" ]; then
+      perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE" >/dev/null 2>&1 &
+      perf_pid=$!
+    fi
   fi
-  if [ -n "$worker" ] && [ -r "/proc/$worker/status" ]; then
-    anon="$(awk '/^RssAnon:/ {print $2}' "/proc/$worker/status")"
-    rss="$(awk '/^VmHWM:/ {print $2}' "/proc/$worker/status")"
-    [ "${anon:-0}" -gt "$peak_anon" ] && peak_anon="$anon"
-    [ "${rss:-0}" -gt "$peak_rss" ] && peak_rss="$rss"
-    file="$(awk '/^RssFile:/ {print $2}' "/proc/$worker/status")"
-    [ "${file:-0}" -gt "$peak_file" ] && peak_file="$file"
-  fi
+  [ -n "$worker" ] && [ -r "/proc/$worker/status" ] && sample_memory
   case "$phase" in
     ready|streaming) kill -0 "$probe_pid" 2>/dev/null || break ;;
-    failed|config_error) log "worker failed: $st"; tail -20 "$work/replica.log" >&2; exit 1 ;;
+    failed|config_error) log "worker failed: $(psql_r -c "SELECT powersync_mdbx.status()" 2>&1)"; tail -20 "$work/replica.log" >&2; exit 1 ;;
   esac
+  tick=$((tick + 1))
   sleep 0.05
 done
 wait "$probe_pid"
@@ -197,9 +207,9 @@ churn_anon=0
 if [ "$rounds" -gt 0 ] || [ "$commits" -gt 0 ]; then
   log "streaming: $commits timed commits, $rounds full-table update rounds"
   # Peak anonymous RSS while streaming (each round is one transaction of every task row).
-  ( peak=0; while [ -r "/proc/$worker/status" ]; do
-      a="$(awk '/^RssAnon:/ {print $2}' "/proc/$worker/status" 2>/dev/null || echo 0)"
-      [ "${a:-0}" -gt "$peak" ] && { peak="$a"; echo "$peak" > "$work/churn_anon"; }
+  ( peak_anon=0; while [ -r "/proc/$worker/status" ]; do
+      before="$peak_anon"; sample_memory 2>/dev/null
+      [ "$peak_anon" -gt "$before" ] && echo "$peak_anon" > "$work/churn_anon"
       sleep 0.05
     done ) &
   sampler=$!
