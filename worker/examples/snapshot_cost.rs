@@ -43,38 +43,6 @@ fn main() {
     }
     let eval = started.elapsed();
 
-    // How well would a trained dictionary compress the data strings, and at what cost?
-    let samples: Vec<&[u8]> = evaluated
-        .iter()
-        .take(4096)
-        .map(|(_, e)| e.buckets[0].data.as_bytes())
-        .collect();
-    let t0 = Instant::now();
-    let dict = zstd::dict::from_samples(&samples, 16 * 1024).unwrap();
-    let train = t0.elapsed();
-    for level in [-5, -1, 1, 3] {
-        let enc = zstd::dict::EncoderDictionary::copy(&dict, level);
-        let mut c = zstd::bulk::Compressor::with_prepared_dictionary(&enc).unwrap();
-        c.include_checksum(false).unwrap();
-        c.include_contentsize(false).unwrap();
-        c.include_dictid(false).unwrap();
-        let t0 = Instant::now();
-        let mut raw = 0usize;
-        let mut packed = 0usize;
-        for (_, e) in &evaluated {
-            let d = e.buckets[0].data.as_bytes();
-            raw += d.len();
-            packed += c.compress(d).unwrap().len();
-        }
-        println!(
-            "zstd level {level} (dictionary {} B, trained in {train:?}): data {:.0} -> {:.0} B/row, {:.2} µs/row",
-            dict.len(),
-            raw as f64 / rows as f64,
-            packed as f64 / rows as f64,
-            t0.elapsed().as_nanos() as f64 / rows as f64 / 1000.0
-        );
-    }
-
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
     let started = Instant::now();

@@ -30,7 +30,7 @@ pub(super) const DATA_META_KEYS: &[&[u8]] = &[
     KEY_DICTIONARY,
     b"stage.bootstrap",
 ];
-/// The zstd dictionary row records are compressed with.
+/// The LZ4 dictionary row records are compressed against.
 const KEY_DICTIONARY: &[u8] = b"dictionary";
 
 /// The record codec stored in `db`: with its dictionary, or raw.
