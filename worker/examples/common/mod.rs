@@ -60,7 +60,7 @@ pub fn source_columns<'a>(
             |(i, ((name, _), t))| powersync_mdbx_worker::rules::SourceColumn {
                 name,
                 pg_type: *t,
-                value: fields.get(i),
+                value: fields.get_str(i),
             },
         )
         .collect()

@@ -20,7 +20,7 @@ use super::intent::IntentTable;
 use super::toast::stash_for;
 use super::ReplicationError;
 use crate::metrics::{Histogram, PendingCommits};
-use crate::rules::{PgType, RowEvaluation, SourceColumn, SourceRow, SyncRules};
+use crate::rules::{PgType, RowEvaluation, RulesError, SourceColumn, SourceRow, SyncRules};
 use crate::source::ColumnMeta;
 use crate::store::{encode_values, identity_key, Checkpoint, LookupPut, RowPut, Store, WriteTxn};
 
@@ -354,17 +354,27 @@ impl Applier {
         values: &[Option<&[u8]>],
         used_stash: bool,
     ) -> Result<(), ReplicationError> {
-        let columns: Vec<SourceColumn<'_>> = table
+        let columns = table
             .columns
             .iter()
             .zip(&table.types)
             .zip(values)
-            .map(|((c, t), v)| SourceColumn {
-                name: &c.name,
-                pg_type: *t,
-                value: *v,
+            .map(|((c, t), v)| {
+                let value =
+                    v.map(std::str::from_utf8)
+                        .transpose()
+                        .map_err(|_| RulesError::Row {
+                            table: format!("{}.{}", table.schema, table.name),
+                            column: c.name.clone(),
+                            message: "value is not valid UTF-8".into(),
+                        })?;
+                Ok(SourceColumn {
+                    name: &c.name,
+                    pg_type: *t,
+                    value,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<SourceColumn<'_>>, RulesError>>()?;
         let row = SourceRow {
             schema: &table.schema,
             table: &table.name,

@@ -300,7 +300,7 @@ fn eval_loop(
                     .map(|(i, (c, t))| SourceColumn {
                         name: &c.name,
                         pg_type: *t,
-                        value: fields.get(i),
+                        value: fields.get_str(i),
                     })
                     .collect();
                 let row = SourceRow {

@@ -39,7 +39,7 @@ pub struct SourceColumn<'a> {
     pub pg_type: PgType,
     /// The text representation, or `None` for NULL. For an unchanged TOASTed value in an
     /// UPDATE, the caller passes the value from its stored previous row image.
-    pub value: Option<&'a [u8]>,
+    pub value: Option<&'a str>,
 }
 
 /// One row of a source table, columns in table (attnum) order.
@@ -89,7 +89,7 @@ impl OwnedSourceRow {
             .map(|(n, t, v)| SourceColumn {
                 name: n,
                 pg_type: *t,
-                value: v.as_deref().map(str::as_bytes),
+                value: v.as_deref(),
             })
             .collect()
     }

@@ -55,13 +55,15 @@ impl CopyFields {
         self.scratch.clear();
         let mut start = 0;
         let mut tabs = memchr::memchr_iter(b'\t', line);
+        // Most lines have no escape at all: one search for the line, not one per field.
+        let escapes = memchr::memchr(b'\\', line).is_some();
         loop {
             let end = tabs.next().unwrap_or(line.len());
             let raw = line.get(start..end).unwrap_or_default();
             let field = self.spans.len();
             let span = if raw == b"\\N" {
                 Span::Null
-            } else if memchr::memchr(b'\\', raw).is_some() {
+            } else if escapes && memchr::memchr(b'\\', raw).is_some() {
                 let from = self.scratch.len();
                 unescape(raw, &mut self.scratch)
                     .map_err(|problem| CopyTextError::Malformed { field, problem })?;
@@ -139,6 +141,14 @@ impl<'a> Fields<'a> {
             Span::Scratch(a, b) => self.scratch.get(a..b),
         }
     }
+
+    /// [`Self::get`] as text, without checking it again.
+    pub fn get_str(&self, index: usize) -> Option<&'a str> {
+        // SAFETY: `CopyFields::decode` checked every field: the line as a whole (a valid
+        // line split at ASCII tabs gives valid fields) and each unescaped field by itself.
+        self.get(index)
+            .map(|bytes| unsafe { std::str::from_utf8_unchecked(bytes) })
+    }
 }
 
 /// Appends the unescaped form of `raw` to `out`.
@@ -205,9 +215,11 @@ mod tests {
         let fields = decoder.decode(line)?;
         Ok((0..fields.len())
             .map(|i| {
-                fields
+                let text = fields
                     .get(i)
-                    .map(|b| String::from_utf8(b.to_vec()).unwrap())
+                    .map(|b| String::from_utf8(b.to_vec()).unwrap());
+                assert_eq!(fields.get_str(i), text.as_deref());
+                text
             })
             .collect())
     }
@@ -228,6 +240,15 @@ mod tests {
         assert_eq!(
             fields(1, "grüße".as_bytes()).unwrap(),
             vec![Some("grüße".into())]
+        );
+        // Escapes in one field of a line do not change how the others are read.
+        assert_eq!(
+            fields(3, "ß\tplain\t\\N".as_bytes()).unwrap(),
+            vec![Some("ß".into()), Some("plain".into()), None]
+        );
+        assert_eq!(
+            fields(2, b"a\\\\b\tc").unwrap(),
+            vec![Some("a\\b".into()), Some("c".into())]
         );
     }
 

@@ -153,15 +153,10 @@ pub fn type_from_name(name: &str) -> Option<PgType> {
 
 /// Convert one column's text representation. Errors say what was wrong with the text, so
 /// the replication source can stop with a precise message instead of syncing a wrong value.
-pub fn convert<'a>(
-    ty: PgType,
-    text: &'a [u8],
-    compat: &Compatibility,
-) -> Result<Value<'a>, String> {
+pub fn convert<'a>(ty: PgType, s: &'a str, compat: &Compatibility) -> Result<Value<'a>, String> {
     if ty.oid == oid::BYTEA {
-        return decode_bytea(text).map(|b| Value::Blob(Cow::Owned(b)));
+        return decode_bytea(s.as_bytes()).map(|b| Value::Blob(Cow::Owned(b)));
     }
-    let s = std::str::from_utf8(text).map_err(|_| "value is not valid UTF-8".to_string())?;
     if let Some(elem) = ty.element {
         return array_to_json(s, elem, compat).map(|j| Value::Text(Cow::Owned(j)));
     }
