@@ -146,7 +146,8 @@ while :; do
   if [ -z "$worker" ] || [ $((tick % 10)) -eq 0 ]; then
     st="$(psql_r -F ' ' -c "SELECT s->>'phase', s->>'worker_pid' FROM powersync_mdbx.status() AS s" 2>/dev/null || true)"
     phase="${st%% *}"
-    [ -z "$worker" ] && [ -n "${st#* }" ] && [ "${st#* }" != "$st" ] && worker="${st#* }"
+    pid="${st#* }"  # the whole of `st` when it has no second field
+    [ -z "$worker" ] && [ "$pid" != "$st" ] && worker="$pid"
     if [ -n "${PSM_BENCH_PROFILE:-}" ] && [ -n "$worker" ] && [ -z "${perf_pid:-}" ]; then
       perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE" >/dev/null 2>&1 &
       perf_pid=$!

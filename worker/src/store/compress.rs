@@ -69,9 +69,10 @@ impl Drop for Lz4Stream {
 
 /// The dictionary's bytes and the LZ4 state that indexes them.
 struct Dictionary {
-    /// Boxed and never changed: `indexed` points into it.
-    bytes: Box<[u8]>,
+    /// Points into `bytes` (declared first, so it is dropped first).
     indexed: Lz4Stream,
+    /// Boxed and never changed: the indexed state's pointers stay valid.
+    bytes: Box<[u8]>,
 }
 
 // SAFETY: once loaded, the indexed state is only read: packers attach it to their own
@@ -92,7 +93,7 @@ impl Dictionary {
                 bytes.len() as c_int,
             )
         };
-        Self { bytes, indexed }
+        Self { indexed, bytes }
     }
 }
 
@@ -116,43 +117,48 @@ impl Packer<'_> {
 
     /// The stored form of an encoded record.
     pub fn pack(&mut self, raw: &[u8]) -> Vec<u8> {
-        if let (Some((dictionary, working)), Ok(len)) =
-            (&self.compressor, c_int::try_from(raw.len()))
-        {
-            // Header, raw length (at most 5 bytes), then the block.
-            let bound = len.saturating_add(len / 255 + 16);
-            let mut out = Writer::with_capacity(6 + bound as usize);
-            out.raw(&[LZ4_DICT]).varint(raw.len() as u64);
-            let mut out = out.finish();
-            let start = out.len();
-            out.reserve(bound as usize);
-            // SAFETY: `working` is this packer's own state, reset and attached to the
-            // dictionary's read-only state before each block; the block is written into
-            // the spare capacity reserved above (at most `bound` bytes, LZ4's bound).
-            let written = unsafe {
-                LZ4_resetStream_fast(working.0.as_ptr());
-                LZ4_attach_dictionary(working.0.as_ptr(), dictionary.indexed.0.as_ptr());
-                LZ4_compress_fast_continue(
-                    working.0.as_ptr(),
-                    raw.as_ptr().cast(),
-                    out.as_mut_ptr().add(start).cast(),
-                    len,
-                    bound,
-                    ACCELERATION,
-                )
-            };
-            let packed_len = start + usize::try_from(written).unwrap_or(usize::MAX);
-            if written > 0 && packed_len + 4 < raw.len() {
-                // SAFETY: LZ4 initialised `written` bytes after `start`.
-                unsafe { out.set_len(packed_len) };
-                return out;
-            }
+        let (Some((dictionary, working)), Ok(len)) = (&self.compressor, c_int::try_from(raw.len()))
+        else {
+            return stored_raw(Vec::with_capacity(raw.len() + 1), raw);
+        };
+        // Header, raw length (at most 5 bytes), then the block: room for the raw form too.
+        let bound = len.saturating_add(len / 255 + 16);
+        let mut out = Writer::with_capacity(6 + bound as usize);
+        out.raw(&[LZ4_DICT]).varint(raw.len() as u64);
+        let mut out = out.finish();
+        let start = out.len();
+        // SAFETY: `working` is this packer's own state, reset and attached to the
+        // dictionary's read-only state before each block; the block is written into the
+        // spare capacity allocated above (at most `bound` bytes, LZ4's bound).
+        let written = unsafe {
+            LZ4_resetStream_fast(working.0.as_ptr());
+            LZ4_attach_dictionary(working.0.as_ptr(), dictionary.indexed.0.as_ptr());
+            LZ4_compress_fast_continue(
+                working.0.as_ptr(),
+                raw.as_ptr().cast(),
+                out.as_mut_ptr().add(start).cast(),
+                len,
+                bound,
+                ACCELERATION,
+            )
+        };
+        let packed_len = start + usize::try_from(written).unwrap_or(usize::MAX);
+        if written > 0 && packed_len + 4 < raw.len() {
+            // SAFETY: LZ4 initialised `written` bytes after `start`.
+            unsafe { out.set_len(packed_len) };
+            return out;
         }
-        let mut out = Vec::with_capacity(raw.len() + 1);
-        out.push(RAW);
-        out.extend_from_slice(raw);
-        out
+        // Not worth it: the raw form, in the same allocation.
+        stored_raw(out, raw)
     }
+}
+
+/// The raw stored form of `raw`, in `buf` (cleared first).
+fn stored_raw(mut buf: Vec<u8>, raw: &[u8]) -> Vec<u8> {
+    buf.clear();
+    buf.push(RAW);
+    buf.extend_from_slice(raw);
+    buf
 }
 
 /// How records are written and read.
