@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tokio::sync::Semaphore;
 
 use super::toast::stash_for;
@@ -292,7 +293,7 @@ fn eval_loop(
                     table: format!("{}.{}", job.schema, job.name),
                     problem: e.to_string(),
                 })?;
-                let columns: Vec<SourceColumn<'_>> = job
+                let columns: SmallVec<[SourceColumn<'_>; 16]> = job
                     .columns
                     .iter()
                     .zip(types)
@@ -322,14 +323,14 @@ fn eval_loop(
                     .map(|l| (l.key.encode().into_bytes(), encode_values(&l.outputs)))
                     .collect();
                 let stash = stash_for(&job.columns, |i| fields.get(i), false);
-                let row = PreparedRow::new(job.id, identity, eval.buckets, lookups, stash)
-                    .ok_or_else(|| ReplicationError::Copy {
-                        table: format!("{}.{}", job.schema, job.name),
-                        problem: "a row with more than 255 distinct outputs".into(),
-                    })?;
+                let row =
+                    PreparedRow::new(job.id, &identity, eval.buckets, lookups, stash, &mut packer)
+                        .ok_or_else(|| ReplicationError::Copy {
+                            table: format!("{}.{}", job.schema, job.name),
+                            problem: "a row with more than 255 distinct outputs".into(),
+                        })?;
                 rows.push(row);
             }
-            packer.pack(&mut rows);
             if !output.send(WriteMsg::Rows(seq, rows)) {
                 return Ok(()); // the writer failed; its error is reported
             }

@@ -6,6 +6,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::bucket::bucket_name;
 use super::checksum::put_checksum;
 use super::error::RulesError;
@@ -30,6 +32,8 @@ pub struct SlotBinding {
     table: Arc<str>,
     /// Per data query: its output name, shared by every row's object.
     object_types: Vec<Option<Arc<str>>>,
+    /// Per data query without bucket parameters: its one bucket's name, built once.
+    global_buckets: Vec<Option<String>>,
 }
 
 impl SlotBinding {
@@ -71,6 +75,15 @@ impl TablePlan {
                 .iter()
                 .map(|d| d.object_type.as_deref().map(Arc::from))
                 .collect(),
+            global_buckets: self
+                .data
+                .iter()
+                .map(|d| {
+                    (d.params == 0)
+                        .then(|| bucket_name(&d.prefix, &[]))
+                        .flatten()
+                })
+                .collect(),
         }
     }
 
@@ -89,7 +102,9 @@ impl TablePlan {
         binding: &SlotBinding,
         row: &SourceRow<'_>,
     ) -> Result<RowEvaluation, RulesError> {
-        let mut values = Vec::with_capacity(row.columns.len());
+        // Rows, their values and their few objects live on the stack: most tables have
+        // fewer columns than this, and a row is evaluated millions of times.
+        let mut values: SmallVec<[Value<'_>; 16]> = SmallVec::with_capacity(row.columns.len());
         for c in row.columns {
             values.push(match c.value {
                 None => Value::Null,
@@ -110,10 +125,11 @@ impl TablePlan {
             buckets: Vec::with_capacity(binding.data.len()),
             lookups: Vec::new(),
         };
-        let mut objects: Vec<Option<Object>> = Vec::with_capacity(binding.data.len());
-        let mut names = Vec::new();
+        let mut objects: SmallVec<[Option<Object>; 4]> = SmallVec::new();
+        let mut names = BucketNames::new();
         for (i, d) in binding.data.iter().enumerate() {
-            bucket_names(d, env, &mut names);
+            let global = binding.global_buckets.get(i).and_then(Option::as_deref);
+            bucket_names(d, global, env, &mut names);
             let object = if names.is_empty() {
                 None
             } else {
@@ -174,8 +190,12 @@ fn bound<T: Clone>(
         .collect()
 }
 
-/// The buckets data query `d` puts the row in (into `out`, which it clears first).
-fn bucket_names(d: &DataEvaluator, env: Env<'_>, out: &mut Vec<String>) {
+/// The bucket names of one data query for one row (usually one).
+type BucketNames = SmallVec<[String; 2]>;
+
+/// The buckets data query `d` puts the row in (into `out`, which it clears first);
+/// `global` is its bucket's name when it has no parameters.
+fn bucket_names(d: &DataEvaluator, global: Option<&str>, env: Env<'_>, out: &mut BucketNames) {
     out.clear();
     let filter = match &d.filter {
         ParamFilter::And(items) if items.len() == 1 => &items[0],
@@ -186,7 +206,10 @@ fn bucket_names(d: &DataEvaluator, env: Env<'_>, out: &mut Vec<String>) {
         // or without a row filter) and one bucket per value of one row column.
         ParamFilter::Pred(e) if d.params == 0 => {
             if e.eval(env).is_truthy() {
-                out.extend(bucket_name(&d.prefix, &[]));
+                match global {
+                    Some(name) => out.push(name.to_owned()),
+                    None => out.extend(bucket_name(&d.prefix, &[])),
+                }
             }
         }
         ParamFilter::Param {

@@ -64,34 +64,47 @@ pub fn js_number(f: f64) -> String {
 /// Append `s` as a JSON string literal: `"`, `\` and control characters escaped, non-ASCII
 /// and `/` left as they are (what `JSON.stringify` does).
 pub fn write_json_string(out: &mut String, s: &str) {
-    /// Bytes checked at once: a fixed-size check compiles to a few vector instructions.
-    const CHUNK: usize = 16;
     out.reserve(s.len() + 2);
     out.push('"');
-    let bytes = s.as_bytes();
-    let (mut start, mut i) = (0, 0);
-    while i < bytes.len() {
-        let rest = bytes.get(i..).unwrap_or_default();
-        if let Some(chunk) = rest.first_chunk::<CHUNK>() {
-            if !chunk.iter().fold(false, |any, &b| any | needs_escape(b)) {
-                i += CHUNK;
-                continue;
-            }
+    if any_needs_escape(s.as_bytes()) {
+        write_escaped(out, s);
+    } else {
+        out.push_str(s);
+    }
+    out.push('"');
+}
+
+/// Bytes checked at once: a fixed-size check compiles to a few vector instructions.
+const CHUNK: usize = 16;
+
+/// Whether any byte of `bytes` must be escaped; checked in whole chunks (the tail padded
+/// with a byte that needs none), since almost no string has one.
+fn any_needs_escape(bytes: &[u8]) -> bool {
+    let chunk_needs =
+        |chunk: &[u8; CHUNK]| chunk.iter().fold(false, |any, &b| any | needs_escape(b));
+    let (chunks, rest) = bytes.as_chunks::<CHUNK>();
+    if chunks.iter().any(chunk_needs) {
+        return true;
+    }
+    let mut tail = [b' '; CHUNK];
+    if let Some(prefix) = tail.get_mut(..rest.len()) {
+        prefix.copy_from_slice(rest);
+    }
+    chunk_needs(&tail)
+}
+
+/// `s` with its escapes, unquoted. Only ASCII needs escaping, so every cut is at a
+/// character boundary.
+fn write_escaped(out: &mut String, s: &str) {
+    let mut start = 0;
+    for (j, &b) in s.as_bytes().iter().enumerate() {
+        if needs_escape(b) {
+            out.push_str(s.get(start..j).unwrap_or_default());
+            push_escaped(out, b);
+            start = j + 1;
         }
-        // A chunk with something to escape, or the tail: byte by byte. Only ASCII needs
-        // escaping, so every cut is at a character boundary.
-        let end = (i + CHUNK).min(bytes.len());
-        for (j, &b) in bytes.iter().enumerate().take(end).skip(i) {
-            if needs_escape(b) {
-                out.push_str(s.get(start..j).unwrap_or_default());
-                push_escaped(out, b);
-                start = j + 1;
-            }
-        }
-        i = end;
     }
     out.push_str(s.get(start..).unwrap_or_default());
-    out.push('"');
 }
 
 fn needs_escape(b: u8) -> bool {

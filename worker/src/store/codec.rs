@@ -23,6 +23,11 @@ impl Writer {
         }
     }
 
+    /// A writer that appends to `buf`.
+    pub fn over(buf: Vec<u8>) -> Self {
+        Self { buf }
+    }
+
     /// LEB128 unsigned integer.
     pub fn varint(&mut self, mut value: u64) -> &mut Self {
         while value >= 0x80 {

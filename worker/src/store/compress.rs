@@ -117,19 +117,28 @@ impl Packer<'_> {
 
     /// The stored form of an encoded record.
     pub fn pack(&mut self, raw: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.pack_into(raw, &mut out);
+        out
+    }
+
+    /// Appends the stored form of an encoded record to `out`.
+    pub fn pack_into(&mut self, raw: &[u8], out: &mut Vec<u8>) {
         let (Some((dictionary, working)), Ok(len)) = (&self.compressor, c_int::try_from(raw.len()))
         else {
-            return stored_raw(Vec::with_capacity(raw.len() + 1), raw);
+            return stored_raw(out, raw);
         };
+        let base = out.len();
         // Header, raw length (at most 5 bytes), then the block: room for the raw form too.
         let bound = len.saturating_add(len / 255 + 16);
-        let mut out = Writer::with_capacity(6 + bound as usize);
-        out.raw(&[LZ4_DICT]).varint(raw.len() as u64);
-        let mut out = out.finish();
+        out.reserve(6 + bound as usize);
+        let mut head = Writer::over(std::mem::take(out));
+        head.raw(&[LZ4_DICT]).varint(raw.len() as u64);
+        *out = head.finish();
         let start = out.len();
         // SAFETY: `working` is this packer's own state, reset and attached to the
         // dictionary's read-only state before each block; the block is written into the
-        // spare capacity allocated above (at most `bound` bytes, LZ4's bound).
+        // spare capacity reserved above (at most `bound` bytes, LZ4's bound).
         let written = unsafe {
             LZ4_resetStream_fast(working.0.as_ptr());
             LZ4_attach_dictionary(working.0.as_ptr(), dictionary.indexed.0.as_ptr());
@@ -142,23 +151,23 @@ impl Packer<'_> {
                 ACCELERATION,
             )
         };
-        let packed_len = start + usize::try_from(written).unwrap_or(usize::MAX);
+        let packed_len = start - base + usize::try_from(written).unwrap_or(usize::MAX);
         if written > 0 && packed_len + 4 < raw.len() {
             // SAFETY: LZ4 initialised `written` bytes after `start`.
-            unsafe { out.set_len(packed_len) };
-            return out;
+            unsafe { out.set_len(base + packed_len) };
+            return;
         }
         // Not worth it: the raw form, in the same allocation.
-        stored_raw(out, raw)
+        out.truncate(base);
+        stored_raw(out, raw);
     }
 }
 
-/// The raw stored form of `raw`, in `buf` (cleared first).
-fn stored_raw(mut buf: Vec<u8>, raw: &[u8]) -> Vec<u8> {
-    buf.clear();
-    buf.push(RAW);
-    buf.extend_from_slice(raw);
-    buf
+/// Appends the raw stored form of `raw` to `out`.
+fn stored_raw(out: &mut Vec<u8>, raw: &[u8]) {
+    out.reserve(raw.len() + 1);
+    out.push(RAW);
+    out.extend_from_slice(raw);
 }
 
 /// How records are written and read.

@@ -9,52 +9,60 @@
 use std::sync::Arc;
 
 use libmdbx::WriteFlags;
+use smallvec::SmallVec;
 
 use super::compress::{Packer, RecordCodec};
-use super::record::{decode_outputs, encode_head, encode_outputs};
+use super::record::{decode_outputs, encode_head, encode_outputs_into};
 use super::tables::row_key;
 use super::writer::{LookupPut, RowPut, Stash, WriteTxn};
 use super::{Store, StoreError};
 use crate::rules::{BucketRow, RowObject};
 
-/// A PUT of a prepared row: the bucket and which of the row's outputs it shows.
-#[derive(Debug, Clone)]
+/// A PUT of a prepared row: its bucket (the name ends at `name_end` in the row's bytes,
+/// right after the previous PUT's) and which of the row's outputs it shows.
+#[derive(Debug, Clone, Copy)]
 struct PreparedPut {
-    bucket: String,
+    name_end: u32,
     output: u8,
     checksum: u32,
 }
 
-/// A new source row, its outputs encoded once and packed ([`RowPacker`]) before
-/// the writer sees it.
+/// A new source row, its outputs encoded once and packed ([`RowPacker`]) before the
+/// writer sees it. Its identity, bucket names and packed outputs share one allocation:
+/// the writer frees one block per row that another thread allocated, not one per part.
 #[derive(Debug, Clone)]
 pub struct PreparedRow {
     table_id: u32,
-    identity: Vec<u8>,
-    puts: Vec<PreparedPut>,
+    /// The identity, the bucket names of `puts` in order, then the packed outputs.
+    bytes: Vec<u8>,
+    identity_end: u32,
+    outputs_start: u32,
+    puts: SmallVec<[PreparedPut; 4]>,
     /// `(encoded key, encoded outputs)` of each lookup entry.
     lookups: Vec<(Vec<u8>, Vec<u8>)>,
     stash: Stash,
-    /// The outputs section: raw until packed.
-    outputs: Vec<u8>,
-    packed: bool,
 }
 
 impl PreparedRow {
-    /// Prepares a new row of table `table_id` from its evaluated bucket rows (their
-    /// names move into the prepared row). `None` when it has more than 255 distinct
-    /// outputs (the record indexes them with one byte).
+    /// Prepares a new row of table `table_id` from its evaluated bucket rows, packing
+    /// its outputs with `packer`. `None` when it has more than 255 distinct outputs (the
+    /// record indexes them with one byte) or its names exceed 4 GiB.
     pub fn new(
         table_id: u32,
-        identity: Vec<u8>,
+        identity: &[u8],
         buckets: Vec<BucketRow>,
         lookups: Vec<(Vec<u8>, Vec<u8>)>,
         stash: Stash,
+        packer: &mut RowPacker<'_>,
     ) -> Option<Self> {
         // Outputs are stored once per row; the buckets of one evaluation usually share
         // one object, so compare its pointer before its bytes.
-        let mut distinct: Vec<Arc<RowObject>> = Vec::with_capacity(1);
-        let mut puts = Vec::with_capacity(buckets.len());
+        let mut distinct: SmallVec<[Arc<RowObject>; 2]> = SmallVec::new();
+        let names: usize = buckets.iter().map(|b| b.bucket.len()).sum();
+        let mut bytes = Vec::with_capacity(identity.len() + names + packer.expected_len());
+        bytes.extend_from_slice(identity);
+        let identity_end = u32::try_from(bytes.len()).ok()?;
+        let mut puts = SmallVec::with_capacity(buckets.len());
         for b in buckets {
             let checksum = b.object.checksum;
             let index = match distinct.iter().position(|o| same(o, &b.object)) {
@@ -64,25 +72,58 @@ impl PreparedRow {
                     distinct.len() - 1
                 }
             };
+            bytes.extend_from_slice(b.bucket.as_bytes());
             puts.push(PreparedPut {
-                bucket: b.bucket,
+                name_end: u32::try_from(bytes.len()).ok()?,
                 output: u8::try_from(index).ok()?,
                 checksum,
             });
         }
-        let outputs = encode_outputs(
+        let outputs_start = u32::try_from(bytes.len()).ok()?;
+        packer.pack_outputs(
             distinct
                 .iter()
                 .map(|o| (&*o.object_type, &*o.object_id, &*o.data)),
+            &mut bytes,
         );
         Some(Self {
             table_id,
-            identity,
+            bytes,
+            identity_end,
+            outputs_start,
             puts,
             lookups,
             stash,
-            outputs,
-            packed: false,
+        })
+    }
+
+    fn identity(&self) -> &[u8] {
+        self.bytes
+            .get(..self.identity_end as usize)
+            .unwrap_or_default()
+    }
+
+    /// The packed outputs section.
+    fn outputs(&self) -> &[u8] {
+        self.bytes
+            .get(self.outputs_start as usize..)
+            .unwrap_or_default()
+    }
+
+    /// Each PUT's bucket name, output index and checksum; `None` for a name that is not
+    /// where it was written (a bug).
+    fn puts(&self) -> impl Iterator<Item = Option<(&str, u8, u32)>> {
+        let mut start = self.identity_end as usize;
+        self.puts.iter().map(move |put| {
+            let end = put.name_end as usize;
+            let name = self.bytes.get(start..end)?;
+            start = end;
+            debug_assert!(std::str::from_utf8(name).is_ok());
+            // SAFETY: `new` copied exactly these bytes from a `&str` (the names lie
+            // between consecutive `name_end`s, after the identity) and nothing changes
+            // `bytes` after it.
+            let name = unsafe { std::str::from_utf8_unchecked(name) };
+            Some((name, put.output, put.checksum))
         })
     }
 }
@@ -109,22 +150,38 @@ impl RowCodec {
         !Arc::ptr_eq(&self.0, &store.codec.read())
     }
 
-    /// A packer (one compression context, reused for every row it packs).
+    /// A packer (one compression context and one buffer, reused for every row it packs).
     pub fn packer(&self) -> RowPacker<'_> {
-        RowPacker(self.0.packer())
+        RowPacker {
+            packer: self.0.packer(),
+            raw: Vec::new(),
+        }
     }
 }
 
-/// Compresses prepared rows' outputs with one codec.
-pub struct RowPacker<'c>(Packer<'c>);
+/// Encodes and compresses prepared rows' outputs with one codec.
+pub struct RowPacker<'c> {
+    packer: Packer<'c>,
+    /// The last row's encoded outputs (reused).
+    raw: Vec<u8>,
+}
 
 impl RowPacker<'_> {
-    /// Packs the outputs of `rows` (raw while the store has no dictionary).
-    pub fn pack(&mut self, rows: &mut [PreparedRow]) {
-        for row in rows.iter_mut().filter(|r| !r.packed) {
-            row.outputs = self.0.pack(&row.outputs);
-            row.packed = true;
-        }
+    /// Appends the packed form of `outputs` (raw while the store has no dictionary) to
+    /// `out`.
+    fn pack_outputs<'a>(
+        &mut self,
+        outputs: impl Iterator<Item = (&'a str, &'a str, &'a str)> + Clone,
+        out: &mut Vec<u8>,
+    ) {
+        encode_outputs_into(outputs, &mut self.raw);
+        self.packer.pack_into(&self.raw, out);
+    }
+
+    /// Room for packing a row like the last one: what compressing needs reserved
+    /// (LZ4's bound), so the row's bytes are allocated once.
+    fn expected_len(&self) -> usize {
+        self.raw.len() + self.raw.len() / 255 + 24
     }
 }
 
@@ -132,23 +189,20 @@ impl WriteTxn<'_, '_> {
     /// Inserts a prepared new row: its PUTs, lookups and record. An identity already
     /// stored (identical rows of a REPLICA IDENTITY FULL table) becomes an update of
     /// that row.
-    pub fn insert_prepared(&mut self, mut row: PreparedRow) -> Result<(), StoreError> {
-        if !row.packed {
-            row.outputs = self.pack_outputs(&row.outputs);
-            row.packed = true;
-        } else if let Some(packed) = self.repack(&row.outputs) {
-            // Packed before the store trained its dictionary: compress it now rather
-            // than keep it large.
-            row.outputs = packed;
-        }
+    pub fn insert_prepared(&mut self, row: PreparedRow) -> Result<(), StoreError> {
+        // Packed before the store trained its dictionary: compress it now rather than
+        // keep it large.
+        let repacked = self.repack(row.outputs());
+        let outputs = repacked.as_deref().unwrap_or(row.outputs());
         self.flush_if_full()?;
-        let key = row_key(row.table_id, &row.identity);
+        let key = row_key(row.table_id, row.identity());
         let Some(row_id) = self.claim_row(&key)? else {
-            return self.update_with_prepared(row);
+            return self.update_with_prepared(&row, outputs);
         };
-        let mut memberships = Vec::with_capacity(row.puts.len());
-        for put in &row.puts {
-            memberships.push(self.put_op(&put.bucket, put.output, put.checksum, row_id)?);
+        let mut memberships: SmallVec<[_; 4]> = SmallVec::with_capacity(row.puts.len());
+        for put in row.puts() {
+            let (bucket, output, checksum) = put.ok_or_else(|| self.corrupt(NAME))?;
+            memberships.push(self.put_op(bucket, output, checksum, row_id)?);
         }
         let lookups: Vec<LookupPut<'_>> = row
             .lookups
@@ -158,24 +212,25 @@ impl WriteTxn<'_, '_> {
         let lookups = self.put_new_lookups(row_id, &lookups)?;
         let head = encode_head(row.table_id, &memberships, &lookups, &row.stash);
         // New rows get increasing ids: appending skips the search for their place.
-        self.store_packed(row_id, &head, &row.outputs, WriteFlags::APPEND)
+        self.store_packed(row_id, &head, outputs, WriteFlags::APPEND)
     }
 
     /// The rare path: the identity is stored already, so apply the row as an update.
-    fn update_with_prepared(&mut self, row: PreparedRow) -> Result<(), StoreError> {
-        let raw = self.unpack_outputs(&row.outputs)?;
+    fn update_with_prepared(&mut self, row: &PreparedRow, packed: &[u8]) -> Result<(), StoreError> {
+        let raw = self.unpack_outputs(packed)?;
         let outputs = decode_outputs(&raw).map_err(|c| self.corrupt(c.what))?;
         let mut puts = Vec::with_capacity(row.puts.len());
-        for put in &row.puts {
+        for put in row.puts() {
+            let (bucket, output, checksum) = put.ok_or_else(|| self.corrupt(NAME))?;
             let o = outputs
-                .get(usize::from(put.output))
+                .get(usize::from(output))
                 .ok_or_else(|| self.corrupt("prepared row output"))?;
             puts.push(RowPut {
-                bucket: &put.bucket,
+                bucket,
                 object_type: &o.object_type,
                 object_id: &o.object_id,
                 data: &o.data,
-                checksum: put.checksum,
+                checksum,
             });
         }
         let lookups: Vec<LookupPut<'_>> = row
@@ -185,14 +240,17 @@ impl WriteTxn<'_, '_> {
             .collect();
         self.apply_row(
             row.table_id,
-            &row.identity,
+            row.identity(),
             &puts,
             &lookups,
-            row.stash,
+            row.stash.clone(),
             false,
         )
     }
 }
+
+/// What a prepared row whose bucket name does not read back is reported as.
+const NAME: &str = "prepared row bucket name";
 
 #[cfg(test)]
 mod tests {
@@ -269,16 +327,26 @@ mod tests {
                     Ok(())
                 })
                 .unwrap();
-            let mut batch: Vec<PreparedRow> = chunk
+            let codec = prepared.row_codec();
+            let mut packer = codec.packer();
+            let batch: Vec<PreparedRow> = chunk
                 .iter()
                 .map(|(id, data)| {
                     let rows = bucket_rows(&["a[]", "b[]"], id, data);
-                    PreparedRow::new(1, id.as_bytes().to_vec(), rows, Vec::new(), Stash::new())
-                        .unwrap()
+                    PreparedRow::new(
+                        1,
+                        id.as_bytes(),
+                        rows,
+                        Vec::new(),
+                        Stash::new(),
+                        &mut packer,
+                    )
+                    .unwrap()
                 })
                 .collect();
             assert_eq!(batch[0].puts[1].output, 0, "one output for both buckets");
-            prepared.row_codec().packer().pack(&mut batch);
+            let (name, _, _) = batch[0].puts().nth(1).unwrap().unwrap();
+            assert_eq!(name, "b[]");
             prepared
                 .write(0, |w| {
                     batch.into_iter().try_for_each(|row| w.insert_prepared(row))
@@ -306,16 +374,24 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let store = Store::open(&root.path().join("store")).unwrap();
         let insert = |ids: &[&str]| {
-            let mut batch: Vec<PreparedRow> = ids
+            let codec = store.row_codec();
+            let mut packer = codec.packer();
+            let batch: Vec<PreparedRow> = ids
                 .iter()
                 .map(|id| {
                     let data = format!("{{\"id\":\"{id}\"}}");
                     let rows = bucket_rows(&["a[]"], id, &data);
-                    PreparedRow::new(1, id.as_bytes().to_vec(), rows, Vec::new(), Stash::new())
-                        .unwrap()
+                    PreparedRow::new(
+                        1,
+                        id.as_bytes(),
+                        rows,
+                        Vec::new(),
+                        Stash::new(),
+                        &mut packer,
+                    )
+                    .unwrap()
                 })
                 .collect();
-            store.row_codec().packer().pack(&mut batch);
             store
                 .write(0, |w| {
                     batch.into_iter().try_for_each(|row| w.insert_prepared(row))

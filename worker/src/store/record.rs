@@ -177,16 +177,28 @@ fn unzigzag(value: u64) -> u64 {
 pub fn encode_outputs<'a>(
     outputs: impl Iterator<Item = (&'a str, &'a str, &'a str)> + Clone,
 ) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_outputs_into(outputs, &mut out);
+    out
+}
+
+/// [`encode_outputs`] into `out` (cleared first).
+pub fn encode_outputs_into<'a>(
+    outputs: impl Iterator<Item = (&'a str, &'a str, &'a str)> + Clone,
+    out: &mut Vec<u8>,
+) {
     let size: usize = 1 + outputs
         .clone()
         .map(|(t, i, d)| t.len() + i.len() + d.len() + 6)
         .sum::<usize>();
-    let mut w = Writer::with_capacity(size);
+    out.clear();
+    out.reserve(size);
+    let mut w = Writer::over(std::mem::take(out));
     w.varint(outputs.clone().count() as u64);
     for (object_type, object_id, data) in outputs {
         w.str(object_type).str(object_id).str(data);
     }
-    w.finish()
+    *out = w.finish();
 }
 
 /// Decodes an outputs section.

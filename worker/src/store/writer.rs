@@ -357,10 +357,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             .put(&self.tables.ops, key, clear.encode(), WriteFlags::UPSERT)
             .map_err(self.mdbx("write a CLEAR"))?;
         let name = self.bucket_name(bucket_id)?;
-        let mut state = self.bucket(&name)?;
+        let state = self.bucket(&name)?;
         let removed = prefix.len() as u64 - 1;
         state.count = state.count.saturating_sub(removed);
-        self.dirty.insert(name, state);
         Ok(removed)
     }
 
@@ -610,10 +609,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         checksum: u32,
         row_id: u64,
     ) -> Result<Membership, StoreError> {
-        let bucket = self.bucket(name)?;
-        let op_id = self.append(name, bucket, OpKind::Put, output, checksum, row_id)?;
+        let (bucket_id, op_id) = self.append(name, OpKind::Put, output, checksum, row_id)?;
         Ok(Membership {
-            bucket_id: bucket.id,
+            bucket_id,
             op_id,
             output,
         })
@@ -794,10 +792,14 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         Ok(())
     }
 
-    /// The accumulators of `name`, created (with a new id) on first use.
-    fn bucket(&mut self, name: &str) -> Result<BucketState, StoreError> {
-        if let Some(state) = self.dirty.get(name) {
-            return Ok(*state);
+    /// The accumulators of `name` in this transaction, created (with a new id) on first
+    /// use.
+    fn bucket(&mut self, name: &str) -> Result<&mut BucketState, StoreError> {
+        if self.dirty.contains_key(name) {
+            return self
+                .dirty
+                .get_mut(name)
+                .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"));
         }
         let stored: Option<Vec<u8>> = self
             .txn
@@ -819,8 +821,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
                 }
             }
         };
-        self.dirty.insert(name.to_owned(), state);
-        Ok(state)
+        Ok(self.dirty.entry(name.to_owned()).or_insert(state))
     }
 
     fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
@@ -835,17 +836,24 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         String::from_utf8(name).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))
     }
 
-    /// Appends an op with the next op id to a bucket and updates its accumulators.
+    /// Appends an op with the next op id to bucket `name` and updates its accumulators.
+    /// Returns the bucket's id and the op id.
     fn append(
         &mut self,
         name: &str,
-        mut bucket: BucketState,
         kind: OpKind,
         output: u8,
         checksum: u32,
         reference: u64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u32, u64), StoreError> {
         let op_id = self.counters.next_op;
+        // One lookup for a bucket this transaction has seen (every op but its first).
+        let bucket = match self.dirty.get_mut(name) {
+            Some(state) => state,
+            None => self.bucket(name)?,
+        };
+        bucket.add(op_id, checksum);
+        let bucket_id = bucket.id;
         self.counters.next_op += 1;
         let op = StoredOp {
             op_id,
@@ -854,16 +862,9 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             checksum,
             reference,
         };
-        self.pending.entry(bucket.id).or_default().push(op);
+        self.pending.entry(bucket_id).or_default().push(op);
         self.pending_ops += 1;
-        bucket.add(op_id, checksum);
-        match self.dirty.get_mut(name) {
-            Some(state) => *state = bucket,
-            None => {
-                self.dirty.insert(name.to_owned(), bucket);
-            }
-        }
-        Ok(op_id)
+        Ok((bucket_id, op_id))
     }
 
     /// Turns op `op_id` of a bucket into a MOVE that points at `target`.
@@ -926,9 +927,8 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             subkey: subkey(old.table_id, row_id),
         };
         let name = self.bucket_name(membership.bucket_id)?;
-        let bucket = self.bucket(&name)?;
         let checksum = remove_checksum(&tombstone.subkey);
-        let op_id = self.append(&name, bucket, OpKind::Remove, 0, checksum, row_id)?;
+        let (_, op_id) = self.append(&name, OpKind::Remove, 0, checksum, row_id)?;
         *self.compactable.entry(membership.bucket_id).or_default() += 1;
         self.txn
             .put(

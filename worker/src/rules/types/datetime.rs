@@ -59,7 +59,7 @@ pub(super) fn timestamptz(s: &str, compat: &Compatibility) -> Result<String, Str
         return Err(bad());
     }
     let num = |r: std::ops::Range<usize>| -> Result<i64, String> {
-        s.get(r).and_then(|t| t.parse::<i64>().ok()).ok_or_else(bad)
+        b.get(r).and_then(decimal).ok_or_else(bad)
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
@@ -80,7 +80,7 @@ pub(super) fn timestamptz(s: &str, compat: &Compatibility) -> Result<String, Str
     let mut offset = 0i64;
     for mult in [3600, 60, 1] {
         if let Some(p) = parts.next() {
-            offset += p.parse::<i64>().map_err(|_| bad())? * mult;
+            offset += decimal(p.as_bytes()).ok_or_else(bad)? * mult;
         }
     }
     let mut out = String::with_capacity(32);
@@ -104,18 +104,29 @@ pub(super) fn timestamptz(s: &str, compat: &Compatibility) -> Result<String, Str
         );
     }
     if iso {
-        out.push('.');
-        let f: String = frac.chars().take(6).collect();
-        out.push_str(&f);
-        for _ in f.len()..6 {
-            out.push('0');
+        // Microseconds: PostgreSQL prints at most six digits.
+        if !frac.bytes().all(|d| d.is_ascii_digit()) {
+            return Err(bad());
         }
+        out.push('.');
+        let f = frac.get(..frac.len().min(6)).unwrap_or_default();
+        out.push_str(f);
+        out.push_str("000000".get(f.len()..).unwrap_or_default());
     } else if !frac.is_empty() {
         out.push('.');
         out.push_str(frac);
     }
     out.push('Z');
     Ok(out)
+}
+
+/// The value of a field of ASCII digits (at most 18, so it cannot overflow); `None` when
+/// it is empty or holds anything else.
+fn decimal(digits: &[u8]) -> Option<i64> {
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
 }
 
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
