@@ -90,7 +90,8 @@ impl CopyFields {
         }
         // One check for the whole line: valid UTF-8 split at ASCII tabs gives valid
         // fields. Only when it fails are the fields checked one by one, to name the bad one.
-        if std::str::from_utf8(line).is_err() {
+        // (simdutf8 checks a line of mostly ASCII several times faster than `std`.)
+        if simdutf8::basic::from_utf8(line).is_err() {
             for (field, span) in self.spans.iter().enumerate() {
                 if let Span::Line(a, b) = *span {
                     if std::str::from_utf8(line.get(a..b).unwrap_or_default()).is_err() {
