@@ -125,7 +125,11 @@ impl TablePlan {
             buckets: Vec::with_capacity(binding.data.len()),
             lookups: Vec::new(),
         };
-        let mut objects: SmallVec<[Option<Object>; 4]> = SmallVec::new();
+        // The row's distinct objects, and per data query the index of its object (none
+        // when the row is in none of its buckets). Indices, not clones: every reference
+        // count change is an atomic instruction.
+        let mut distinct: SmallVec<[Object; 2]> = SmallVec::new();
+        let mut objects: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         let mut names = BucketNames::new();
         for (i, d) in binding.data.iter().enumerate() {
             let global = binding.global_buckets.get(i).and_then(Option::as_deref);
@@ -133,9 +137,11 @@ impl TablePlan {
             let object = if names.is_empty() {
                 None
             } else {
-                let object = self.object_for(i, d, binding, row, &values, &objects);
-                add_memberships(&object, names.drain(..), &mut out.buckets);
-                Some(object)
+                let index = self.object_for(i, d, binding, row, &values, &objects, &mut distinct);
+                if let Some(object) = distinct.get(index) {
+                    add_memberships(object, names.drain(..), &mut out.buckets);
+                }
+                Some(index)
             };
             objects.push(object);
         }
@@ -148,8 +154,10 @@ impl TablePlan {
         Ok(out)
     }
 
-    /// The row's object for data query `index` (`d`): its twin's when that one was built
-    /// (`built` holds the objects of the queries before it), otherwise built.
+    /// The index in `distinct` of the row's object for data query `index` (`d`): its
+    /// twin's when that one was built (`objects` holds the indices of the queries before
+    /// it), otherwise built (and added when no other query built the same).
+    #[allow(clippy::too_many_arguments)]
     fn object_for(
         &self,
         index: usize,
@@ -157,17 +165,24 @@ impl TablePlan {
         binding: &SlotBinding,
         row: &SourceRow<'_>,
         values: &[Value<'_>],
-        built: &[Option<Object>],
-    ) -> Object {
+        objects: &[Option<usize>],
+        distinct: &mut SmallVec<[Object; 2]>,
+    ) -> usize {
         let twin = self
             .twins
             .get(index)
             .copied()
             .flatten()
-            .and_then(|j| built.get(j).cloned().flatten());
+            .and_then(|j| objects.get(j).copied().flatten());
         match twin {
-            Some(object) => object,
-            None => build_object(d, binding.object_type(index, row.table), row, values, built),
+            Some(built) => built,
+            None => build_object(
+                d,
+                binding.object_type(index, row.table),
+                row,
+                values,
+                distinct,
+            ),
         }
     }
 }
@@ -251,14 +266,15 @@ fn add_memberships(
     }
 }
 
-/// The row's object for one data query: data JSON, id, output table and checksum.
+/// The row's object for one data query (data JSON, id, output table and checksum),
+/// added to `distinct` unless an equal one is there; returns its index.
 fn build_object(
     d: &DataEvaluator,
     object_type: Arc<str>,
     row: &SourceRow<'_>,
     values: &[Value<'_>],
-    built: &[Option<Object>],
-) -> Object {
+    distinct: &mut SmallVec<[Object; 2]>,
+) -> usize {
     let env = Env {
         row: values,
         request: None,
@@ -298,20 +314,19 @@ fn build_object(
     let object_id = id_value.to_text().unwrap_or_default();
     // Another data query of this row may have built the same object (same columns,
     // different bucket parameters): share it and its checksum.
-    if let Some(same) = built
-        .iter()
-        .flatten()
-        .find(|o| *o.data == *data && *o.object_id == *object_id && *o.object_type == *object_type)
-    {
-        return same.clone();
+    if let Some(same) = distinct.iter().position(|o| {
+        *o.data == *data && *o.object_id == *object_id && *o.object_type == *object_type
+    }) {
+        return same;
     }
     let checksum = put_checksum(&object_type, &object_id, &data);
-    Arc::new(RowObject {
+    distinct.push(Arc::new(RowObject {
         object_type,
         object_id: object_id.into(),
         data: data.into_boxed_str(),
         checksum,
-    })
+    }));
+    distinct.len() - 1
 }
 
 /// One output object of a row, shared by twin data queries and by every bucket that
