@@ -106,6 +106,7 @@ impl Pipeline {
             let evaluator = std::thread::Builder::new()
                 .name(format!("psm-snapshot-eval{n}"))
                 .spawn(move || {
+                    yield_to_writer();
                     let mut output = StopsWriterOnDrop(Some(output));
                     eval_loop(&rules, &jobs, &store, &input, &mut output)
                 })?;
@@ -184,6 +185,18 @@ impl Drop for Pipeline {
         let _ = self.join_threads();
     }
 }
+
+/// Lowers the calling evaluator thread's scheduling priority (nice +[`EVALUATOR_NICE`]).
+/// The one writer is the stage every row waits for; the evaluators can run up to
+/// [`IN_FLIGHT`] chunks ahead, so when the cores are short they should be the ones to
+/// wait. Best effort: a failure leaves the thread as it was.
+fn yield_to_writer() {
+    // SAFETY: `nice` only changes the calling thread's scheduling priority on Linux.
+    let _ = unsafe { libc::nice(EVALUATOR_NICE) };
+}
+
+/// How much lower the evaluators' scheduling priority is than the writer's.
+const EVALUATOR_NICE: libc::c_int = 5;
 
 /// An evaluator's way to the writer. However the evaluator ends without saying `Done`
 /// (an error, cancellation, a panic), the writer hears `Stopped`: the other evaluators
@@ -327,7 +340,7 @@ fn eval_loop(
                     PreparedRow::new(job.id, &identity, eval.buckets, lookups, stash, &mut packer)
                         .ok_or_else(|| ReplicationError::Copy {
                             table: format!("{}.{}", job.schema, job.name),
-                            problem: "a row with more than 255 distinct outputs".into(),
+                            problem: "a row with more than 255 distinct outputs (or over 4 GiB of bucket names and outputs)".into(),
                         })?;
                 rows.push(row);
             }
