@@ -102,8 +102,9 @@ impl TablePlan {
         binding: &SlotBinding,
         row: &SourceRow<'_>,
     ) -> Result<RowEvaluation, RulesError> {
-        // Rows, their values and their few objects live on the stack: most tables have
-        // fewer columns than this, and a row is evaluated millions of times.
+        // A row's converted values live on the stack (wider rows than 16 columns spill to
+        // the heap), as do its few objects and bucket names: a table's rows are evaluated
+        // millions of times.
         let mut values: SmallVec<[Value<'_>; 16]> = SmallVec::with_capacity(row.columns.len());
         for c in row.columns {
             values.push(match c.value {
