@@ -139,9 +139,8 @@ impl TablePlan {
                 None
             } else {
                 let index = self.object_for(i, d, binding, row, &values, &objects, &mut distinct);
-                if let Some(object) = distinct.get(index) {
-                    add_memberships(object, names.drain(..), &mut out.buckets);
-                }
+                // An index `object_for` returned: always in `distinct`.
+                add_memberships(&distinct[index], names.drain(..), &mut out.buckets);
                 Some(index)
             };
             objects.push(object);

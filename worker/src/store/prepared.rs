@@ -36,7 +36,6 @@ pub struct PreparedRow {
     /// The identity, the bucket names of `puts` in order, then the packed outputs.
     bytes: Vec<u8>,
     identity_end: u32,
-    outputs_start: u32,
     puts: SmallVec<[PreparedPut; 4]>,
     /// `(encoded key, encoded outputs)` of each lookup entry.
     lookups: Vec<(Vec<u8>, Vec<u8>)>,
@@ -79,7 +78,6 @@ impl PreparedRow {
                 checksum,
             });
         }
-        let outputs_start = u32::try_from(bytes.len()).ok()?;
         packer.pack_outputs(
             distinct
                 .iter()
@@ -90,7 +88,6 @@ impl PreparedRow {
             table_id,
             bytes,
             identity_end,
-            outputs_start,
             puts,
             lookups,
             stash,
@@ -105,9 +102,14 @@ impl PreparedRow {
 
     /// The packed outputs section.
     fn outputs(&self) -> &[u8] {
-        self.bytes
-            .get(self.outputs_start as usize..)
-            .unwrap_or_default()
+        self.bytes.get(self.names_end()..).unwrap_or_default()
+    }
+
+    /// Where the bucket names end and the packed outputs start.
+    fn names_end(&self) -> usize {
+        self.puts
+            .last()
+            .map_or(self.identity_end, |put| put.name_end) as usize
     }
 
     /// Each PUT's bucket name, output index and checksum; `None` for a name that is not
@@ -284,6 +286,30 @@ mod tests {
             .collect()
     }
 
+    /// `(id, data)` rows prepared for `store`, each in `buckets`, as the evaluators
+    /// prepare them.
+    fn prepare<'a>(
+        store: &Store,
+        rows: impl Iterator<Item = (&'a str, String)>,
+        buckets: &[&str],
+    ) -> Vec<PreparedRow> {
+        let codec = store.row_codec();
+        let mut packer = codec.packer();
+        rows.map(|(id, data)| {
+            let rows = bucket_rows(buckets, id, &data);
+            PreparedRow::new(
+                1,
+                id.as_bytes(),
+                rows,
+                Vec::new(),
+                Stash::new(),
+                &mut packer,
+            )
+            .unwrap()
+        })
+        .collect()
+    }
+
     /// Every op of `bucket` as (kind, object, data), read back through the reader.
     fn ops_of(store: &Store, bucket: &str) -> (u64, u32, Vec<(OpKind, Option<ObjectRead>)>) {
         store
@@ -327,23 +353,11 @@ mod tests {
                     Ok(())
                 })
                 .unwrap();
-            let codec = prepared.row_codec();
-            let mut packer = codec.packer();
-            let batch: Vec<PreparedRow> = chunk
-                .iter()
-                .map(|(id, data)| {
-                    let rows = bucket_rows(&["a[]", "b[]"], id, data);
-                    PreparedRow::new(
-                        1,
-                        id.as_bytes(),
-                        rows,
-                        Vec::new(),
-                        Stash::new(),
-                        &mut packer,
-                    )
-                    .unwrap()
-                })
-                .collect();
+            let batch = prepare(
+                &prepared,
+                chunk.iter().map(|(id, data)| (id.as_str(), data.clone())),
+                &["a[]", "b[]"],
+            );
             assert_eq!(batch[0].puts[1].output, 0, "one output for both buckets");
             let (name, _, _) = batch[0].puts().nth(1).unwrap().unwrap();
             assert_eq!(name, "b[]");
@@ -374,24 +388,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let store = Store::open(&root.path().join("store")).unwrap();
         let insert = |ids: &[&str]| {
-            let codec = store.row_codec();
-            let mut packer = codec.packer();
-            let batch: Vec<PreparedRow> = ids
-                .iter()
-                .map(|id| {
-                    let data = format!("{{\"id\":\"{id}\"}}");
-                    let rows = bucket_rows(&["a[]"], id, &data);
-                    PreparedRow::new(
-                        1,
-                        id.as_bytes(),
-                        rows,
-                        Vec::new(),
-                        Stash::new(),
-                        &mut packer,
-                    )
-                    .unwrap()
-                })
-                .collect();
+            let rows = ids.iter().map(|id| (*id, format!("{{\"id\":\"{id}\"}}")));
+            let batch = prepare(&store, rows, &["a[]"]);
             store
                 .write(0, |w| {
                     batch.into_iter().try_for_each(|row| w.insert_prepared(row))
