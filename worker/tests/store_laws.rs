@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use powersync_mdbx_worker::store::{OpKind, RowPut, Store};
 
 const BUCKETS: [&str; 5] = ["b0", "b1", "b2[\"x\"]", "b3", "b4"];
-const ROWS: u64 = 16;
 
 struct Rng(u64);
 
@@ -101,7 +100,22 @@ fn checksum_of(data: &str) -> u32 {
     })
 }
 
-fn run(seed: u64) {
+/// How many commits of how many row changes, over how many rows.
+struct Shape {
+    commits: u64,
+    max_changes: u64,
+    rows: u64,
+}
+
+/// Few rows changed often: most ops are superseded within a few commits.
+const SMALL: Shape = Shape {
+    commits: 60,
+    max_changes: 5,
+    rows: 16,
+};
+
+/// Runs one random history; returns the largest number of ops a bucket holds at the end.
+fn run(seed: u64, shape: &Shape) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
     let mut rng = Rng(seed);
@@ -110,12 +124,13 @@ fn run(seed: u64) {
     let mut clients: Vec<Client> = vec![Client::default()];
     let mut last_cp = 0;
     let mut compacted = 0;
-    for commit in 0..60u64 {
+    let last_commit = shape.commits - 1;
+    for commit in 0..shape.commits {
         let lsn = 100 + commit;
         let (_, cp) = store
             .write(lsn, |w| {
-                for _ in 0..=rng.below(4) {
-                    let row = rng.below(ROWS);
+                for _ in 0..=rng.below(shape.max_changes - 1) {
+                    let row = rng.below(shape.rows);
                     let identity = row.to_be_bytes();
                     if rng.below(5) == 0 {
                         let was = model.remove(&row).is_some();
@@ -191,7 +206,7 @@ fn run(seed: u64) {
         if commit % 7 == 0 {
             clients.push(Client::default());
         }
-        if commit == 59 {
+        if commit == last_commit {
             for client in clients.iter_mut() {
                 client.sync(&store, &truth);
             }
@@ -200,16 +215,44 @@ fn run(seed: u64) {
         }
     }
     assert!(compacted > 0, "compaction never ran on seed {seed}");
+    let largest = store
+        .read(|v| {
+            let mut largest = 0;
+            for b in BUCKETS {
+                largest = largest.max(v.bucket(b)?.map_or(0, |s| s.count));
+            }
+            Ok(largest)
+        })
+        .unwrap();
     drop(store);
     // Reopened, the store serves the same state.
     let store = Store::open(&dir.path().join("store")).unwrap();
     assert_eq!(store.read(|v| v.checkpoint()).unwrap().op_id, last_cp);
+    largest
 }
 
 #[test]
 fn every_position_syncs_to_the_current_checkpoint() {
     for seed in [1, 7, 42, 1234, 99991, 0x5eed_f00d] {
-        run(seed);
+        run(seed, &SMALL);
+    }
+}
+
+/// Buckets of thousands of ops, so ops are superseded in earlier blocks of a bucket and
+/// compaction folds prefixes that end inside a block (a block holds 169 ops).
+#[test]
+fn every_position_syncs_across_op_blocks() {
+    let large = Shape {
+        commits: 120,
+        max_changes: 60,
+        rows: 400,
+    };
+    for seed in [3, 2024] {
+        let ops = run(seed, &large);
+        assert!(
+            ops > 3 * 169,
+            "seed {seed}: the largest bucket holds only {ops} ops"
+        );
     }
 }
 

@@ -8,7 +8,7 @@ use super::tables::{META as META_TABLE, TABLES};
 use super::StoreError;
 
 /// The on-disk format this build reads and writes. A change of layout changes it.
-pub const FORMAT: &str = "powersync_mdbx/store/4";
+pub const FORMAT: &str = "powersync_mdbx/store/5";
 
 const KEY_FORMAT: &[u8] = b"format";
 const KEY_STORE_ID: &[u8] = b"store_id";

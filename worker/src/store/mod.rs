@@ -11,6 +11,7 @@ mod layout;
 mod lookup_read;
 mod meta;
 mod op;
+mod op_blocks;
 mod prepared;
 mod reader;
 mod record;
@@ -124,6 +125,9 @@ impl Store {
                 shrink_threshold: Some(2 * GROWTH_STEP),
                 ..Default::default()
             }),
+            // New stores only (an existing store keeps its own): a full op block fills
+            // one large page of this size.
+            page_size: Some(libmdbx::PageSize::Set(op_blocks::PAGE_BYTES)),
             permissions: Some(0o600),
             txn_dp_limit: Some(TXN_DIRTY_PAGES),
             ..Default::default()

@@ -1,5 +1,5 @@
-//! Bucket operations as stored: a fixed 24-byte record per op, sorted by op id within its
-//! bucket (the `ops` table is DUPSORT+DUPFIXED keyed by bucket id).
+//! Bucket operations as stored: a fixed 24-byte record per op, in op id order within its
+//! bucket's blocks ([`super::op_blocks`]).
 
 use super::codec::{fixed, Corrupt};
 
@@ -84,13 +84,6 @@ impl StoredOp {
             reference: u64::from_le_bytes(fixed(bytes, 16, WHAT)?),
         })
     }
-
-    /// The op id as a big-endian prefix, for seeking within a bucket.
-    pub fn seek_key(op_id: u64) -> [u8; OP_BYTES] {
-        let mut out = [0u8; OP_BYTES];
-        out[..8].copy_from_slice(&op_id.to_be_bytes());
-        out
-    }
 }
 
 /// Per-bucket accumulators over every op ever added (count and checksum include ops later
@@ -166,7 +159,6 @@ mod tests {
         assert_eq!(StoredOp::decode(&a.encode()).unwrap(), a);
         assert_eq!(StoredOp::decode(&b.encode()).unwrap(), b);
         assert!(a.encode() < b.encode());
-        assert!(StoredOp::seek_key(256) <= b.encode() && StoredOp::seek_key(256) > a.encode());
         assert!(StoredOp::decode(&[0; 23]).is_err());
         let mut bad = a.encode();
         bad[8] = 9;

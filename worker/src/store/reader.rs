@@ -7,6 +7,7 @@ use libmdbx::{NoWriteMap, Transaction, RO};
 
 use super::compress::RecordCodec;
 use super::op::{BucketState, OpKind, StoredOp};
+use super::op_blocks::{block_error, BlockCursor};
 use super::record::{subkey, Tombstone};
 use super::stored_row;
 use super::tables::Tables;
@@ -188,31 +189,25 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         if after >= until {
             return Ok(page);
         }
-        let key = bucket_id.to_ne_bytes();
-        let mut cursor = self
-            .txn
-            .cursor(&self.tables.ops)
-            .map_err(self.mdbx("open a cursor"))?;
-        let mut next: Option<Vec<u8>> = cursor
-            .get_both_range(&key, &StoredOp::seek_key(after.saturating_add(1)))
-            .map_err(self.mdbx("seek ops"))?;
-        while let Some(bytes) = next {
-            let op = StoredOp::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
-            if op.op_id > until {
-                break;
+        let mut blocks = BlockCursor::seek(self.txn, &self.tables.ops, bucket_id, after + 1)
+            .map_err(|e| block_error(self.dir, "seek ops", e))?;
+        while let Some(block) = blocks
+            .next_block()
+            .map_err(|e| block_error(self.dir, "read ops", e))?
+        {
+            for op in block.ops.iter().filter(|op| op.op_id > after) {
+                if op.op_id > until {
+                    return Ok(page);
+                }
+                if page.ops.len() == limit {
+                    page.has_more = true;
+                    return Ok(page);
+                }
+                page.ops.push(self.resolve(op)?);
+                if matches!(op.kind, OpKind::Move | OpKind::Clear) {
+                    page.max_target = page.max_target.max(op.reference);
+                }
             }
-            if page.ops.len() == limit {
-                page.has_more = true;
-                break;
-            }
-            page.ops.push(self.resolve(&op)?);
-            if matches!(op.kind, OpKind::Move | OpKind::Clear) {
-                page.max_target = page.max_target.max(op.reference);
-            }
-            next = cursor
-                .next_dup::<(), Vec<u8>>()
-                .map_err(self.mdbx("read ops"))?
-                .map(|(_, v)| v);
         }
         Ok(page)
     }

@@ -9,12 +9,7 @@ pub(super) const TABLES: &[(&str, TableFlags)] = &[
     (META, TableFlags::empty()),
     (BUCKETS, TableFlags::empty()),
     (BUCKET_NAMES, TableFlags::INTEGER_KEY),
-    (
-        OPS,
-        TableFlags::INTEGER_KEY
-            .union(TableFlags::DUP_SORT)
-            .union(TableFlags::DUP_FIXED),
-    ),
+    (OPS, TableFlags::empty()),
     (ROWS, TableFlags::INTEGER_KEY),
     (ROW_KEYS, TableFlags::empty()),
     (TOMBSTONES, TableFlags::INTEGER_KEY),
@@ -27,7 +22,7 @@ pub(super) const META: &str = "meta";
 const BUCKETS: &str = "buckets";
 /// Bucket id (u32) → name.
 const BUCKET_NAMES: &str = "bucket_names";
-/// Bucket id (u32) → ops, DUPFIXED 24-byte records sorted by op id.
+/// Bucket id (u32 BE) + last op id (u64 BE) → a block of ops ([`super::op_blocks`]).
 const OPS: &str = "ops";
 /// Row id (u64) → row record.
 const ROWS: &str = "rows";

@@ -13,7 +13,8 @@ use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
 use super::compress::{Packer, RecordCodec, TRAINING_SAMPLES};
-use super::op::{BucketState, OpKind, StoredOp, OP_BYTES};
+use super::op::{BucketState, OpKind, StoredOp};
+use super::op_blocks::{self, block_error, BlockCursor};
 use super::record::{subkey, LookupRef, Membership, Output, RowRecord, Tombstone};
 use super::stored_row;
 use super::tables::{row_key, Tables};
@@ -130,8 +131,8 @@ pub struct WriteTxn<'t, 'db> {
     packer: Packer<'t>,
     /// Encoded records kept to train the dictionary (while there is none).
     samples: Vec<Vec<u8>>,
-    /// Ops appended in this transaction, per bucket id, in op order; written with one
-    /// `put_multiple` per bucket when the transaction finishes.
+    /// Ops appended in this transaction, per bucket id, in op order; written to each
+    /// bucket's blocks when the transaction finishes.
     pending: foldhash::HashMap<u32, Vec<StoredOp>>,
     /// Ops in `pending`; past [`PENDING_OPS_LIMIT`] they are written out early so a
     /// transaction of millions of changes does not hold them all in memory.
@@ -151,8 +152,6 @@ const CLEAR_BATCH: usize = 100_000;
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
 const PENDING_OPS_LIMIT: usize = 65_536;
-/// Ops appended per libmdbx call (about 24 KiB: a few pages).
-const OPS_PER_CALL: usize = 1024;
 
 /// Source values a row keeps for later "unchanged TOAST" updates: `(column, text)`.
 pub type Stash = Vec<(String, Vec<u8>)>;
@@ -303,27 +302,20 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
     /// the live ones from the PUTs after it. Returns the number of ops removed.
     pub fn compact_bucket(&mut self, bucket_id: u32) -> Result<u64, StoreError> {
         self.write_pending()?;
-        let key = bucket_id.to_ne_bytes();
         let mut prefix = Vec::new();
         {
-            let mut cursor = self
-                .txn
-                .cursor(&self.tables.ops)
-                .map_err(self.mdbx("open a cursor"))?;
-            let mut next: Option<Vec<u8>> = cursor
-                .set::<Vec<u8>>(&key)
-                .map_err(self.mdbx("find a bucket's ops"))?;
-            while let Some(bytes) = next {
-                let op =
-                    StoredOp::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
-                if op.kind == OpKind::Put || prefix.len() == CLEAR_BATCH {
-                    break;
+            let mut blocks = BlockCursor::seek(self.txn, &self.tables.ops, bucket_id, 0)
+                .map_err(|e| block_error(self.dir, "find a bucket's ops", e))?;
+            'blocks: while let Some(block) = blocks
+                .next_block()
+                .map_err(|e| block_error(self.dir, "read ops", e))?
+            {
+                for op in block.ops {
+                    if op.kind == OpKind::Put || prefix.len() == CLEAR_BATCH {
+                        break 'blocks;
+                    }
+                    prefix.push(op);
                 }
-                prefix.push(op);
-                next = cursor
-                    .next_dup::<(), Vec<u8>>()
-                    .map_err(self.mdbx("read ops"))?
-                    .map(|(_, v)| v);
             }
         }
         if prefix.len() < 2 {
@@ -344,18 +336,14 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
                 _ => op.reference,
             };
             clear.reference = clear.reference.max(target);
-            self.txn
-                .del(&self.tables.ops, key, Some(&op.encode()))
-                .map_err(self.mdbx("compact ops"))?;
             if op.kind == OpKind::Remove {
                 self.txn
                     .del(&self.tables.tombstones, op.op_id.to_ne_bytes(), None)
                     .map_err(self.mdbx("remove a tombstone"))?;
             }
         }
-        self.txn
-            .put(&self.tables.ops, key, clear.encode(), WriteFlags::UPSERT)
-            .map_err(self.mdbx("write a CLEAR"))?;
+        op_blocks::replace_prefix(self.txn, &self.tables.ops, bucket_id, prefix.len(), clear)
+            .map_err(|e| block_error(self.dir, "compact ops", e))?;
         let name = self.bucket_name(bucket_id)?;
         let state = self.bucket(&name)?;
         let removed = prefix.len() as u64 - 1;
@@ -731,29 +719,13 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         Ok((checkpoint, trained))
     }
 
-    /// Writes the buffered ops (one `put_multiple` per bucket; op ids only grow, so they
-    /// append).
+    /// Writes the buffered ops (op ids only grow, so they append to each bucket's last
+    /// block). Each libmdbx call writes at most one block, so a transaction of millions of
+    /// changes can spill dirty pages between calls.
     fn write_pending(&mut self) -> Result<(), StoreError> {
-        let mut encoded = Vec::new();
         for (bucket_id, ops) in self.pending.drain() {
-            encoded.clear();
-            for op in &ops {
-                encoded.extend_from_slice(&op.encode());
-            }
-            // libmdbx checks the transaction's room for dirty pages once per call: a
-            // bounded call lets it spill between them (one unbounded call of a 1 M-row
-            // transaction failed with MDBX_TXN_FULL).
-            for part in encoded.chunks(OPS_PER_CALL * OP_BYTES) {
-                self.txn
-                    .put_multiple(
-                        &self.tables.ops,
-                        bucket_id.to_ne_bytes(),
-                        part,
-                        OP_BYTES,
-                        WriteFlags::APPEND_DUP,
-                    )
-                    .map_err(|e| StoreError::mdbx(self.dir, "append ops", e))?;
-            }
+            op_blocks::append(self.txn, &self.tables.ops, bucket_id, &ops)
+                .map_err(|e| block_error(self.dir, "append ops", e))?;
         }
         self.pending_ops = 0;
         Ok(())
@@ -883,35 +855,15 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
                 }
             }
         }
-        let key = bucket_id.to_ne_bytes();
-        let mut cursor = self
-            .txn
-            .cursor(&self.tables.ops)
-            .map_err(self.mdbx("open a cursor"))?;
-        let found: Option<Vec<u8>> = cursor
-            .get_both_range(&key, &StoredOp::seek_key(op_id))
-            .map_err(self.mdbx("find an op"))?;
-        let old = found
-            .map(|bytes| {
-                StoredOp::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
-            })
-            .transpose()?
-            .filter(|op| op.op_id == op_id)
-            .ok_or_else(|| StoreError::corrupt(self.dir, "superseded op missing"))?;
-        let moved = StoredOp {
+        let moved = |old: StoredOp| StoredOp {
             kind: OpKind::Move,
             output: 0,
             reference: target,
             ..old
         };
-        drop(cursor);
-        self.txn
-            .del(&self.tables.ops, key, Some(&old.encode()))
-            .map_err(self.mdbx("supersede an op"))?;
-        self.txn
-            .put(&self.tables.ops, key, moved.encode(), WriteFlags::UPSERT)
-            .map_err(self.mdbx("supersede an op"))?;
-        Ok(())
+        op_blocks::rewrite(self.txn, &self.tables.ops, bucket_id, op_id, moved)
+            .map_err(|e| block_error(self.dir, "supersede an op", e))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "superseded op missing"))
     }
 
     fn remove_membership(
