@@ -189,8 +189,13 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         if after >= until {
             return Ok(page);
         }
-        let mut blocks = BlockCursor::seek(self.txn, &self.tables.ops, bucket_id, after + 1)
-            .map_err(|e| block_error(self.dir, "seek ops", e))?;
+        let mut blocks = BlockCursor::seek(
+            self.txn,
+            &self.tables.ops,
+            bucket_id,
+            after.saturating_add(1),
+        )
+        .map_err(|e| block_error(self.dir, "seek ops", e))?;
         while let Some(block) = blocks
             .next_block()
             .map_err(|e| block_error(self.dir, "read ops", e))?
