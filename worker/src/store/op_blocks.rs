@@ -47,6 +47,20 @@ pub(super) fn decode_block(bytes: &[u8]) -> Result<Vec<StoredOp>, Corrupt> {
     bytes.chunks_exact(OP_BYTES).map(StoredOp::decode).collect()
 }
 
+/// A stored block, checked: its ops ascend and the last is the one its key names (a seek
+/// relies on both).
+fn stored_block(key: &[u8], value: &[u8]) -> Result<Block, Corrupt> {
+    let key = super::codec::fixed::<12>(key, 0, WHAT)?;
+    let ops = decode_block(value)?;
+    let last = ops.last().map(|op| op.op_id.to_be_bytes());
+    if last.as_ref().map(<[u8; 8]>::as_slice) != key.get(4..)
+        || ops.windows(2).any(|w| w[0].op_id >= w[1].op_id)
+    {
+        return Err(Corrupt { what: WHAT });
+    }
+    Ok(Block { key, ops })
+}
+
 fn encode_block(ops: &[StoredOp]) -> Vec<u8> {
     let mut out = Vec::with_capacity(ops.len() * OP_BYTES);
     for op in ops {
@@ -123,10 +137,7 @@ impl<'txn, K: TransactionKind> BlockCursor<'txn, K> {
         if key_bucket(&key)? != self.bucket_id {
             return Ok(None);
         }
-        let block = Block {
-            key: super::codec::fixed::<12>(&key, 0, WHAT)?,
-            ops: decode_block(&value)?,
-        };
+        let block = stored_block(&key, &value)?;
         self.next = self.cursor.next()?;
         Ok(Some(block))
     }
@@ -188,10 +199,7 @@ fn last_block(
     if key_bucket(&key)? != bucket_id {
         return Ok(None);
     }
-    Ok(Some(Block {
-        key: super::codec::fixed::<12>(&key, 0, WHAT)?,
-        ops: decode_block(&value)?,
-    }))
+    Ok(Some(stored_block(&key, &value)?))
 }
 
 /// Replaces op `op_id` of a bucket with `with(old)` (same op id); `None` when the bucket
@@ -348,6 +356,18 @@ mod tests {
         assert_eq!(stat.entries(), blocks);
         assert!(stat.overflow_pages() <= blocks && stat.overflow_pages() >= full);
         assert!(stat.leaf_pages() <= 2);
+    }
+
+    #[test]
+    fn a_block_whose_key_or_order_is_wrong_does_not_decode() {
+        let ops = [put(5), put(9)];
+        let value = encode_block(&ops);
+        assert_eq!(stored_block(&block_key(1, 9), &value).unwrap().ops, ops);
+        assert!(stored_block(&block_key(1, 8), &value).is_err());
+        assert!(stored_block(&block_key(1, 9), &value[..OP_BYTES + 1]).is_err());
+        assert!(stored_block(&block_key(1, 9), &[]).is_err());
+        let backwards = encode_block(&[put(9), put(5)]);
+        assert!(stored_block(&block_key(1, 5), &backwards).is_err());
     }
 
     #[test]
