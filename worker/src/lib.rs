@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod allocator;
 pub mod auth;
 pub mod cli;
 pub mod config;
