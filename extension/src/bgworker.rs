@@ -24,7 +24,6 @@ const RUNTIME_THREADS: usize = 2;
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
-    powersync_mdbx_worker::allocator::shorten_purge_delay();
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     // Attach to no database (like the logical replication launcher): the worker then has
     // a PGPROC, shows in pg_stat_activity and answers pg_terminate_backend.

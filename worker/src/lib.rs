@@ -4,7 +4,6 @@
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod allocator;
 pub mod auth;
 pub mod cli;
 pub mod config;
