@@ -40,7 +40,7 @@ fn key_bucket(key: &[u8]) -> Result<u32, Corrupt> {
 }
 
 /// The ops of a block, in op order.
-pub(super) fn decode_block(bytes: &[u8]) -> Result<Vec<StoredOp>, Corrupt> {
+fn decode_block(bytes: &[u8]) -> Result<Vec<StoredOp>, Corrupt> {
     if bytes.is_empty() || !bytes.len().is_multiple_of(OP_BYTES) {
         return Err(Corrupt { what: WHAT });
     }
@@ -203,7 +203,8 @@ fn last_block(
 }
 
 /// Replaces op `op_id` of a bucket with `with(old)` (same op id); `None` when the bucket
-/// has no such op.
+/// has no such op. Only that record of its block is decoded and rewritten (a stream's
+/// update supersedes one op per bucket of the row).
 pub(super) fn rewrite(
     txn: &Transaction<'_, RW, libmdbx::NoWriteMap>,
     table: &Table<'_>,
@@ -211,24 +212,39 @@ pub(super) fn rewrite(
     op_id: u64,
     with: impl FnOnce(StoredOp) -> StoredOp,
 ) -> Result<Option<()>, BlockError> {
-    let mut blocks = BlockCursor::seek(txn, table, bucket_id, op_id)?;
-    let Some(mut block) = blocks.next_block()? else {
+    let mut cursor = txn.cursor(table)?;
+    // The first block whose last op is at or above `op_id`: the one holding it, if any.
+    let entry: Option<Entry<'_>> = cursor.set_range(&block_key(bucket_id, op_id))?;
+    let Some((key, value)) = entry else {
         return Ok(None);
     };
-    drop(blocks);
-    let Ok(i) = block.ops.binary_search_by_key(&op_id, |op| op.op_id) else {
+    if key_bucket(&key)? != bucket_id {
+        return Ok(None);
+    }
+    let key = super::codec::fixed::<12>(&key, 0, WHAT)?;
+    let mut bytes = value.into_owned();
+    let (records, rest) = bytes.as_chunks_mut::<OP_BYTES>();
+    if records.is_empty() || !rest.is_empty() {
+        return Err(Corrupt { what: WHAT }.into());
+    }
+    let Ok(i) = records.binary_search_by_key(&op_id, record_op_id) else {
         return Ok(None);
     };
-    let new = with(block.ops[i]);
+    let Some(record) = records.get_mut(i) else {
+        return Ok(None);
+    };
+    let new = with(StoredOp::decode(record.as_slice())?);
     debug_assert_eq!(new.op_id, op_id);
-    block.ops[i] = new;
-    txn.put(
-        table,
-        block.key,
-        encode_block(&block.ops),
-        WriteFlags::UPSERT,
-    )?;
+    *record = new.encode();
+    txn.put(table, key, bytes, WriteFlags::UPSERT)?;
     Ok(Some(()))
+}
+
+/// The op id an encoded op starts with (big-endian, so records sort by it).
+fn record_op_id(record: &[u8; OP_BYTES]) -> u64 {
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&record[..8]);
+    u64::from_be_bytes(id)
 }
 
 /// Replaces the bucket's first `count` ops with `first` (an op id at least that of the
