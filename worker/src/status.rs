@@ -238,6 +238,13 @@ pub struct ReplicationStatus {
     pub transactions: u64,
     /// Row changes applied since streaming (re)started.
     pub changes: u64,
+    /// Row changes received from the primary since streaming (re)started (those of
+    /// transactions skipped as already applied included); moves inside a large source
+    /// transaction, where `applied_lsn` waits for its commit.
+    pub changes_received: u64,
+    /// Row changes of the source transaction being applied, written to the store and not
+    /// committed yet; 0 between transactions.
+    pub uncommitted_changes: u64,
     /// WAL the primary retains for the slot, bytes (checked every 10 s).
     pub retained_wal_bytes: u64,
     /// The primary's WAL position at the last slot check (`X/Y`).

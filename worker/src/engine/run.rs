@@ -235,6 +235,8 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
                 r.last_op_id = checkpoint.op_id;
                 r.transactions = stream_progress.transactions.load(Relaxed);
                 r.changes = stream_progress.changes.load(Relaxed);
+                r.changes_received = stream_progress.received.load(Relaxed);
+                r.uncommitted_changes = stream_progress.uncommitted.load(Relaxed);
                 r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(Relaxed);
                 let head = stream_progress.primary_head_lsn.load(Relaxed);
                 r.primary_lsn = (head > 0).then(|| format_lsn(head));

@@ -138,6 +138,21 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
         progress.changes.load(Relaxed),
     );
     e.single_u64(
+        "powersync_mdbx_changes_received_total",
+        Kind::Counter,
+        "Source row changes received over the replication connection (a TRUNCATE counts \
+         once; changes of transactions skipped as already applied included). Moves inside a \
+         large transaction, where the applied LSN waits for its commit.",
+        progress.received.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_mdbx_uncommitted_changes",
+        Kind::Gauge,
+        "Row changes of the source transaction being applied that are written to the store \
+         and not committed yet; 0 between transactions.",
+        progress.uncommitted.load(Relaxed),
+    );
+    e.single_u64(
         "powersync_mdbx_ops_written_total",
         Kind::Counter,
         "Bucket ops the stream committed (PUT, REMOVE, MOVE and CLEAR; the op id advance).",

@@ -67,6 +67,16 @@ pub(super) enum Change {
     },
 }
 
+impl Change {
+    /// True for the changes of rows (what `StreamProgress::received` counts).
+    pub(super) fn is_row_change(&self) -> bool {
+        matches!(
+            self,
+            Self::Insert { .. } | Self::Update { .. } | Self::Delete { .. } | Self::Truncate { .. }
+        )
+    }
+}
+
 /// Counters the engine shows in `status()`.
 #[derive(Debug, Default)]
 pub struct StreamProgress {
@@ -74,6 +84,13 @@ pub struct StreamProgress {
     pub transactions: std::sync::atomic::AtomicU64,
     /// Row changes applied since the stream started.
     pub changes: std::sync::atomic::AtomicU64,
+    /// Row changes received from the primary since the stream started, those of
+    /// transactions skipped as already applied included. Unlike the applied LSN it moves
+    /// inside a large source transaction.
+    pub received: std::sync::atomic::AtomicU64,
+    /// Row changes written into the open store transaction and not committed yet: a large
+    /// source transaction counts up here until its commit; 0 between transactions.
+    pub uncommitted: std::sync::atomic::AtomicU64,
     /// WAL the primary keeps for the slot (`pg_current_wal_lsn() - restart_lsn`), bytes,
     /// as of the last slot check (every 10 s while streaming).
     pub retained_wal_bytes: std::sync::atomic::AtomicU64,
@@ -85,6 +102,20 @@ pub struct StreamProgress {
     pub publish_latency: Histogram,
     /// Transactions received and not published yet (for the lag in seconds).
     pub pending: PendingCommits,
+}
+
+impl StreamProgress {
+    /// What moves while the stream works, also inside one large source transaction:
+    /// changes received, changes applied, uncommitted changes, transactions applied.
+    pub fn activity(&self) -> [u64; 4] {
+        use std::sync::atomic::Ordering::Relaxed;
+        [
+            self.received.load(Relaxed),
+            self.changes.load(Relaxed),
+            self.uncommitted.load(Relaxed),
+            self.transactions.load(Relaxed),
+        ]
+    }
 }
 
 /// A table as the stream applies it.
@@ -193,6 +224,7 @@ impl Applier {
         &mut self,
         input: &mut mpsc::Receiver<Change>,
     ) -> Result<Option<Change>, ReplicationError> {
+        use std::sync::atomic::Ordering::Relaxed;
         let durable_lsn = self.durable.lsn;
         let mut debt = std::mem::take(&mut self.debt);
         let this = &*self;
@@ -217,7 +249,10 @@ impl Applier {
                                     "the replication stream nested a transaction".into(),
                                 ))
                             }
-                            change => changes += this.apply(w, change)?,
+                            change => {
+                                changes += this.apply(w, change)?;
+                                this.progress.uncommitted.store(changes, Relaxed);
+                            }
                         }
                     }
                     let held = match input.try_recv() {
@@ -234,7 +269,7 @@ impl Applier {
                 }
             })?;
         self.debt = debt;
-        use std::sync::atomic::Ordering::Relaxed;
+        self.progress.uncommitted.store(0, Relaxed);
         self.progress
             .transactions
             .fetch_add(commit_times.len() as u64, Relaxed);

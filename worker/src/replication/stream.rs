@@ -3,6 +3,7 @@
 //! refuse any table whose shape no longer matches the snapshot.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use pg_walstream::{CancellationToken, ChangeEvent, EventType, RelationColumn};
@@ -70,6 +71,7 @@ pub async fn follow_slot(
         .map(|(i, t)| (t.qualified(), i))
         .collect();
     context.progress.pending.clear();
+    context.progress.uncommitted.store(0, Relaxed);
     let mut decoder = Decoder {
         pending: &context.progress.pending,
         tables: &tables,
@@ -121,6 +123,9 @@ pub async fn follow_slot(
         };
         match decoder.decode(event) {
             Ok(Some(change)) => {
+                if change.is_row_change() {
+                    context.progress.received.fetch_add(1, Relaxed);
+                }
                 if input.send(change).await.is_err() {
                     break Ok(()); // the applier stopped; its error is reported below
                 }
@@ -138,6 +143,8 @@ pub async fn follow_slot(
         .await
         .map_err(|e| stream_error(format!("apply thread: {e}")))?
         .unwrap_or_else(|_| Err(stream_error("the apply thread panicked (a bug)".into())));
+    // An open store transaction ended with the applier: nothing of it is pending now.
+    context.progress.uncommitted.store(0, Relaxed);
     // A stream error is the cause when both failed (the applier then saw its input end
     // inside a transaction); otherwise the applier's own error.
     received.and(applied)
