@@ -11,7 +11,8 @@
 //   PSM_DB_DIR        directory for the client's SQLite database (required)
 //   PSM_PRIMARY_URI   libpq URI of the primary, where uploadData applies local writes
 //   PSM_SUBSCRIBE     comma-separated sync streams to subscribe to (edition 3 rules)
-//   PSM_TIMEOUT_MS    deadline for the first sync (default 30000)
+//   PSM_TIMEOUT_MS    deadline for the first sync and default deadline of a command's waits
+//                     (default 30000; the Rust test rig sets its stall limit here)
 //   PSM_MAX_CONNECT_ERRORS  consecutive sync-stream errors before the first sync that end the
 //                     run (default 3; the retry delay is 500 ms)
 //   PSM_DEBUG=1       echo every SDK log line to stderr
@@ -324,7 +325,7 @@ async function localWrite(cmd) {
 }
 
 async function command(cmd) {
-  const timeoutMs = cmd.timeout_ms ?? 20000;
+  const timeoutMs = cmd.timeout_ms ?? Number(env.PSM_TIMEOUT_MS ?? 30000);
   switch (cmd.cmd) {
     case 'dump':
       return snapshot();

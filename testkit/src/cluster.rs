@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 
 use crate::install::PgInstall;
 use crate::ports::free_port;
+use crate::wait::{worker_progress, LiveTestTimer, Waiting};
 
-/// A temporary directory the cluster user may write to; removed on drop.
+/// A temporary directory the cluster user may write to; removed on drop. It also times
+/// the live test that made it, and prints the time when dropped.
 pub struct TestDir {
     dir: tempfile::TempDir,
+    _timer: LiveTestTimer,
 }
 
 impl TestDir {
@@ -32,7 +35,10 @@ impl TestDir {
                 dir.path().display()
             );
         }
-        Self { dir }
+        Self {
+            dir,
+            _timer: LiveTestTimer::start(),
+        }
     }
 
     /// Its path.
@@ -94,10 +100,33 @@ impl Cluster {
         serde_json::from_str(&self.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()
     }
 
-    /// Waits up to `timeout` for the worker's status to show `phase`; returns it.
-    pub fn wait_worker_phase(&self, phase: &str, timeout: Duration) -> serde_json::Value {
-        crate::wait_until(timeout, &format!("the worker in phase {phase}"), || {
-            self.worker_status().filter(|s| s["phase"] == phase)
+    /// Waits while the worker advances (its status, [`worker_progress`]) until `probe`
+    /// accepts its status; returns what `probe` returned.
+    pub fn wait_worker<T>(
+        &self,
+        what: &str,
+        mut probe: impl FnMut(&serde_json::Value) -> Option<T>,
+    ) -> T {
+        let mut waiting = Waiting::new(what);
+        loop {
+            let status = self.worker_status();
+            if let Some(done) = status.as_ref().and_then(&mut probe) {
+                return done;
+            }
+            let progress = status.as_ref().map(worker_progress);
+            if let Err(message) = waiting.check(progress) {
+                let log = self.log_text();
+                let tail = &log[log.ceil_char_boundary(log.len().saturating_sub(4000))..];
+                panic!("{message}\nlast status: {status:?}\nserver log (tail):\n{tail}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits for the worker's status to show `phase`; returns it.
+    pub fn wait_worker_phase(&self, phase: &str) -> serde_json::Value {
+        self.wait_worker(&format!("the worker in phase {phase}"), |s| {
+            (s["phase"] == phase).then(|| s.clone())
         })
     }
 

@@ -22,8 +22,10 @@ pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
 pub use jwt::{base64_url, hs256_token};
 pub use ports::free_port;
-pub use sdk::{sdk_client_installed, SdkClient, WatchClient};
-pub use wait::wait_until;
+pub use sdk::{require_sdk_client, sdk_client_installed, SdkClient, WatchClient};
+pub use wait::{
+    wait_for, wait_for_future, wait_until, worker_progress, LiveTestTimer, Patience, Waiting,
+};
 
 /// The benchmark fixture kept in the repository (`fixture/`).
 pub fn fixture_dir() -> std::path::PathBuf {

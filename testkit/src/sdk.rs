@@ -9,6 +9,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::wait::Patience;
+
+/// How long the client waits for the first sync and for a command's condition: the run's
+/// stall limit ([`Patience`]). The SDK shows no progress of its own while it syncs, so its
+/// waits are bounded by that limit alone.
+fn client_wait() -> Duration {
+    Patience::of_run().stall
+}
+
+/// How much longer the rig waits for an answer than the client waits for its condition.
+const ANSWER_MARGIN: Duration = Duration::from_secs(10);
+
 /// Where the e2e client lives: `e2e/` beside the workspace root.
 fn e2e_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e")
@@ -22,6 +34,18 @@ pub fn sdk_client_installed() -> Option<(PathBuf, PathBuf)> {
         .map_or_else(|| dir.join("node_modules/.bin/node"), PathBuf::from);
     let sdk = dir.join("node_modules/@powersync/node/package.json");
     (node.exists() && sdk.exists()).then(|| (node, dir.join("client.mjs")))
+}
+
+/// The Node.js binary and `client.mjs`; fails the test that needs them, with the fix,
+/// when the e2e packages are not installed.
+pub fn require_sdk_client() -> (PathBuf, PathBuf) {
+    sdk_client_installed().unwrap_or_else(|| {
+        panic!(
+            "the e2e SDK client is not installed ({} or @powersync/node missing): run \
+             e2e/install.sh (scripts/setup.sh does)",
+            e2e_dir().join("node_modules/.bin/node").display()
+        )
+    })
 }
 
 /// How to run the client: the environment of `e2e/client.mjs`.
@@ -53,6 +77,10 @@ impl SdkClient {
         ]
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .chain([(
+            "PSM_TIMEOUT_MS".to_owned(),
+            client_wait().as_millis().to_string(),
+        )])
         .collect();
         Some(Self { node, script, env })
     }
@@ -95,7 +123,7 @@ impl SdkClient {
     }
 
     /// Starts the `watch` scenario and waits for its first-sync line.
-    pub fn watch(&self, first_sync: Duration) -> WatchClient {
+    pub fn watch(&self) -> WatchClient {
         let mut child = self
             .command("watch")
             .stdin(Stdio::piped())
@@ -117,7 +145,7 @@ impl SdkClient {
             stdin,
             lines,
         };
-        let first = client.next_line(first_sync, "the first sync");
+        let first = client.next_line(client_wait() + ANSWER_MARGIN, "the first sync");
         assert!(
             first["ok"] == true,
             "e2e client `watch` failed: {}",
@@ -148,11 +176,13 @@ impl WatchClient {
 
     /// Sends one command and returns the answer, whatever its `ok`.
     pub fn try_send(&mut self, cmd: &Value) -> Value {
-        let timeout_ms = cmd["timeout_ms"].as_u64().unwrap_or(20_000);
+        let timeout = cmd["timeout_ms"]
+            .as_u64()
+            .map_or_else(client_wait, Duration::from_millis);
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{cmd}").expect("write to the client");
         stdin.flush().expect("flush");
-        self.next_line(Duration::from_millis(timeout_ms + 10_000), &cmd.to_string())
+        self.next_line(timeout + ANSWER_MARGIN, &cmd.to_string())
     }
 
     /// Sends one command and panics unless the answer is `ok`.

@@ -6,16 +6,14 @@
 //! the connector and acknowledged by a write checkpoint, reconnects and a new process
 //! resuming from the stored positions, and token refreshes.
 //!
-//! Skipped with a loud message only when the e2e packages are not installed
-//! (`e2e/install.sh`, which `scripts/setup.sh` and so `scripts/test.sh` run).
+//! Without the e2e packages (`e2e/install.sh`, which `scripts/setup.sh` and so
+//! `scripts/test.sh` run) every test here fails and says so.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use powersync_mdbx_testkit::{
-    fixture_dir, free_port, sdk_client_installed, wait_until, Cluster, ClusterKind, PgInstall,
-    SdkClient, TestDir,
+    fixture_dir, free_port, require_sdk_client, Cluster, ClusterKind, PgInstall, SdkClient, TestDir,
 };
 use serde_json::{json, Value};
 
@@ -23,7 +21,6 @@ use serde_json::{json, Value};
 const SECRET: &str = "cHNtLWUyZS10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVm";
 const AUDIENCE: &str = "powersync-mdbx-test";
 const USER: &str = "user-org-001-0001";
-const WAIT: Duration = Duration::from_secs(30);
 
 /// Which rules the replica runs; they differ in how a timestamptz is written.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -76,15 +73,9 @@ struct Rig {
 
 impl Rig {
     /// The primary with the fixture at a small profile and a sync replica streaming
-    /// from it; `None` (after a loud message) when the SDK client is not installed.
-    fn start(rules: Rules) -> Option<Self> {
-        if sdk_client_installed().is_none() {
-            eprintln!(
-                "\n\n*** SKIPPED: the e2e SDK client is not installed: run e2e/install.sh \
-                 (scripts/setup.sh does) ***\n"
-            );
-            return None;
-        }
+    /// from it; fails when the SDK client is not installed.
+    fn start(rules: Rules) -> Self {
+        require_sdk_client();
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
@@ -115,23 +106,11 @@ impl Rig {
             _dir: dir,
         };
         rig.wait_streaming();
-        Some(rig)
+        rig
     }
 
     fn wait_streaming(&self) {
-        let mut last = Value::Null;
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_until(WAIT, "phase streaming", || {
-                last = serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.status()"))
-                    .unwrap();
-                (last["phase"] == "streaming").then_some(())
-            })
-        }));
-        assert!(
-            found.is_ok(),
-            "the worker did not reach `streaming`: {last}\n{}",
-            self.replica.log_text()
-        );
+        self.replica.wait_worker_phase("streaming");
     }
 
     fn client(&self) -> SdkClient {
@@ -182,20 +161,11 @@ impl Rig {
     /// build interrupted before it recorded its rules is started again under the next
     /// number); returns the generation served.
     fn wait_generation(&self, generation: u64) -> u64 {
-        let mut last = Value::Null;
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_until(Duration::from_secs(90), "the deploy to switch", || {
-                last = self.status();
-                let served = last["generation"].as_u64()?;
-                (served >= generation && last["phase"] == "streaming").then_some(())
+        self.replica
+            .wait_worker(&format!("generation {generation} served"), |s| {
+                let served = s["generation"].as_u64()?;
+                (served >= generation && s["phase"] == "streaming").then_some(served)
             })
-        }));
-        assert!(
-            found.is_ok(),
-            "generation {generation} is not served: {last}\n{}",
-            self.replica.log_text()
-        );
-        last["generation"].as_u64().unwrap_or(generation)
     }
 
     /// The projects the user's access rows name: one parameter bucket each.
@@ -217,17 +187,11 @@ impl Rig {
         let head = lsn(&self.primary.sql("SELECT pg_current_wal_lsn()"));
         self.primary
             .sql("SELECT pg_logical_emit_message(false, 'powersync', 'e2e sync point')");
-        wait_until(
-            WAIT,
-            "the worker's applied_lsn to pass the primary's head",
-            || {
-                let status: Value =
-                    serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.status()"))
-                        .unwrap();
-                let applied = status["replication"]["applied_lsn"].as_str().map(lsn)?;
+        self.replica
+            .wait_worker("the worker's applied_lsn to pass the primary's head", |s| {
+                let applied = s["replication"]["applied_lsn"].as_str().map(lsn)?;
                 (applied >= head).then_some(())
-            },
-        );
+            });
     }
 }
 
@@ -300,9 +264,7 @@ fn assert_no_warnings(dump: &Value, what: &str) {
 /// The initial sync in a fresh client, then the rest of the scenarios in a `watch` client
 /// on the same database (a new process resuming from the stored positions).
 fn sync_end_to_end(rules: Rules) {
-    let Some(rig) = Rig::start(rules) else {
-        return;
-    };
+    let rig = Rig::start(rules);
     let access = rig.access_projects();
     assert_eq!(access.len(), 4, "fixture profile S=4");
     let started = std::time::Instant::now();
@@ -346,7 +308,7 @@ fn sync_end_to_end(rules: Rules) {
 
     step("initial sync checked");
     // 2. A new process on the same database resumes, then follows source changes.
-    let mut client = rig.client().watch(WAIT);
+    let mut client = rig.client().watch();
     rig.primary.sql(
         "INSERT INTO tasks VALUES ('task-e2e-new-1', 'org-001', 'project-org-001-0001', \
          'user-org-001-0001', 'Inserted on the primary', 'todo', 3, 'user-org-001-0002', 5, \
@@ -391,7 +353,7 @@ fn sync_end_to_end(rules: Rules) {
         "set": {"status": "done", "title": "Closed on the client"}}),
     );
     client.send(&json!({"cmd": "delete", "table": "tasks", "id": "task-org-001-0003-0007"}));
-    let synced = client.send(&json!({"cmd": "wait_synced_after_upload", "timeout_ms": 25000}));
+    let synced = client.send(&json!({"cmd": "wait_synced_after_upload"}));
     eprintln!(
         "after the upload: write checkpoint state {}, uploads {}",
         synced["write_checkpoint"], synced["uploaded_transactions"]
@@ -692,10 +654,8 @@ fn sdk_syncs_legacy_bucket_definitions() {
 /// server's `token_expires_in` lines) and keeps syncing on the new connection.
 #[test]
 fn sdk_refreshes_expiring_tokens() {
-    let Some(rig) = Rig::start(Rules::Legacy) else {
-        return;
-    };
-    let mut client = rig.client().with_env("PSM_TOKEN_TTL_S", "35").watch(WAIT);
+    let rig = Rig::start(Rules::Legacy);
+    let mut client = rig.client().with_env("PSM_TOKEN_TTL_S", "35").watch();
     let answer =
         client.try_send(&json!({"cmd": "wait_credentials", "count": 2, "timeout_ms": 30000}));
     assert!(
@@ -717,10 +677,7 @@ fn sdk_refreshes_expiring_tokens() {
 /// apart from server bugs.
 #[test]
 fn sdk_client_selftest_against_a_mock_service() {
-    let Some((node, script)) = sdk_client_installed() else {
-        eprintln!("\n\n*** SKIPPED: the e2e SDK client is not installed: run e2e/install.sh ***\n");
-        return;
-    };
+    let (node, script) = require_sdk_client();
     let selftest = script.with_file_name("selftest").join("run.mjs");
     let out = std::process::Command::new(node)
         .arg(selftest)

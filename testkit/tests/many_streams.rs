@@ -4,12 +4,12 @@
 //! stream was served and saw the change (timings are reported, not asserted).
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
 
 use powersync_mdbx_testkit::{
-    base64_url, free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir,
+    base64_url, free_port, wait_for_future, Cluster, ClusterKind, PgInstall, TestDir,
 };
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Streams held open at once (the process limit here is 20,000 descriptors);
@@ -102,11 +102,7 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
         base64_url(SECRET)
     );
     let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
-    let status = wait_until(Duration::from_secs(60), "the worker streaming", || {
-        let s: Value =
-            serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()?;
-        (s["phase"] == "streaming").then_some(s)
-    });
+    let status = replica.wait_worker_phase("streaming");
     let worker = status["worker_pid"].as_i64().unwrap();
     let body = r#"{"buckets":[],"include_checksum":true,"raw_data":true}"#;
     let request = format!(
@@ -136,17 +132,28 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
                 open(http_port, &request).await
             });
         }
-        let mut sockets = Vec::with_capacity(streams);
-        while let Some(opened) = opening.join_next().await {
-            if let Some((socket, seen)) = opened.unwrap() {
-                assert!(
-                    seen.starts_with(b"HTTP/1.1 200"),
-                    "{}",
-                    String::from_utf8_lossy(&seen)
-                );
-                sockets.push(socket);
-            }
-        }
+        // Waits while streams keep opening (progress: how many did).
+        let opened = AtomicUsize::new(0);
+        let sockets = wait_for_future(
+            "every stream's first checkpoint",
+            || opened.load(Relaxed),
+            async {
+                let mut sockets = Vec::with_capacity(streams);
+                while let Some(done) = opening.join_next().await {
+                    opened.fetch_add(1, Relaxed);
+                    if let Some((socket, seen)) = done.unwrap() {
+                        assert!(
+                            seen.starts_with(b"HTTP/1.1 200"),
+                            "{}",
+                            String::from_utf8_lossy(&seen)
+                        );
+                        sockets.push(socket);
+                    }
+                }
+                sockets
+            },
+        )
+        .await;
         let opened_in = started.elapsed();
         assert_eq!(
             sockets.len(),
@@ -162,12 +169,22 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
         }
         let committed = Instant::now();
         primary.sql("UPDATE notes SET body = 'changed' WHERE id = 'n1'");
-        let mut saw = 0;
-        while let Some(done) = waiting.join_next().await {
-            if done.unwrap() {
-                saw += 1;
-            }
-        }
+        let answered = AtomicUsize::new(0);
+        let saw = wait_for_future(
+            "every stream's next checkpoint",
+            || answered.load(Relaxed),
+            async {
+                let mut saw = 0;
+                while let Some(done) = waiting.join_next().await {
+                    answered.fetch_add(1, Relaxed);
+                    if done.unwrap() {
+                        saw += 1;
+                    }
+                }
+                saw
+            },
+        )
+        .await;
         let fan_out = committed.elapsed();
         println!(
             "{streams} streams: all opened with their first checkpoint in {:.2} s; one commit \

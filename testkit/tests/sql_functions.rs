@@ -11,16 +11,14 @@ mod buckets;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::time::Duration;
 
 use powersync_mdbx_testkit::{
-    base64_url, free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir,
+    base64_url, free_port, wait_until, Cluster, ClusterKind, Patience, PgInstall, TestDir,
 };
 use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::rules::SyncRules;
 use serde_json::Value;
 
-const WAIT: Duration = Duration::from_secs(60);
 const SECRET: &[u8] = b"sql-functions-secret-of-32-bytes";
 const AUDIENCE: &str = "powersync-mdbx-test";
 
@@ -91,7 +89,7 @@ fn user_buckets(replica: &Cluster, sub: &str, body: &str) -> Vec<String> {
 fn sync_point(primary: &Cluster, replica: &Cluster) {
     primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
     let head = primary.sql("SELECT pg_current_wal_lsn()");
-    wait_until(WAIT, "the worker applying up to the primary's head", || {
+    replica.wait_worker("the worker applying up to the primary's head", |_| {
         let done = replica
             .try_sql(&format!(
                 "SELECT applied_lsn >= '{head}' FROM powersync_mdbx.replication()"
@@ -123,7 +121,7 @@ fn sql_functions_answer_support_questions() {
     primary.sql(SCHEMA);
     let http_port = free_port();
     let replica = Cluster::start_sync_replica(&install, &dir, &config(&primary, http_port), &[]);
-    replica.wait_worker_phase("streaming", WAIT);
+    replica.wait_worker_phase("streaming");
 
     // validate_rules: the names it defines, or the error with its location.
     let good = json(
@@ -233,7 +231,7 @@ fn sql_functions_answer_support_questions() {
     )
     .unwrap();
     socket
-        .set_read_timeout(Some(Duration::from_secs(30)))
+        .set_read_timeout(Some(Patience::of_run().stall))
         .unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
@@ -249,7 +247,7 @@ fn sql_functions_answer_support_questions() {
     let op_id = replica.sql("SELECT last_op_id FROM powersync_mdbx.replication()");
     assert_eq!(listed, format!("u1 client-7 2 {op_id} true true"));
     drop(socket);
-    wait_until(WAIT, "the closed stream leaving streams()", || {
+    wait_until("the closed stream leaving streams()", || {
         (replica.sql("SELECT count(*) FROM powersync_mdbx.streams()") == "0").then_some(())
     });
 
@@ -290,7 +288,7 @@ fn functions_fail_clearly_without_a_serving_engine() {
 
     // Preloaded, but the engine waits for a valid configuration: no socket to answer.
     let replica = Cluster::start_sync_replica(&install, &dir, "replication: [\n", &[]);
-    replica.wait_worker_phase("config_error", WAIT);
+    replica.wait_worker_phase("config_error");
     let err = replica
         .try_sql("SELECT * FROM powersync_mdbx.buckets()")
         .unwrap_err();

@@ -13,7 +13,7 @@ mod buckets;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use buckets::{diff, expected, lsn, stored};
 use powersync_mdbx_testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
@@ -21,8 +21,6 @@ use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::rules::SyncRules;
 use powersync_mdbx_worker::store::Store;
 use serde_json::Value;
-
-const WAIT: Duration = Duration::from_secs(60);
 
 const SCHEMA: &str = "
 CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL, name text);
@@ -98,21 +96,15 @@ impl Rig {
 
     /// The worker's status, once the replica answers.
     fn status(&self) -> Option<Value> {
-        let text = self
-            .replica
-            .try_sql("SELECT powersync_mdbx.status()")
-            .ok()?;
-        serde_json::from_str(&text).ok()
+        self.replica.worker_status()
     }
 
     /// Waits for phase `streaming` from a worker other than `not_pid`; returns its pid.
     fn wait_streaming(&self, not_pid: Option<i64>) -> i64 {
-        let s = wait_until(WAIT, "a streaming worker", || {
-            let s = self.status()?;
+        self.replica.wait_worker("a streaming worker", |s| {
             let pid = s["worker_pid"].as_i64()?;
-            (s["phase"] == "streaming" && Some(pid) != not_pid).then_some(s)
-        });
-        s["worker_pid"].as_i64().unwrap()
+            (s["phase"] == "streaming" && Some(pid) != not_pid).then_some(pid)
+        })
     }
 
     /// Waits until everything committed on the primary so far is applied (a logical
@@ -121,11 +113,11 @@ impl Rig {
         let head = lsn(&self.primary.sql("SELECT pg_current_wal_lsn()"));
         self.primary
             .sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-        wait_until(WAIT, "the worker applying up to the primary's head", || {
-            let s = self.status()?;
-            let applied = lsn(s["replication"]["applied_lsn"].as_str()?);
-            (applied >= head).then_some(())
-        });
+        self.replica
+            .wait_worker("the worker applying up to the primary's head", |s| {
+                let applied = lsn(s["replication"]["applied_lsn"].as_str()?);
+                (applied >= head).then_some(())
+            });
     }
 
     /// Stops the replica, compares a copy of its store with the primary, starts it again.
@@ -184,16 +176,6 @@ fn store_dir(replica: &Cluster) -> PathBuf {
     let mut dir = replica.data_dir().as_os_str().to_owned();
     dir.push(".powersync_mdbx");
     dir.into()
-}
-
-/// CPU seconds (user + system) of `pid`.
-fn cpu_seconds(pid: i64) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some(ticks as f64 / hz)
 }
 
 /// `VmHWM`, `VmRSS`, `RssAnon` of `pid` in KiB.
@@ -280,49 +262,48 @@ fn a_worker_killed_inside_a_large_transaction_applies_it_once_after_restart() {
         started.elapsed()
     );
 
-    // Kill the worker once it has spent a second of CPU on the transaction and has not
-    // committed it to the store.
-    let cpu_at_commit = cpu_seconds(first).unwrap();
+    // Kill the worker inside the transaction: once it wrote part of it to its open store
+    // transaction (status() shows the uncommitted changes) and before it committed it.
     let mut peak = Peak::default();
-    let kill_at = wait_until(WAIT, "the worker busy applying the transaction", || {
-        peak.sample(first);
-        let cpu = cpu_seconds(first)?;
-        (cpu - cpu_at_commit >= 1.0).then_some(cpu - cpu_at_commit)
-    });
-    let status = rig.status().unwrap();
-    let applied = lsn(status["replication"]["applied_lsn"].as_str().unwrap());
-    assert!(
-        applied < commit,
-        "the worker applied the whole transaction before the kill ({status})"
-    );
+    let in_flight = rig
+        .replica
+        .wait_worker("the worker inside the transaction", |s| {
+            peak.sample(first);
+            let applied = lsn(s["replication"]["applied_lsn"].as_str()?);
+            assert!(
+                applied < commit,
+                "the worker committed the transaction before status() showed it inside: {s}"
+            );
+            let uncommitted = s["replication"]["uncommitted_changes"].as_u64()?;
+            (uncommitted > 0).then(|| s.clone())
+        });
     // SAFETY: signalling the worker process of our own test cluster.
     unsafe { libc::kill(first as i32, libc::SIGKILL) };
     peak.print("until the SIGKILL (partial transaction)");
+    let applied = lsn(in_flight["replication"]["applied_lsn"].as_str().unwrap());
+    let uncommitted = in_flight["replication"]["uncommitted_changes"]
+        .as_u64()
+        .unwrap();
     eprintln!(
-        "killed worker {first} after {kill_at:.1} s of CPU on the transaction (applied LSN \
-         {applied:X} before {applied_before:X}..{commit:X})"
+        "killed worker {first} with {uncommitted} of the transaction's 300,000 changes \
+         uncommitted (applied LSN {applied:X} before {applied_before:X}..{commit:X})"
     );
-    wait_until(WAIT, "the killed worker gone", || {
-        (!alive(first)).then_some(())
-    });
+    wait_until("the killed worker gone", || (!alive(first)).then_some(()));
 
     // The postmaster restarts after the crash; the new worker applies the transaction
     // again, from its beginning, once.
     let second = rig.wait_streaming(Some(first));
     let mut peak = Peak::default();
     let started = Instant::now();
-    wait_until(
-        WAIT,
-        "the restarted worker applying the transaction",
-        || {
+    rig.replica
+        .wait_worker("the restarted worker applying the transaction", |s| {
             peak.sample(second);
-            let s = rig.status()?;
             let applied = lsn(s["replication"]["applied_lsn"].as_str()?);
             (applied >= commit).then_some(())
-        },
-    );
+        });
     peak.print("applying the whole 300k-row transaction after the restart");
     eprintln!("restarted worker applied it in {:?}", started.elapsed());
+    // The kill came inside the transaction: the restarted worker applied all of it.
     let s = rig.status().unwrap();
     assert!(
         s["replication"]["changes"].as_u64().unwrap() >= 300_000,
@@ -398,15 +379,16 @@ fn an_immediate_stop_of_the_replica_mid_stream_loses_and_duplicates_nothing() {
     let initial = lsn(rig.status().unwrap()["replication"]["applied_lsn"]
         .as_str()
         .unwrap());
-    wait_until(WAIT, "a large transaction applied", || {
-        let s = rig.status()?;
+    rig.replica.wait_worker("a large transaction applied", |s| {
         (s["replication"]["changes"].as_u64()? > 30_000).then_some(())
     });
-    let cpu_before = cpu_seconds(first).unwrap();
-    wait_until(WAIT, "the worker busy with the stream", || {
-        let cpu = cpu_seconds(first)?;
-        (cpu - cpu_before >= 0.5).then_some(())
-    });
+    let changes_before = rig.status().unwrap()["replication"]["changes"]
+        .as_u64()
+        .unwrap();
+    rig.replica
+        .wait_worker("the worker applying more of the stream", |s| {
+            (s["replication"]["changes"].as_u64()? > changes_before + 1_000).then_some(())
+        });
     let applied = lsn(rig.status().unwrap()["replication"]["applied_lsn"]
         .as_str()
         .unwrap());

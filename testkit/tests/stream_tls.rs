@@ -7,31 +7,15 @@
 
 use std::time::Duration;
 
-use powersync_mdbx_testkit::{
-    free_port, wait_until, Cluster, ClusterKind, PgInstall, TestCa, TestDir,
-};
+use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestCa, TestDir};
 use serde_json::Value;
 
-const WAIT: Duration = Duration::from_secs(30);
-
 fn status(replica: &Cluster) -> Option<Value> {
-    serde_json::from_str(&replica.try_sql("SELECT powersync_mdbx.status()").ok()?).ok()
+    replica.worker_status()
 }
 
 fn wait_phase(replica: &Cluster, phase: &str) -> Value {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let s = status(replica);
-        if let Some(s) = s.as_ref().filter(|s| s["phase"] == phase) {
-            return s.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no phase {phase} after {WAIT:?}; last status: {s:?}\n{}",
-            replica.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    replica.wait_worker_phase(phase)
 }
 
 fn config(primary: &Cluster, cacert: &std::path::Path, http_port: u16) -> String {
@@ -82,8 +66,7 @@ fn assert_streams_over_tls(primary: &Cluster, replica: &Cluster) {
     assert!(s["last_error"].is_null(), "{s}");
     assert_eq!(s["replication"]["rows"], 2, "{s}");
     primary.sql("INSERT INTO lists VALUES ('l3', 'over TLS')");
-    let changes = wait_until(WAIT, "the change applied", || {
-        let s = status(replica)?;
+    let changes = replica.wait_worker("the change applied", |s| {
         let n = s["replication"]["changes"].as_u64()?;
         (n >= 1).then_some(n)
     });

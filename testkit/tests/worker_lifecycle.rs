@@ -9,8 +9,6 @@ use powersync_mdbx_testkit::{
 };
 use serde_json::Value;
 
-const WAIT: Duration = Duration::from_secs(30);
-
 /// A primary and the service config that points at it, listening on a free port.
 struct Rig {
     dir: TestDir,
@@ -55,15 +53,8 @@ impl Rig {
     }
 }
 
-fn status(cluster: &Cluster) -> Value {
-    serde_json::from_str(&cluster.sql("SELECT powersync_mdbx.status()")).unwrap()
-}
-
 fn wait_phase(cluster: &Cluster, phase: &str) -> Value {
-    wait_until(WAIT, &format!("phase {phase}"), || {
-        let s = status(cluster);
-        (s["phase"] == phase).then_some(s)
-    })
+    cluster.wait_worker_phase(phase)
 }
 
 fn worker_pid(cluster: &Cluster) -> Option<i64> {
@@ -89,10 +80,10 @@ fn worker_serves_probes_and_reports_status() {
     let replication = &s["replication"];
     assert_eq!(replication["slot"], "powersync_mdbx", "{s}");
     // While streaming: the applied LSN and the WAL the primary retains for the slot.
-    let streaming = wait_until(WAIT, "streaming figures in status()", || {
-        let s = status(&replica);
+    let streaming = replica.wait_worker("streaming figures in status()", |s| {
         let r = &s["replication"];
-        (r["applied_lsn"].is_string() && r["retained_wal_bytes"].as_u64() > Some(0)).then_some(s)
+        (r["applied_lsn"].is_string() && r["retained_wal_bytes"].as_u64() > Some(0))
+            .then(|| s.clone())
     });
     assert!(
         streaming["replication"]["last_op_id"].as_u64() > Some(0),
@@ -172,7 +163,7 @@ fn worker_metrics_follow_a_commit_on_the_primary() {
         assert_eq!(reply.status, 200, "{}", reply.body);
         reply.body
     };
-    let first = wait_until(WAIT, "a primary head reading", || {
+    let first = wait_until("a primary head reading", || {
         let text = scrape();
         metric(&text, "powersync_mdbx_replication_lag_bytes").map(|_| text)
     });
@@ -192,7 +183,7 @@ fn worker_metrics_follow_a_commit_on_the_primary() {
         .parse()
         .unwrap();
     // The commit is applied and published; the head reading (every 10 s) passes it.
-    let later = wait_until(WAIT, "the commit in /metrics", || {
+    let later = wait_until("the commit in /metrics", || {
         let text = scrape();
         (metric(&text, "powersync_mdbx_source_transactions_applied_total") >= Some(1.0)
             && metric(&text, "powersync_mdbx_primary_wal_lsn") >= Some(after_commit))
@@ -271,7 +262,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
 
     // SAFETY: signalling the worker process of our own test cluster.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let second = wait_until(WAIT, "a restarted worker", || {
+    let second = wait_until("a restarted worker", || {
         worker_pid(&replica).filter(|p| *p != pid)
     });
     let s = wait_phase(&replica, "streaming");
@@ -286,7 +277,7 @@ fn sigterm_and_terminate_restart_the_worker_with_the_same_store() {
         replica.sql(&format!("SELECT pg_terminate_backend({second})")),
         "t"
     );
-    let third = wait_until(WAIT, "a restarted worker", || {
+    let third = wait_until("a restarted worker", || {
         worker_pid(&replica).filter(|p| *p != second)
     });
     let s = wait_phase(&replica, "streaming");
@@ -449,10 +440,8 @@ fn a_crashed_worker_comes_back_and_reopens_its_store() {
     // restarts every process, the worker included; MDBX recovers its stale reader lock.
     // SAFETY: signalling the worker process of our own test cluster.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    let s = wait_until(WAIT, "the worker serving again after a crash", || {
-        let s = replica.try_sql("SELECT powersync_mdbx.status()").ok()?;
-        let s: Value = serde_json::from_str(&s).ok()?;
-        (s["phase"] == "streaming" && s["worker_pid"].as_i64() != Some(pid)).then_some(s)
+    let s = replica.wait_worker("the worker serving again after a crash", |s| {
+        (s["phase"] == "streaming" && s["worker_pid"].as_i64() != Some(pid)).then(|| s.clone())
     });
     assert_eq!(s["store"]["store_id"], store_id.as_str());
     assert_eq!(

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use powersync_mdbx_testkit::{fixture_dir, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_testkit::{fixture_dir, Cluster, ClusterKind, PgInstall, TestDir, Waiting};
 use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::replication::{
     bootstrap, BootstrapIntent, BootstrapOutcome, BootstrapState, Progress, ReplicationError,
@@ -229,20 +229,18 @@ async fn an_interrupted_bootstrap_starts_over_and_foreign_slots_are_refused() {
     // Interrupt a bootstrap after its slot exists: cancel it while it copies.
     rig.primary.sql("INSERT INTO tasks SELECT 'bulk-' || i, 'org-001', 'project-org-001-0002', 'u', 't', 'todo', 1, 'u', 1, now(), repeat('x', 200) FROM generate_series(1, 60000) i");
     let plan = rig.plan();
+    let progress = Arc::new(Progress::default());
     let task = tokio::spawn({
-        let (rules, store) = (rules.clone(), store.clone());
-        async move { bootstrap(&plan, rules, store, Arc::new(Progress::default())).await }
+        let (rules, store, progress) = (rules.clone(), store.clone(), progress.clone());
+        async move { bootstrap(&plan, rules, store, progress).await }
     });
-    loop {
-        let slots = rig.primary.sql(&format!(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
-        ));
-        if slots == "1" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    // Stop it once rows are being copied (its slot exists by then).
+    let mut waiting = Waiting::new("the bootstrap copying rows");
+    while progress.rows() == 0 {
+        assert!(!task.is_finished(), "the bootstrap ended before it copied");
+        waiting.progress(progress.copying());
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     task.abort();
     let _ = task.await;
     let state = store

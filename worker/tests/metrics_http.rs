@@ -7,10 +7,10 @@
 #[path = "support/engine_rig.rs"]
 mod engine_rig;
 
+use powersync_mdbx_testkit::Patience;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
 
 use engine_rig::{post_sync_stream, EngineRig};
 
@@ -62,7 +62,7 @@ impl Scrape {
 
 fn scrape(port: u16) -> Scrape {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(Patience::of_run().stall)).unwrap();
     write!(
         s,
         "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
@@ -138,19 +138,9 @@ fn read_until(reader: &mut BufReader<TcpStream>, needle: &str) {
 }
 
 fn wait_for(what: &str, port: u16, done: impl Fn(&Scrape) -> bool) -> Scrape {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let s = scrape(port);
-        if done(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} never happened:\n{}",
-            s.text
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The scrape's own text moves every time (uptime, histograms): the wait has no
+    // progress to show, so the stall limit bounds it.
+    powersync_mdbx_testkit::wait_until(what, || Some(scrape(port)).filter(|s| done(s)))
 }
 
 #[test]

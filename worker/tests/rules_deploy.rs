@@ -10,8 +10,8 @@ mod engine_rig;
 #[path = "support/sync_client.rs"]
 mod sync_client;
 
+use powersync_mdbx_testkit::Waiting;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use engine_rig::{token, EngineRig};
 use powersync_mdbx_worker::status::Phase;
@@ -62,14 +62,11 @@ bucket_definitions:
 
 /// Reads lines until a `checkpoint_complete` whose checkpoint announced a bucket of
 /// `generation`; applies every line to `client`.
-fn until_generation(lines: &mut Lines, client: &mut Client, generation: u64) {
+fn until_generation(rig: &EngineRig, lines: &mut Lines, client: &mut Client, generation: u64) {
     let prefix = format!("{generation}#");
-    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut waiting = Waiting::new(format!("a checkpoint of generation {generation}"));
     loop {
-        assert!(
-            Instant::now() < deadline,
-            "no checkpoint of generation {generation}"
-        );
+        waiting.progress(rig.progress());
         let batch = lines.until_complete();
         client.apply(&batch);
         if !client.announced.is_empty() && client.announced.keys().all(|b| b.starts_with(&prefix)) {
@@ -100,12 +97,9 @@ fn expected(rig: &EngineRig, sql: &str) -> BTreeMap<String, Value> {
         .collect()
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Waits while the engine advances until `done`.
+fn wait_for(rig: &EngineRig, what: &str, mut done: impl FnMut() -> bool) {
+    powersync_mdbx_testkit::wait_for(what, || if done() { Ok(()) } else { Err(rig.progress()) });
 }
 
 fn slots(rig: &EngineRig) -> Vec<String> {
@@ -150,7 +144,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         "UPDATE items SET kind = 'a' WHERE id IN ('i2', 'i4');
          INSERT INTO notes VALUES ('n-new', 'u1', 'written during the build');",
     );
-    until_generation(&mut lines, &mut client, 2);
+    until_generation(&rig, &mut lines, &mut client, 2);
     let status = rig.status.snapshot();
     assert_eq!(status.generation, Some(2), "{status:?}");
     assert!(status.deploy.is_none(), "{status:?}");
@@ -167,7 +161,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     assert!(want.contains_key("n-new") && want.contains_key("i2"));
     assert_eq!(held(&client), want);
     // The old generation's slot and files go once nobody reads them.
-    wait_for("the old slot and store to go", || {
+    wait_for(&rig, "the old slot and store to go", || {
         slots(&rig) == vec![format!("{SLOT}_g2")] && !rig.storage_dir().join("mdbx.dat").exists()
     });
     assert_eq!(store_entries(&rig), vec!["active", "g2", "generation"]);
@@ -176,7 +170,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     rig.primary.sql(
         "INSERT INTO items VALUES ('i-late', 'u1', 'a', 7); DELETE FROM notes WHERE id = 'n1';",
     );
-    wait_for("the change to arrive", || {
+    wait_for(&rig, "the change to arrive", || {
         client.apply(&lines.until_complete());
         let rows = held(&client);
         rows.contains_key("i-late") && !rows.contains_key("n1")
@@ -184,7 +178,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
 
     // Invalid rules change nothing: the error shows, v2 keeps serving.
     rig.deploy_rules("bucket_definitions:\n  b:\n    data: [SELECT FROM]\n");
-    wait_for("the rules error", || {
+    wait_for(&rig, "the rules error", || {
         rig.status
             .snapshot()
             .last_error
@@ -195,7 +189,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     assert!(status.deploy.is_none() && status.ready);
     rig.primary
         .sql("INSERT INTO notes VALUES ('n-after-invalid', 'u1', 'x');");
-    wait_for("the change to arrive", || {
+    wait_for(&rig, "the change to arrive", || {
         client.apply(&lines.until_complete());
         held(&client).contains_key("n-after-invalid")
     });
@@ -203,13 +197,13 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     // A crash during the build of v3: the restarted engine serves v2 from its own stored
     // rules, resumes the build and switches.
     rig.deploy_rules(RULES_V3);
-    wait_for("the build to start", || {
+    wait_for(&rig, "the build to start", || {
         rig.status.snapshot().deploy.is_some() && rig.storage_dir().join("g3").exists()
     });
     rig.restart_with_rules(RULES_V3);
     drop(lines);
     rig.wait_phase(Phase::Streaming);
-    wait_for("the resumed deploy to switch", || {
+    wait_for(&rig, "the resumed deploy to switch", || {
         rig.status.snapshot().generation == Some(3)
     });
     let (fresh, _lines) = connect(&rig, &t);
@@ -221,7 +215,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         held(&fresh),
         expected(&rig, "SELECT id, owner, body FROM notes WHERE owner = 'u1'")
     );
-    wait_for("only the v3 slot to remain", || {
+    wait_for(&rig, "only the v3 slot to remain", || {
         slots(&rig) == vec![format!("{SLOT}_g3")] && !rig.storage_dir().join("g2").exists()
     });
 }
@@ -236,7 +230,7 @@ fn a_build_the_primary_cannot_serve_fails_and_the_served_rules_stay() {
         "bucket_definitions:\n  s:\n    parameters: SELECT request.user_id() AS owner\n    \
          data:\n      - SELECT * FROM secrets WHERE owner = bucket.owner\n",
     );
-    wait_for("the build to fail", || {
+    wait_for(&rig, "the build to fail", || {
         rig.status
             .snapshot()
             .deploy
@@ -255,7 +249,7 @@ fn a_build_the_primary_cannot_serve_fails_and_the_served_rules_stay() {
     );
     assert_eq!(status.generation, Some(1));
     assert!(status.ready);
-    wait_for("the failed build's files and slot to go", || {
+    wait_for(&rig, "the failed build's files and slot to go", || {
         slots(&rig) == vec!["psm_deploy_fail".to_owned()] && !rig.storage_dir().join("g2").exists()
     });
     let t = token("u2", 3600);

@@ -9,10 +9,9 @@
 mod buckets;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use buckets::{expected, lsn, stored};
-use powersync_mdbx_testkit::{Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_testkit::{wait_for_future, Cluster, ClusterKind, PgInstall, TestDir};
 use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::replication::{
     bootstrap, follow_slot, Progress, ReplicationError, SourcePlan, StreamContext, StreamProgress,
@@ -98,9 +97,8 @@ async fn refused(
     store: &Arc<Store>,
 ) -> ReplicationError {
     let (_stop, _checkpoints, task) = start(plan, rules, store);
-    tokio::time::timeout(Duration::from_secs(30), task)
+    wait_for_future("the stream task to end", || (), task)
         .await
-        .unwrap()
         .unwrap()
         .unwrap_err()
 }
@@ -148,17 +146,16 @@ async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
     primary.sql("UPDATE items SET body = 'streamed' WHERE id <= 10");
     let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
     primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-    tokio::time::timeout(
-        Duration::from_secs(30),
+    wait_for_future(
+        "a checkpoint at the primary's head",
+        || (),
         checkpoints.wait_for(|c| c.lsn >= head),
     )
     .await
-    .unwrap()
     .unwrap();
     stop.send_replace(true);
-    tokio::time::timeout(Duration::from_secs(10), task)
+    wait_for_future("the stream task to end", || (), task)
         .await
-        .unwrap()
         .unwrap()
         .unwrap();
     let before = stored(&store);
@@ -230,12 +227,12 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
     primary.sql("UPDATE items SET body = 'streamed' WHERE id <= 10");
     let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
     primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-    tokio::time::timeout(
-        Duration::from_secs(30),
+    wait_for_future(
+        "a checkpoint at the primary's head",
+        || (),
         checkpoints.wait_for(|c| c.lsn >= head),
     )
     .await
-    .unwrap()
     .unwrap();
     let before = stored(&store);
     assert_eq!(before, expected(&connection, &rules, &["items"]).await);
@@ -280,9 +277,8 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
     drop(input);
     held.wait().unwrap();
 
-    let ended = tokio::time::timeout(Duration::from_secs(30), task)
+    let ended = wait_for_future("the stream task to end", || (), task)
         .await
-        .unwrap()
         .unwrap();
     let error = ended.unwrap_err();
     eprintln!(
@@ -300,9 +296,7 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
 }
 
 fn testkit_wait(primary: &Cluster, sql: &str, want: &str) {
-    powersync_mdbx_testkit::wait_until(Duration::from_secs(10), sql, || {
-        (primary.sql(sql) == want).then_some(())
-    });
+    powersync_mdbx_testkit::wait_until(sql, || (primary.sql(sql) == want).then_some(()));
 }
 
 /// A store that is behind its slot (as after restoring a backup: the slot confirmed

@@ -6,10 +6,13 @@
 //! mid-stream, a changed table, and a dropped slot.
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use powersync_mdbx_testkit::{Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_testkit::{
+    wait_for_future, wait_until, Cluster, ClusterKind, PgInstall, TestDir, Waiting,
+};
 use powersync_mdbx_worker::config::SourceConnection;
 use powersync_mdbx_worker::replication::{
     bootstrap, follow_slot, Progress, ReplicationError, SourcePlan, StreamContext, StreamProgress,
@@ -23,6 +26,9 @@ mod buckets;
 use buckets::{diff, expected, lsn, stored};
 
 const SLOT: &str = "psm_stream_test";
+
+/// How often a wait looks again.
+const POLL: Duration = Duration::from_millis(50);
 
 const SCHEMA: &str = "
 CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
@@ -97,17 +103,19 @@ impl Rig {
 struct Streaming {
     stop: watch::Sender<bool>,
     checkpoints: watch::Receiver<Checkpoint>,
+    progress: Arc<StreamProgress>,
     task: tokio::task::JoinHandle<Result<(), ReplicationError>>,
 }
 
 fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
     let initial = store.read(|v| v.checkpoint()).unwrap();
     let (published, checkpoints) = watch::channel(initial);
+    let progress = Arc::new(StreamProgress::default());
     let context = StreamContext {
         rules: rig.rules.clone(),
         store: store.clone(),
         published,
-        progress: Arc::new(StreamProgress::default()),
+        progress: progress.clone(),
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();
@@ -115,31 +123,37 @@ fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
     Streaming {
         stop,
         checkpoints,
+        progress,
         task,
     }
 }
 
 impl Streaming {
     /// Waits until everything committed on the primary so far is in a published
-    /// checkpoint (a logical message makes an idle source advance).
+    /// checkpoint (a logical message makes an idle source advance), while the stream
+    /// advances (checkpoints, changes received and applied).
     async fn sync_point(&mut self, primary: &Cluster) -> Checkpoint {
         let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
         primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-        let wait = self.checkpoints.wait_for(|c| c.lsn >= head);
-        match tokio::time::timeout(Duration::from_secs(30), wait).await {
-            Ok(Ok(c)) => *c,
-            _ => panic!(
-                "no checkpoint reached {head:X} (stream ended: {:?})",
-                self.task.is_finished()
-            ),
+        let mut waiting = Waiting::new(format!("a checkpoint at {head:X}"));
+        loop {
+            let checkpoint = *self.checkpoints.borrow_and_update();
+            if checkpoint.lsn >= head {
+                return checkpoint;
+            }
+            if self.task.is_finished() {
+                let ended = (&mut self.task).await;
+                panic!("the stream ended before {head:X}: {ended:?}");
+            }
+            waiting.progress((checkpoint, self.progress.activity()));
+            let _ = tokio::time::timeout(POLL, self.checkpoints.changed()).await;
         }
     }
 
     async fn stop(self) -> Result<(), ReplicationError> {
         self.stop.send_replace(true);
-        tokio::time::timeout(Duration::from_secs(10), self.task)
+        wait_for_future("the stream task to end", || (), self.task)
             .await
-            .unwrap()
             .unwrap()
     }
 }
@@ -259,11 +273,29 @@ async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
         "INSERT INTO todos SELECT 'big' || g, 'l1', repeat('x', 50), 'open' \
          FROM generate_series(1, 200000) g",
     );
-    // Stop while the transaction is (most likely) being applied: it is abandoned whole.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let commit = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    // Stop once the applier wrote part of the transaction to its open store transaction:
+    // it is abandoned whole.
+    let mut waiting = Waiting::new("the applier inside the transaction");
+    while streaming.progress.uncommitted.load(Relaxed) == 0 {
+        assert!(!streaming.task.is_finished(), "the stream ended");
+        waiting.progress(streaming.progress.activity());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     streaming.task.abort();
     let _ = streaming.task.await;
     let before = store.read(|v| v.checkpoint()).unwrap();
+    assert!(
+        before.lsn < commit,
+        "the transaction was committed before the stop ({:X} >= {commit:X})",
+        before.lsn
+    );
+    // The primary releases the slot once it sees the connection gone (the engine
+    // retries a busy slot; this test starts once).
+    let slot_free = format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{SLOT}'");
+    wait_until("the primary to release the slot", || {
+        (rig.primary.sql(&slot_free) == "f").then_some(())
+    });
     let mut streaming = start_streaming(&rig, &store);
     let after = streaming.sync_point(&rig.primary).await;
     assert!(after.op_id >= before.op_id);
@@ -282,9 +314,8 @@ async fn a_changed_table_or_a_lost_slot_stops_with_its_error() {
     rig.primary.sql("ALTER TABLE todos ADD COLUMN due date");
     rig.primary
         .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open', now())");
-    let result = tokio::time::timeout(Duration::from_secs(30), streaming.task)
+    let result = wait_for_future("the stream task to end", || (), streaming.task)
         .await
-        .unwrap()
         .unwrap();
     let message = result.unwrap_err().to_string();
     assert!(message.starts_with("PSM_R2002"), "{message}");
@@ -301,9 +332,8 @@ async fn a_changed_table_or_a_lost_slot_stops_with_its_error() {
     rig.primary
         .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
     let streaming = start_streaming(&rig, &store);
-    let result = tokio::time::timeout(Duration::from_secs(30), streaming.task)
+    let result = wait_for_future("the stream task to end", || (), streaming.task)
         .await
-        .unwrap()
         .unwrap();
     let message = result.unwrap_err().to_string();
     assert!(message.starts_with("PSM_R2005"), "{message}");

@@ -5,9 +5,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
+use powersync_mdbx_testkit::{
+    free_port, wait_for, worker_progress, Cluster, ClusterKind, Patience, PgInstall, TestDir,
+};
 use powersync_mdbx_worker::config::ServiceConfig;
 use powersync_mdbx_worker::engine::{Engine, EngineConfig, EngineHandle};
 use powersync_mdbx_worker::status::{Phase, StatusCell};
@@ -51,13 +53,20 @@ impl EngineRig {
         rig
     }
 
-    /// Waits up to 60 s for the engine to reach `phase`.
+    /// What the engine shows of its advance ([`worker_progress`] of its status).
+    pub fn progress(&self) -> serde_json::Value {
+        worker_progress(&serde_json::to_value(self.status.snapshot()).unwrap())
+    }
+
+    /// Waits while the engine advances until it reaches `phase`.
     pub fn wait_phase(&self, phase: Phase) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.status.snapshot().phase != phase {
-            assert!(Instant::now() < deadline, "{:?}", self.status.snapshot());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(&format!("the engine in phase {phase:?}"), || {
+            if self.status.snapshot().phase == phase {
+                Ok(())
+            } else {
+                Err(self.progress())
+            }
+        });
     }
 
     /// The storage directory.
@@ -165,7 +174,7 @@ pub fn post_sync_stream(
 ) -> (u16, String, BufReader<TcpStream>) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
+        .set_read_timeout(Some(Patience::of_run().stall))
         .unwrap();
     let auth = token
         .map(|t| format!("Authorization: Token {t}\r\n"))
