@@ -6,7 +6,9 @@
 //! progress it showed. Both limits are generous by default and can be set for a run:
 //! `PSM_TEST_STALL_S` (default 60) and `PSM_TEST_OVERALL_S` (default 900).
 
+use std::collections::HashSet;
 use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -41,25 +43,35 @@ impl Patience {
     }
 }
 
-/// One wait in progress: fed the latest progress marker, it panics once the marker has
-/// stood still for the stall limit or the overall limit has passed. For loops that poll
-/// by themselves (async tests); [`wait_for`] wraps it for the rest.
+/// One wait in progress: fed the latest progress marker, it panics once no marker new to
+/// this wait was seen for the stall limit, or the overall limit has passed. Progress is a
+/// marker never seen before, not merely a changed one: a worker that restarts in a loop
+/// shows the same phases and counters again and again, and that is no progress. For
+/// loops that poll by themselves (async tests); [`wait_for`] wraps it for the rest.
 pub struct Waiting<P> {
     what: String,
     patience: Patience,
     started: Instant,
+    /// Hashes of the markers seen (of their `Debug` text).
+    seen: HashSet<u64>,
     last: Option<P>,
     last_change: Instant,
 }
 
 impl<P: PartialEq + Debug> Waiting<P> {
-    /// Starts waiting for `what` (named in the failure).
+    /// Starts waiting for `what` (named in the failure) with the run's limits.
     pub fn new(what: impl Into<String>) -> Self {
+        Self::with_patience(what, Patience::of_run())
+    }
+
+    /// Starts waiting for `what` with the given limits.
+    pub fn with_patience(what: impl Into<String>, patience: Patience) -> Self {
         let now = Instant::now();
         Self {
             what: what.into(),
-            patience: Patience::of_run(),
+            patience,
             started: now,
+            seen: HashSet::new(),
             last: None,
             last_change: now,
         }
@@ -76,8 +88,12 @@ impl<P: PartialEq + Debug> Waiting<P> {
     pub fn check(&mut self, marker: P) -> Result<(), String> {
         let now = Instant::now();
         if self.last.as_ref() != Some(&marker) {
+            let mut hasher = DefaultHasher::new();
+            format!("{marker:?}").hash(&mut hasher);
+            if self.seen.insert(hasher.finish()) {
+                self.last_change = now;
+            }
             self.last = Some(marker);
-            self.last_change = now;
         }
         let Patience { stall, overall } = self.patience;
         let last = &self.last;
@@ -143,17 +159,16 @@ pub async fn wait_for_future<F: std::future::Future, P: PartialEq + Debug>(
     }
 }
 
-/// The fields of a worker's `status()` JSON that move while it works: its phase and
-/// process, snapshot rows and tables, applied LSN and op id, changes received, applied
-/// and uncommitted, a deploy's phase and rows, the last error. Clocks and the primary's
-/// position are left out: they move while the worker stands still.
+/// The fields of a worker's `status()` JSON that move while it works: its phase, snapshot
+/// rows and tables, applied LSN and op id, changes applied, received and uncommitted, a
+/// deploy's phase and rows, the last error. Clocks and the primary's position are left
+/// out (they move while the worker stands still), and so are its pid and start count (a
+/// worker restarting in a loop makes no progress).
 pub fn worker_progress(status: &Value) -> Value {
     let r = &status["replication"];
     let d = &status["deploy"];
     serde_json::json!([
         status["phase"],
-        status["worker_pid"],
-        status["engine_starts"],
         status["last_error"]["code"],
         r["tables_done"],
         r["rows"],
@@ -204,5 +219,87 @@ impl Drop for LiveTestTimer {
             self.started.elapsed().as_secs_f64()
         );
         let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHORT: Patience = Patience {
+        stall: Duration::from_millis(200),
+        overall: Duration::from_secs(60),
+    };
+
+    fn poll_for(
+        duration: Duration,
+        mut step: impl FnMut(u64) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let started = Instant::now();
+        let mut i = 0;
+        while started.elapsed() < duration {
+            step(i)?;
+            i += 1;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_marker_that_keeps_advancing_is_never_a_stall() {
+        let mut waiting = Waiting::with_patience("rows", SHORT);
+        assert_eq!(
+            poll_for(Duration::from_millis(600), |i| waiting.check(i)),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_marker_that_stands_still_fails_after_the_stall_limit() {
+        let mut waiting = Waiting::with_patience("the commit", SHORT);
+        let failure = poll_for(Duration::from_millis(600), |_| waiting.check(7)).unwrap_err();
+        assert!(failure.starts_with("stalled: no progress"), "{failure}");
+        assert!(
+            failure.contains("the commit") && failure.contains('7'),
+            "{failure}"
+        );
+        assert!(waiting.elapsed() < Duration::from_millis(400));
+    }
+
+    #[test]
+    fn markers_that_repeat_are_no_progress() {
+        // A worker restarting in a loop shows the same phases again and again.
+        let mut waiting = Waiting::with_patience("streaming", SHORT);
+        let phases = ["starting", "validating", "failed"];
+        let failure = poll_for(Duration::from_millis(800), |i| {
+            waiting.check(phases[i as usize % 3])
+        })
+        .unwrap_err();
+        assert!(failure.starts_with("stalled"), "{failure}");
+    }
+
+    #[test]
+    fn the_overall_limit_ends_even_an_advancing_wait() {
+        let patience = Patience {
+            stall: Duration::from_secs(60),
+            overall: Duration::from_millis(200),
+        };
+        let mut waiting = Waiting::with_patience("forever", patience);
+        let failure = poll_for(Duration::from_millis(600), |i| waiting.check(i)).unwrap_err();
+        assert!(failure.starts_with("timed out after"), "{failure}");
+    }
+
+    #[test]
+    fn worker_progress_ignores_clocks_and_restarts() {
+        let status = |pid: u64, seconds: f64, lsn: &str| {
+            serde_json::json!({
+                "phase": "streaming", "worker_pid": pid, "engine_starts": pid,
+                "replication": {"applied_lsn": lsn, "snapshot_seconds": seconds,
+                                "primary_lsn": "0/FF"}
+            })
+        };
+        let a = worker_progress(&status(1, 1.0, "0/10"));
+        assert_eq!(a, worker_progress(&status(2, 9.0, "0/10")));
+        assert_ne!(a, worker_progress(&status(1, 1.0, "0/20")));
     }
 }

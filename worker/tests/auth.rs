@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use powersync_mdbx_testkit::Waiting;
 use powersync_mdbx_worker::auth::{AuthError, AuthOptions, AuthenticatedUser, Authenticator};
 use powersync_mdbx_worker::config::ClientAuth;
 use serde_json::{json, Value};
@@ -645,7 +646,8 @@ async fn jwks_keys_are_fetched_once_and_filtered() {
 #[tokio::test]
 async fn unknown_kid_refetches_at_most_once_per_interval() {
     let server = JwksServer::start(vec![RSA_A.jwk(Some("a1"), None)]).await;
-    let auth = server.auth(quick(400, 3_600_000));
+    // An interval long enough for the steps inside it on a slow machine.
+    let auth = server.auth(quick(1_500, 3_600_000));
     assert_eq!(
         code(&auth, &RSA_A.sign(Algorithm::RS256, Some("a1"), &claims())).await,
         "ok"
@@ -659,7 +661,7 @@ async fn unknown_kid_refetches_at_most_once_per_interval() {
     assert_eq!(server.hits(), 1);
 
     // After the interval, the miss refetches and the retry verifies.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
     assert_eq!(code(&auth, &b1).await, "ok");
     assert_eq!(server.hits(), 2);
     // Old keys are gone with the rotation.
@@ -688,7 +690,7 @@ async fn old_keys_refresh_in_the_background_and_survive_failures() {
     server.fail(500, "oops");
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(code(&auth, &e1).await, "ok");
-    wait_for(|| server.hits() >= 2).await;
+    wait_for("the failing background refresh", || server.hits() >= 2).await;
     // The cached key is still used.
     assert_eq!(code(&auth, &e1).await, "ok");
 
@@ -697,25 +699,22 @@ async fn old_keys_refresh_in_the_background_and_survive_failures() {
     let hits = server.hits();
     tokio::time::sleep(Duration::from_millis(250)).await;
     let _ = run(&auth, &e1).await;
-    wait_for(|| server.hits() > hits).await;
+    wait_for("the next background refresh", || server.hits() > hits).await;
     let p1 = EC_P384.sign(Algorithm::ES384, Some("p1"), &claims());
-    for _ in 0..50 {
-        if code(&auth, &p1).await == "ok" {
-            return;
-        }
+    let mut waiting = Waiting::new("the refreshed key in use");
+    while code(&auth, &p1).await != "ok" {
+        waiting.progress(());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("the refreshed key was never used");
 }
 
-async fn wait_for(condition: impl Fn() -> bool) {
-    for _ in 0..100 {
-        if condition() {
-            return;
-        }
+/// Waits for `condition` (within the test rig's stall limit).
+async fn wait_for(what: &str, condition: impl Fn() -> bool) {
+    let mut waiting = Waiting::new(what);
+    while !condition() {
+        waiting.progress(());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("condition not reached within 2 s");
 }
 
 #[tokio::test]
