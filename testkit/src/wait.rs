@@ -223,6 +223,7 @@ impl Drop for LiveTestTimer {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
