@@ -20,7 +20,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// The two limits of every wait.
 #[derive(Debug, Clone, Copy)]
 pub struct Patience {
-    /// Fail when the progress marker has not changed for this long.
+    /// Fail when no progress marker new to the wait was seen for this long.
     pub stall: Duration,
     /// Fail when the wait took this long, progress or not.
     pub overall: Duration,
