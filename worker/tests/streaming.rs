@@ -107,7 +107,17 @@ struct Streaming {
     task: tokio::task::JoinHandle<Result<(), ReplicationError>>,
 }
 
+/// Starts following the slot once the primary released it: after a stop the walsender
+/// may still hold it for a moment, and `follow_slot` refuses a busy slot (the engine
+/// retries; these tests start once).
 fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
+    let busy = format!(
+        "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = \
+         '{SLOT}'"
+    );
+    wait_until("the primary to release the slot", || {
+        (rig.primary.sql(&busy) == "f").then_some(())
+    });
     let initial = store.read(|v| v.checkpoint()).unwrap();
     let (published, checkpoints) = watch::channel(initial);
     let progress = Arc::new(StreamProgress::default());
@@ -290,12 +300,6 @@ async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
         "the transaction was committed before the stop ({:X} >= {commit:X})",
         before.lsn
     );
-    // The primary releases the slot once it sees the connection gone (the engine
-    // retries a busy slot; this test starts once).
-    let slot_free = format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{SLOT}'");
-    wait_until("the primary to release the slot", || {
-        (rig.primary.sql(&slot_free) == "f").then_some(())
-    });
     let mut streaming = start_streaming(&rig, &store);
     let after = streaming.sync_point(&rig.primary).await;
     assert!(after.op_id >= before.op_id);
