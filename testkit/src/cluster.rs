@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::install::PgInstall;
 use crate::ports::free_port;
-use crate::wait::{worker_progress, LiveTestTimer, Waiting};
+use crate::wait::{wait_for_explained, worker_progress, LiveTestTimer, Patience};
 
 /// A temporary directory the cluster user may write to; removed on drop. It also times
 /// the live test that made it, and prints the time when dropped.
@@ -107,20 +107,21 @@ impl Cluster {
         what: &str,
         mut probe: impl FnMut(&serde_json::Value) -> Option<T>,
     ) -> T {
-        let mut waiting = Waiting::new(what);
-        loop {
-            let status = self.worker_status();
-            if let Some(done) = status.as_ref().and_then(&mut probe) {
-                return done;
-            }
-            let progress = status.as_ref().map(worker_progress);
-            if let Err(message) = waiting.check(progress) {
+        wait_for_explained(
+            what,
+            || {
+                let status = self.worker_status();
+                let status = status.as_ref();
+                status
+                    .and_then(&mut probe)
+                    .ok_or_else(|| status.map(worker_progress))
+            },
+            |failure| {
                 let log = self.log_text();
                 let tail = &log[log.ceil_char_boundary(log.len().saturating_sub(4000))..];
-                panic!("{message}\nlast status: {status:?}\nserver log (tail):\n{tail}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                format!("{failure}\nserver log (tail):\n{tail}")
+            },
+        )
     }
 
     /// Waits for the worker's status to show `phase`; returns it.
@@ -214,7 +215,7 @@ impl Cluster {
         let out = self
             .install
             .command("pg_ctl")
-            .args(["-w", "-t", "30", "-D"])
+            .args(["-w", "-t", &pg_ctl_wait(), "-D"])
             .arg(&self.data)
             .arg("-l")
             .arg(&self.log)
@@ -236,7 +237,7 @@ impl Cluster {
         let out = self
             .install
             .command("pg_ctl")
-            .args(["-w", "-t", "30", "-m", "fast", "-D"])
+            .args(["-w", "-t", &pg_ctl_wait(), "-m", "fast", "-D"])
             .arg(&self.data)
             .arg("stop")
             .output()
@@ -351,6 +352,11 @@ impl Drop for Cluster {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+}
+
+/// How long `pg_ctl` waits for a start or stop: the run's stall limit, in seconds.
+fn pg_ctl_wait() -> String {
+    Patience::of_run().stall.as_secs().to_string()
 }
 
 fn run(cmd: &mut Command) -> Result<Output, String> {

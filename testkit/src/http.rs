@@ -2,7 +2,8 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+
+use crate::wait::Patience;
 
 /// Status and body of a reply.
 #[derive(Debug, Clone)]
@@ -16,7 +17,9 @@ pub struct HttpReply {
 /// `GET path` on 127.0.0.1:`port`; `None` when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<HttpReply> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .set_read_timeout(Some(Patience::of_run().stall))
+        .ok()?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"

@@ -124,12 +124,25 @@ impl<P: PartialEq + Debug> Waiting<P> {
 /// Calls `probe` every 50 ms until it returns `Ok`; while not done it returns `Err` with
 /// what the awaited thing shows of its advance (a worker's status fields, an LSN, a row
 /// count). Fails when that stood still for the stall limit, or after the overall limit.
-pub fn wait_for<T, P: PartialEq + Debug>(what: &str, mut probe: impl FnMut() -> Result<T, P>) -> T {
+pub fn wait_for<T, P: PartialEq + Debug>(what: &str, probe: impl FnMut() -> Result<T, P>) -> T {
+    wait_for_explained(what, probe, |failure| failure)
+}
+
+/// [`wait_for`] whose failure message `explain` extends (a server's log, say).
+pub fn wait_for_explained<T, P: PartialEq + Debug>(
+    what: &str,
+    mut probe: impl FnMut() -> Result<T, P>,
+    explain: impl FnOnce(String) -> String,
+) -> T {
     let mut waiting = Waiting::new(what);
     loop {
         match probe() {
             Ok(value) => return value,
-            Err(progress) => waiting.progress(progress),
+            Err(progress) => {
+                if let Err(failure) = waiting.check(progress) {
+                    panic!("{}", explain(failure));
+                }
+            }
         }
         std::thread::sleep(POLL);
     }
