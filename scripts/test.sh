@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one test command: prepares the machine (idempotent), then runs the format check,
-# clippy with warnings denied, the unit tests, installs the extension into PostgreSQL 16
-# and runs the live tests against real clusters; then builds the extension for Debian's
-# PostgreSQL 15 and runs the extension's live tests (testkit) there too.
+# the crate-graph and documentation checks, clippy with warnings denied, installs the
+# extension into PostgreSQL 16 and runs every crate's tests (unit, in-process engine, live
+# clusters); then builds the extension for Debian's PostgreSQL 15 and runs the extension's
+# live tests (testkit) there too.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -17,6 +18,12 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+
+step "the crate graph flows one way (scripts/check_crates.py)"
+python3 scripts/check_crates.py
+
+step "the documents name what exists (scripts/check_docs.py)"
+python3 scripts/check_docs.py
 
 step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets -- -D warnings

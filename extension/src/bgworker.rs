@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use engine::host::{Host, HostSettings, Tick};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
-use powersync_mdbx_worker::host::{Host, HostSettings, Tick};
-use powersync_mdbx_worker::status::StatusCell;
+use status::StatusCell;
 
 use crate::shared::{self, Request};
 use crate::{guc, logbridge, signals};
@@ -111,7 +111,7 @@ fn settings() -> HostSettings {
             .collect(),
         runtime_threads: RUNTIME_THREADS,
         slot_name: guc::get(&guc::SLOT_NAME).unwrap_or_else(|| "powersync_mdbx".into()),
-        admin_socket: Some(crate::admin::socket_path()),
+        admin_socket: Some(crate::admin_client::socket_path()),
     }
 }
 

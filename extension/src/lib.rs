@@ -1,11 +1,11 @@
 //! The `powersync_mdbx` PostgreSQL extension: registers the background worker, its GUCs and
 //! shared memory, and the SQL functions of schema `powersync_mdbx`.
 //!
-//! Thin by design: the engine (`powersync_mdbx_worker`) does the work on its own threads;
+//! Thin by design: the engine (`powersync-mdbx-engine`) does the work on its own threads;
 //! this crate reads configuration on the worker's main thread, relays log events and status,
 //! and answers SQL from other backends through shared memory.
 
-mod admin;
+mod admin_client;
 mod bgworker;
 mod guc;
 mod logbridge;
@@ -52,7 +52,7 @@ pub extern "C-unwind" fn _PG_init() {
         return;
     }
     PRELOADED.store(true, Ordering::Relaxed);
-    powersync_mdbx_worker::store::quiet_library_logging();
+    store::quiet_library_logging();
     shared::init();
     BackgroundWorkerBuilder::new("powersync_mdbx")
         .set_type("powersync_mdbx")

@@ -1,6 +1,6 @@
 //! Writes the engine's log events into the PostgreSQL log, on the main thread.
 
-use powersync_mdbx_worker::logging::{self, LogReceiver};
+use engine::logging::{self, LogReceiver};
 use tracing::Level;
 use tracing_subscriber::layer::SubscriberExt;
 

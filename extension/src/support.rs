@@ -1,13 +1,13 @@
 //! The SQL support functions: rules validation in the backend, and the live engine's
 //! buckets, request resolution and open streams through the admin socket.
 
+use admin::{AdminRequest, AdminResponse};
 use pgrx::datetime::to_timestamp;
 use pgrx::prelude::*;
 use pgrx::JsonB;
-use powersync_mdbx_worker::admin::{AdminRequest, AdminResponse};
-use powersync_mdbx_worker::rules::validate::validation_report;
+use rules::validate::validation_report;
 
-use crate::admin;
+use crate::admin_client;
 
 /// Compiles `rules` (sync-rules YAML) with the worker's compiler, in this backend.
 #[pg_extern(immutable, parallel_safe)]
@@ -39,7 +39,7 @@ fn buckets() -> TableIterator<
         name!(last_op_id, i64),
     ),
 > {
-    match admin::call(&AdminRequest::Buckets) {
+    match admin_client::call(&AdminRequest::Buckets) {
         AdminResponse::Buckets { buckets, .. } => {
             TableIterator::new(buckets.into_iter().map(|b| {
                 (
@@ -75,7 +75,7 @@ fn user_buckets(
         claims: claims.0,
         request: request_body(parameters.0),
     };
-    match admin::call(&request) {
+    match admin_client::call(&request) {
         AdminResponse::UserBuckets {
             buckets, errors, ..
         } => {
@@ -140,7 +140,7 @@ fn streams() -> TableIterator<
     ),
 > {
     let millis = |ms: u64| to_timestamp(ms as f64 / 1000.0);
-    match admin::call(&AdminRequest::Streams) {
+    match admin_client::call(&AdminRequest::Streams) {
         AdminResponse::Streams { streams } => {
             TableIterator::new(streams.into_iter().map(move |s| {
                 (

@@ -7,6 +7,8 @@
 // A test rig reports set-up failures by panicking the test that asked for them.
 #![allow(clippy::expect_used)]
 
+#[cfg(feature = "buckets")]
+pub mod buckets;
 mod certs;
 mod cluster;
 mod http;

@@ -8,14 +8,12 @@
 //!
 //! Without the e2e packages (`e2e/install.sh`, which `scripts/setup.sh` and so
 //! `scripts/test.sh` run) every test here fails and says so.
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeSet;
 
-use powersync_mdbx_testkit::{
+use serde_json::{json, Value};
+use testkit::{
     fixture_dir, free_port, require_sdk_client, Cluster, ClusterKind, PgInstall, SdkClient, TestDir,
 };
-use serde_json::{json, Value};
 
 /// base64url of the HS256 key `psm-e2e-test-secret-0123456789abcdef`.
 const SECRET: &str = "cHNtLWUyZS10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVm";
@@ -244,7 +242,7 @@ fn assert_rows(label: &str, got: &Value, want: &Value) {
     );
 }
 
-fn wait_equal(client: &mut powersync_mdbx_testkit::WatchClient, rig: &Rig, what: &str) {
+fn wait_equal(client: &mut testkit::WatchClient, rig: &Rig, what: &str) {
     let expected = rig.expected_tasks();
     let answer = client.try_send(&json!({"cmd": "wait_equal", "table": "tasks", "rows": expected}));
     assert!(
@@ -534,7 +532,7 @@ fn streams_rules(filter: &str, columns: &str, extra_stream: bool) -> String {
 /// expression for that column).
 fn expect_rows(
     rig: &Rig,
-    client: &mut powersync_mdbx_testkit::WatchClient,
+    client: &mut testkit::WatchClient,
     filter: &str,
     summary: &str,
     what: &str,
@@ -550,7 +548,7 @@ fn expect_rows(
 /// new rules' rows and log no warning.
 fn deploys_with_the_client_connected(
     rig: &Rig,
-    client: &mut powersync_mdbx_testkit::WatchClient,
+    client: &mut testkit::WatchClient,
     step: &dyn Fn(&str),
 ) {
     const ALL: &str = "id, org_id, project_id, title, status, priority, assignee_id, story_points, updated_at, summary";

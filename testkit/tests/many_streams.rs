@@ -2,14 +2,10 @@
 //! extension). Each gets its first checkpoint; then one commit on the primary fans out to
 //! every stream. Prints the fan-out time and the worker's memory; asserts that every
 //! stream was served and saw the change (timings are reported, not asserted).
-#![allow(clippy::unwrap_used)]
-
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use powersync_mdbx_testkit::{
-    base64_url, free_port, wait_for_future, Cluster, ClusterKind, PgInstall, TestDir,
-};
+use testkit::{base64_url, free_port, wait_for_future, Cluster, ClusterKind, PgInstall, TestDir};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Streams held open at once (the process limit here is 20,000 descriptors);
@@ -24,7 +20,7 @@ const SECRET: &[u8] = b"many-streams-secret-of-32-bytes!";
 const AUDIENCE: &str = "powersync-mdbx-test";
 
 fn token() -> String {
-    powersync_mdbx_testkit::hs256_token(SECRET, AUDIENCE, "u1", 600)
+    testkit::hs256_token(SECRET, AUDIENCE, "u1", 600)
 }
 
 /// Opens a stream and reads until its first `checkpoint_complete`; returns the socket

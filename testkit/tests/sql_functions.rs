@@ -3,21 +3,18 @@
 //! primary's rows, `user_buckets()` for two users before and after a parameter row
 //! changes, `streams()` with a real `/sync/stream` connection, `replication()`; and the
 //! errors without the worker (no preload, an engine waiting for its configuration).
-#![allow(clippy::unwrap_used)]
-
 #[allow(dead_code)]
-#[path = "../../worker/tests/support/buckets.rs"]
-mod buckets;
+use testkit::buckets;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
-use powersync_mdbx_testkit::{
+use config::SourceConnection;
+use rules::SyncRules;
+use serde_json::Value;
+use testkit::{
     base64_url, free_port, wait_until, Cluster, ClusterKind, Patience, PgInstall, TestDir,
 };
-use powersync_mdbx_worker::config::SourceConnection;
-use powersync_mdbx_worker::rules::SyncRules;
-use serde_json::Value;
 
 const SECRET: &[u8] = b"sql-functions-secret-of-32-bytes";
 const AUDIENCE: &str = "powersync-mdbx-test";
@@ -45,7 +42,7 @@ const RULES: &str = "bucket_definitions:
 ";
 
 fn token(sub: &str) -> String {
-    powersync_mdbx_testkit::hs256_token(SECRET, AUDIENCE, sub, 600)
+    testkit::hs256_token(SECRET, AUDIENCE, sub, 600)
 }
 
 fn config(primary: &Cluster, http_port: u16) -> String {

@@ -6,21 +6,18 @@
 //! stopped) is compared bucket by bucket with an independent evaluation of the
 //! primary's rows: no duplicates, no lost or extra rows, ops adding up to every bucket's
 //! count and checksum. The worker's peak memory during the large transaction is printed.
-#![allow(clippy::unwrap_used)]
-
-#[path = "../../worker/tests/support/buckets.rs"]
-mod buckets;
+use testkit::buckets;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use buckets::{diff, expected, lsn, stored};
-use powersync_mdbx_testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
-use powersync_mdbx_worker::config::SourceConnection;
-use powersync_mdbx_worker::rules::SyncRules;
-use powersync_mdbx_worker::store::Store;
+use config::SourceConnection;
+use rules::SyncRules;
 use serde_json::Value;
+use store::Store;
+use testkit::{free_port, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
 
 const SCHEMA: &str = "
 CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL, name text);

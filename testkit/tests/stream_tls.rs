@@ -3,12 +3,10 @@
 //! the worker stops in phase `failed` with `PSM_R2001`, needing the operator, and does
 //! not retry; after the operator fixes `cacert` and reloads, it bootstraps and streams
 //! over TLS.
-#![allow(clippy::unwrap_used)]
-
 use std::time::Duration;
 
-use powersync_mdbx_testkit::{free_port, Cluster, ClusterKind, PgInstall, TestCa, TestDir};
 use serde_json::Value;
+use testkit::{free_port, Cluster, ClusterKind, PgInstall, TestCa, TestDir};
 
 fn status(replica: &Cluster) -> Option<Value> {
     replica.worker_status()

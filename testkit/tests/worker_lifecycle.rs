@@ -1,13 +1,9 @@
 //! Live tests: the background worker inside a real PostgreSQL 16 sync replica.
-#![allow(clippy::unwrap_used)]
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
-use powersync_mdbx_testkit::{
-    free_port, http_get, wait_until, Cluster, ClusterKind, PgInstall, TestDir,
-};
 use serde_json::Value;
+use testkit::{free_port, http_get, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
 
 /// A primary and the service config that points at it, listening on a free port.
 struct Rig {

@@ -1,0 +1,345 @@
+//! Reading and validating the YAML file into a [`ServiceConfig`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_norway::Value;
+
+use super::connection::{SourceConnection, SslMode};
+use super::env_tags;
+use super::error::ConfigError;
+
+/// The port the official service listens on by default.
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// Top-level sections of the official file that this engine has no use for. They are
+/// accepted (so the same file works for both) and listed in `ignored`.
+const KNOWN_UNUSED: &[&str] = &["storage", "api", "telemetry", "migrations", "healthcheck"];
+
+/// Where the sync rules come from, and their text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RulesSource {
+    /// The rules file, or `None` when they are inline (`content:`).
+    pub path: Option<PathBuf>,
+    /// The YAML text of the rules.
+    #[serde(skip)]
+    pub content: String,
+}
+
+/// `client_auth`: how client JWTs are verified.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ClientAuth {
+    /// JWKS documents to fetch keys from.
+    pub jwks_uri: Vec<String>,
+    /// Inline JWKs (`jwks.keys`), kept as JSON objects for the auth stage to parse.
+    #[serde(skip)]
+    pub jwks_keys: Vec<serde_json::Value>,
+    /// Accepted `aud` values; a token must carry one of them.
+    pub audience: Vec<String>,
+    /// Required `iss`, when configured.
+    pub issuer: Option<String>,
+}
+
+/// The validated configuration the engine runs with.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ServiceConfig {
+    /// The file this was read from.
+    pub path: PathBuf,
+    /// `replication.connections[0]`.
+    pub source: SourceConnection,
+    /// `sync_config` (or the older `sync_rules`).
+    pub rules: RulesSource,
+    /// `client_auth`.
+    pub client_auth: ClientAuth,
+    /// `port` for the sync protocol's HTTP server.
+    pub port: u16,
+    /// Top-level keys present in the file that the engine does not use.
+    pub ignored: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct RawFile {
+    replication: Option<RawReplication>,
+    sync_config: Option<RawRules>,
+    sync_rules: Option<RawRules>,
+    client_auth: Option<RawClientAuth>,
+    port: Option<Value>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+#[derive(Deserialize)]
+struct RawReplication {
+    #[serde(default)]
+    connections: Vec<RawConnection>,
+}
+
+#[derive(Deserialize)]
+struct RawConnection {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    uri: Option<String>,
+    #[serde(alias = "host")]
+    hostname: Option<String>,
+    port: Option<Value>,
+    database: Option<String>,
+    #[serde(alias = "user")]
+    username: Option<String>,
+    password: Option<String>,
+    sslmode: Option<String>,
+    cacert: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawRules {
+    path: Option<String>,
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawClientAuth {
+    jwks_uri: Option<OneOrMany>,
+    jwks: Option<RawJwks>,
+    audience: Option<OneOrMany>,
+    issuer: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawJwks {
+    #[serde(default)]
+    keys: Vec<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(one) => vec![one],
+            Self::Many(many) => many,
+        }
+    }
+}
+
+impl ServiceConfig {
+    /// Reads and validates the file at `path`, resolving `!env` tags from the process
+    /// environment and a relative rules `path` against the file's directory.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Unreadable {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text, &|name| std::env::var(name).ok())
+    }
+
+    /// Validates `text` as if read from `path`; `env` resolves `!env` tags.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let syntax = |message: String| ConfigError::Syntax {
+            path: path.to_owned(),
+            message,
+        };
+        let mut value: Value = serde_norway::from_str(text).map_err(|e| syntax(e.to_string()))?;
+        if value.is_null() {
+            return Err(syntax("the file is empty".to_owned()));
+        }
+        env_tags::resolve(&mut value, env).map_err(|name| ConfigError::MissingEnv {
+            path: path.to_owned(),
+            name,
+        })?;
+        let raw: RawFile = serde_norway::from_value(value).map_err(|e| syntax(e.to_string()))?;
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+
+        let source = source_connection(path, raw.replication)?;
+        let rules = rules_source(path, raw.sync_config.or(raw.sync_rules))?;
+        let client_auth = raw.client_auth.map(client_auth).unwrap_or_default();
+        let port = match raw.port {
+            None => DEFAULT_PORT,
+            Some(v) => parse_port(&v).map_err(|m| invalid("port", m))?,
+        };
+        let ignored = raw
+            .other
+            .into_keys()
+            .map(|key| {
+                if KNOWN_UNUSED.contains(&key.as_str()) {
+                    key
+                } else {
+                    format!("{key} (unknown)")
+                }
+            })
+            .collect();
+        Ok(Self {
+            path: path.to_owned(),
+            source,
+            rules,
+            client_auth,
+            port,
+            ignored,
+        })
+    }
+}
+
+fn source_connection(
+    path: &Path,
+    replication: Option<RawReplication>,
+) -> Result<SourceConnection, ConfigError> {
+    let missing = ConfigError::Missing {
+        path: path.to_owned(),
+        key: "replication.connections[0]",
+        hint: "add the primary, e.g. `replication: {connections: [{type: postgresql, \
+               uri: \"postgresql://user:pass@host:5432/db\"}]}`",
+    };
+    let mut connections = replication.ok_or(missing)?.connections.into_iter();
+    let Some(raw) = connections.next() else {
+        return Err(ConfigError::Missing {
+            path: path.to_owned(),
+            key: "replication.connections[0]",
+            hint: "the list is empty; add the primary's connection",
+        });
+    };
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        path: path.to_owned(),
+        key: format!("replication.connections[0].{key}"),
+        message,
+    };
+    if connections.next().is_some() {
+        return Err(invalid(
+            "",
+            "only one source connection is supported; run one sync replica per source".into(),
+        ));
+    }
+    if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "postgresql") {
+        return Err(invalid(
+            "type",
+            format!("`{kind}` is not supported; use `postgresql`"),
+        ));
+    }
+    let sslmode = raw
+        .sslmode
+        .as_deref()
+        .map(SslMode::parse)
+        .transpose()
+        .map_err(|m| invalid("sslmode", m))?;
+    let port = raw
+        .port
+        .as_ref()
+        .map(parse_port)
+        .transpose()
+        .map_err(|m| invalid("port", m))?;
+    let mut conn = if let Some(uri) = raw.uri {
+        if raw.hostname.is_some() || raw.database.is_some() || raw.username.is_some() {
+            return Err(invalid(
+                "uri",
+                "give either `uri` or hostname/port/database/username/password, not both".into(),
+            ));
+        }
+        let mut conn = SourceConnection::from_uri(&uri).map_err(|m| invalid("uri", m))?;
+        if let Some(mode) = sslmode {
+            conn.sslmode = mode;
+        }
+        if let Some(port) = port {
+            conn.port = port;
+        }
+        conn
+    } else {
+        let host = raw.hostname.ok_or_else(|| ConfigError::Missing {
+            path: path.to_owned(),
+            key: "replication.connections[0].uri",
+            hint: "give `uri`, or `hostname`, `database` and `username`",
+        })?;
+        SourceConnection::build(
+            host,
+            port,
+            raw.database.unwrap_or_default(),
+            raw.username.unwrap_or_default(),
+            raw.password,
+            sslmode,
+            None,
+        )
+        .map_err(|m| invalid("", m))?
+    };
+    if raw.cacert.is_some() {
+        conn.cacert = raw.cacert;
+    }
+    if conn.sslmode == SslMode::Disable && conn.cacert.is_some() {
+        return Err(invalid("cacert", "is set but sslmode is `disable`".into()));
+    }
+    Ok(conn)
+}
+
+fn rules_source(path: &Path, raw: Option<RawRules>) -> Result<RulesSource, ConfigError> {
+    let missing = |hint| ConfigError::Missing {
+        path: path.to_owned(),
+        key: "sync_config",
+        hint,
+    };
+    let raw = raw.ok_or_else(|| {
+        missing("add `sync_config: {path: sync-config.yaml}` or inline `content:`")
+    })?;
+    match (raw.path, raw.content) {
+        (Some(_), Some(_)) => Err(ConfigError::Invalid {
+            path: path.to_owned(),
+            key: "sync_config".into(),
+            message: "give either `path` or `content`, not both".into(),
+        }),
+        (None, Some(content)) => Ok(RulesSource {
+            path: None,
+            content,
+        }),
+        (Some(rules_path), None) => {
+            let base = path.parent().unwrap_or(Path::new("."));
+            let full = base.join(rules_path);
+            let content =
+                std::fs::read_to_string(&full).map_err(|source| ConfigError::Unreadable {
+                    path: full.clone(),
+                    source,
+                })?;
+            Ok(RulesSource {
+                path: Some(full),
+                content,
+            })
+        }
+        (None, None) => Err(missing("it has neither `path` nor `content`")),
+    }
+}
+
+fn client_auth(raw: RawClientAuth) -> ClientAuth {
+    ClientAuth {
+        jwks_uri: raw.jwks_uri.map(OneOrMany::into_vec).unwrap_or_default(),
+        jwks_keys: raw.jwks.map(|j| j.keys).unwrap_or_default(),
+        audience: raw.audience.map(OneOrMany::into_vec).unwrap_or_default(),
+        issuer: raw.issuer,
+    }
+}
+
+fn parse_port(value: &Value) -> Result<u16, String> {
+    let number = match value {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    number
+        .and_then(|n| u16::try_from(n).ok())
+        .filter(|n| *n != 0)
+        .ok_or_else(|| format!("`{}` is not a TCP port (1-65535)", show(value)))
+}
+
+fn show(value: &Value) -> String {
+    serde_norway::to_string(value).map_or_else(|_| "?".into(), |s| s.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests;

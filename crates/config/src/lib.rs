@@ -1,0 +1,16 @@
+//! The service configuration file, in the PowerSync service's YAML format.
+//!
+//! Operators reuse the file they already run the official service with; this module reads
+//! the subset the engine honours (`replication.connections[0]`, `sync_config`/`sync_rules`,
+//! `client_auth`, `port`), resolves `!env` tags and relative paths, and reports every other
+//! top-level section as ignored so nothing changes behaviour silently.
+#![warn(missing_docs)]
+
+mod connection;
+mod env_tags;
+mod error;
+mod file;
+
+pub use connection::{SourceConnection, SslMode};
+pub use error::ConfigError;
+pub use file::{ClientAuth, RulesSource, ServiceConfig, DEFAULT_PORT};

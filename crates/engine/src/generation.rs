@@ -1,0 +1,405 @@
+//! One bucket generation: a store built with one rules text, the slot that feeds it, and
+//! the replication (bootstrap, then the stream) that fills it. The engine serves one
+//! generation; a rules deploy builds the next one beside it (`deploy.rs`).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::EngineError;
+use config::SourceConnection;
+use replication::{
+    bootstrap, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError,
+    SourcePlan, StreamContext, StreamProgress,
+};
+use rules::{BucketVersion, SyncRules};
+use service::Served;
+use source::format_lsn;
+use status::{DeployPhase, ErrorReport, Phase, StatusCell, StoreStatus};
+use store::{Checkpoint, Store};
+
+/// Backoff between attempts after an error that may pass (network, restarting primary).
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// A store as found on disk: what it records about itself.
+pub(super) struct OpenedStore {
+    pub store: Arc<Store>,
+    pub intent: Option<BootstrapIntent>,
+    /// The rules text its data was built with, when recorded.
+    pub rules_text: Option<String>,
+}
+
+impl OpenedStore {
+    /// Opens (or creates) the store in `dir` on a blocking thread.
+    pub async fn open(dir: PathBuf) -> Result<Self, EngineError> {
+        tokio::task::spawn_blocking(move || {
+            let store = Arc::new(Store::open(&dir)?);
+            let (intent, rules_text) = store.read(|view| {
+                Ok((
+                    BootstrapIntent::load(view),
+                    BootstrapIntent::load_rules_text(view),
+                ))
+            })?;
+            Ok(Self {
+                store,
+                intent: intent?,
+                rules_text: rules_text?,
+            })
+        })
+        .await
+        .map_err(|e| EngineError::Thread(std::io::Error::other(e)))?
+    }
+
+    /// True when its snapshot completed (it can serve).
+    pub fn is_complete(&self) -> bool {
+        self.intent
+            .as_ref()
+            .is_some_and(|i| i.state == replication::BootstrapState::Complete)
+    }
+}
+
+/// The slot of the store in `dir`: the configured name for the storage directory's own
+/// store, the name with `_g<generation>` for a store built beside it (slot names are at
+/// most 63 bytes).
+pub(super) fn slot_for(base: &str, root: &Path, dir: &Path, generation: u64) -> String {
+    if dir == root {
+        return base.to_owned();
+    }
+    let suffix = format!("_g{generation}");
+    let keep = base.len().min(63 - suffix.len());
+    let mut cut = keep;
+    while !base.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{suffix}", &base[..cut])
+}
+
+/// One generation and its replication.
+pub(super) struct Generation {
+    pub number: u64,
+    pub store: Arc<Store>,
+    pub rules: Arc<SyncRules>,
+    pub plan: SourcePlan,
+    pub progress: Arc<Progress>,
+    pub stream_progress: Arc<StreamProgress>,
+    published: watch::Sender<Checkpoint>,
+    checkpoints: watch::Receiver<Checkpoint>,
+    /// Turns true when the snapshot is complete and durable.
+    snapshot_done: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<Result<(), ReplicationError>>>,
+    /// True while this generation is the served one (its replication then reports into
+    /// the engine's own status fields, otherwise into the deploy's).
+    serving: Arc<AtomicBool>,
+}
+
+impl Generation {
+    /// A generation over `opened`, compiled from `rules_text` with bucket version
+    /// `number`, fed through `slot`.
+    pub fn new(
+        opened: OpenedStore,
+        number: u64,
+        rules_text: &str,
+        slot: String,
+        connection: SourceConnection,
+        serving: bool,
+    ) -> Result<Self, EngineError> {
+        let rules = Arc::new(SyncRules::parse_with_version(
+            rules_text,
+            BucketVersion::Versioned(number),
+        )?);
+        let store = opened.store;
+        let initial = store.read(|view| view.checkpoint())?;
+        let (published, checkpoints) = watch::channel(initial);
+        Ok(Self {
+            number,
+            store,
+            rules,
+            plan: SourcePlan { connection, slot },
+            progress: Arc::new(Progress::default()),
+            stream_progress: Arc::new(StreamProgress::default()),
+            published,
+            checkpoints,
+            snapshot_done: watch::Sender::new(false),
+            stop: watch::Sender::new(false),
+            task: None,
+            serving: Arc::new(AtomicBool::new(serving)),
+        })
+    }
+
+    /// Its store's directory.
+    pub fn dir(&self) -> &Path {
+        self.store.dir()
+    }
+
+    /// What the HTTP endpoints serve of this generation.
+    pub fn served(&self) -> Arc<Served> {
+        Arc::new(Served {
+            generation: self.number,
+            store: self.store.clone(),
+            rules: self.rules.clone(),
+            checkpoints: self.checkpoints.clone(),
+            stream_progress: self.stream_progress.clone(),
+            snapshot_progress: self.progress.clone(),
+        })
+    }
+
+    /// Its latest published checkpoint.
+    pub fn checkpoint(&self) -> Checkpoint {
+        *self.checkpoints.borrow()
+    }
+
+    /// Follows its published checkpoints.
+    pub fn checkpoints(&self) -> watch::Receiver<Checkpoint> {
+        self.checkpoints.clone()
+    }
+
+    /// Turns true once its snapshot is complete.
+    pub fn snapshot_done(&self) -> watch::Receiver<bool> {
+        self.snapshot_done.subscribe()
+    }
+
+    /// Makes it the served generation: its replication reports into the engine's status.
+    pub fn serve(&self) {
+        self.serving.store(true, Ordering::Release);
+    }
+
+    /// Starts its replication (bootstrap, then the stream) on the runtime.
+    pub fn start(&mut self, status: Arc<StatusCell>) {
+        self.stop.send_replace(false);
+        let context = StreamContext {
+            rules: self.rules.clone(),
+            store: self.store.clone(),
+            published: self.published.clone(),
+            progress: self.stream_progress.clone(),
+        };
+        let reporter = Reporter {
+            status,
+            serving: self.serving.clone(),
+        };
+        self.task = Some(tokio::spawn(replicate(
+            self.plan.clone(),
+            context,
+            self.progress.clone(),
+            reporter,
+            self.snapshot_done.clone(),
+            self.stop.subscribe(),
+        )));
+    }
+
+    /// True while its replication task runs.
+    pub fn is_replicating(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Waits for its replication to end by itself (pending forever when not running).
+    pub async fn replication_ended(&mut self) -> Result<(), EngineError> {
+        let Some(task) = self.task.as_mut() else {
+            return std::future::pending().await;
+        };
+        let result = task.await;
+        self.task = None;
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(EngineError::Replication(e)),
+            Err(e) => Err(EngineError::Thread(std::io::Error::other(e))),
+        }
+    }
+
+    /// Stops its replication: the current source transaction gets `grace` to commit.
+    pub async fn stop(&mut self, grace: Duration) {
+        self.stop.send_replace(true);
+        if let Some(mut task) = self.task.take() {
+            if tokio::time::timeout(grace, &mut task).await.is_err() {
+                task.abort();
+                let _ = task.await;
+            }
+        }
+    }
+}
+
+/// Where a generation's replication reports: the engine's status while it is served,
+/// the deploy's entry while it is built.
+struct Reporter {
+    status: Arc<StatusCell>,
+    serving: Arc<AtomicBool>,
+}
+
+impl Reporter {
+    fn serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    fn validating(&self) {
+        if self.serving() {
+            self.status.update(|s| s.phase = Phase::Validating);
+        } else {
+            self.deploy(|d| d.phase = DeployPhase::Validating);
+        }
+    }
+
+    fn streaming(&self) {
+        if self.serving() {
+            self.status.update(|s| s.phase = Phase::Streaming);
+        }
+    }
+
+    fn retrying(&self, e: &ReplicationError, validating: bool) {
+        let report = ErrorReport::new(e.to_string(), false);
+        if self.serving() {
+            self.status.update(|s| {
+                if validating {
+                    s.phase = Phase::Validating;
+                }
+                s.last_error = Some(report);
+            });
+        } else {
+            self.deploy(|d| d.last_error = Some(report));
+        }
+    }
+
+    fn snapshot_complete(&self, outcome: BootstrapOutcome, seconds: f64, store: StoreStatus) {
+        let (consistent_point, rows) = match outcome {
+            BootstrapOutcome::Copied {
+                consistent_point,
+                rows,
+            }
+            | BootstrapOutcome::AlreadyComplete {
+                consistent_point,
+                rows,
+            } => (consistent_point, rows),
+        };
+        if !self.serving() {
+            self.deploy(|d| {
+                d.phase = DeployPhase::CatchingUp;
+                d.rows = rows;
+                d.tables_done = d.tables_total;
+                d.file_bytes = store.file_bytes;
+                d.last_error = None;
+            });
+            return;
+        }
+        self.status.update(|s| {
+            s.phase = Phase::Ready;
+            s.ready = true;
+            s.store = Some(store);
+            s.last_error = None;
+            if let Some(r) = s.replication.as_mut() {
+                r.consistent_point = Some(format_lsn(consistent_point));
+                r.rows = rows;
+                r.tables_done = r.tables_total;
+                if matches!(outcome, BootstrapOutcome::Copied { .. }) {
+                    r.snapshot_seconds = seconds;
+                    r.rows_per_second = if seconds > 0.0 {
+                        rows as f64 / seconds
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        });
+    }
+
+    fn deploy(&self, change: impl FnOnce(&mut status::DeployStatus)) {
+        self.status.update(|s| {
+            if let Some(d) = s.deploy.as_mut() {
+                change(d);
+            }
+        });
+    }
+}
+
+/// The store as `status()` shows it.
+pub(super) fn store_status(store: &Store) -> StoreStatus {
+    StoreStatus {
+        identity: store.identity().clone(),
+        file_bytes: store.file_bytes(),
+        used_bytes: store.used_bytes(),
+    }
+}
+
+/// Bootstraps (retrying errors that may pass), then follows the slot.
+async fn replicate(
+    plan: SourcePlan,
+    context: StreamContext,
+    progress: Arc<Progress>,
+    reporter: Reporter,
+    snapshot_done: watch::Sender<bool>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), ReplicationError> {
+    let store = context.store.clone();
+    let mut backoff = RETRY_MIN;
+    loop {
+        reporter.validating();
+        let attempt = bootstrap(
+            &plan,
+            context.rules.clone(),
+            store.clone(),
+            progress.clone(),
+        );
+        let mut stopped = stop.clone();
+        let outcome = tokio::select! {
+            outcome = attempt => outcome,
+            // Dropping the bootstrap joins its threads; an interrupted one starts over.
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+        };
+        match outcome {
+            Ok(outcome) => {
+                let seconds = progress.copy_elapsed().as_secs_f64();
+                reporter.snapshot_complete(outcome, seconds, store_status(&store));
+                // Streams start from the completed snapshot's checkpoint.
+                context
+                    .published
+                    .send_replace(store.read(|view| view.checkpoint())?);
+                snapshot_done.send_replace(true);
+                return stream(&plan, &context, &reporter, stop).await;
+            }
+            Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
+            Err(e) => {
+                tracing::warn!("{e}; retrying in {backoff:?}");
+                reporter.retrying(&e, true);
+                let mut stopped = stop.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stopped.wait_for(|s| *s) => return Ok(()),
+                }
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Follows the slot until stopped, reconnecting with backoff after errors that may pass.
+async fn stream(
+    plan: &SourcePlan,
+    context: &StreamContext,
+    reporter: &Reporter,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ReplicationError> {
+    let mut backoff = RETRY_MIN;
+    loop {
+        reporter.streaming();
+        let started = std::time::Instant::now();
+        match follow_slot(plan, context, stop.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
+            Err(e) => {
+                if started.elapsed() > RETRY_MAX {
+                    backoff = RETRY_MIN;
+                }
+                tracing::warn!("{e}; reconnecting in {backoff:?}");
+                reporter.retrying(&e, false);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.wait_for(|s| *s) => return Ok(()),
+                }
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! What a host process does around the engine: load the configuration, start the engine,
+//! restart it on a changed configuration, reset its storage, and decide what an engine
+//! failure means. The background worker drives it from its latch loop; tests drive it
+//! directly, so the same code runs in both.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{Engine, EngineConfig, EngineError, EngineHandle};
+use config::{ConfigError, ServiceConfig};
+use status::{ErrorReport, Phase, StatusCell};
+
+/// While waiting for the operator, the host quietly retries this often (a fixed file or a
+/// freed port recovers without a reload).
+const RETRY_EVERY: Duration = Duration::from_secs(30);
+/// How long a stopping engine gets before the host gives up on joining it.
+pub const STOP_TIMEOUT: Duration = Duration::from_millis(900);
+
+/// The host's settings (the extension reads them from GUCs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSettings {
+    /// The service configuration file.
+    pub config_file: Option<PathBuf>,
+    /// Where the store lives.
+    pub storage_dir: PathBuf,
+    /// Hosts to listen on.
+    pub listen_addresses: Vec<String>,
+    /// Threads of the engine's runtime.
+    pub runtime_threads: usize,
+    /// The replication slot this sync replica owns.
+    pub slot_name: String,
+    /// Where the engine serves its admin socket, if anywhere.
+    pub admin_socket: Option<PathBuf>,
+}
+
+/// What the host loop should do after a [`Host::tick`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Tick {
+    /// Keep looping.
+    Continue,
+    /// Exit the process with this code so the supervisor (postmaster) restarts it.
+    Exit(i32),
+}
+
+/// Wraps the spawning of engine threads (the extension blocks all signals around it).
+pub type SpawnGuard = fn(&mut dyn FnMut());
+
+/// The engine's host.
+pub struct Host {
+    settings: HostSettings,
+    status: Arc<StatusCell>,
+    guard: SpawnGuard,
+    engine: Option<EngineHandle>,
+    running_config: Option<EngineConfig>,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+    /// Set when engine threads would not stop: only a new process is sure to be rid of
+    /// them, so the next tick exits.
+    exit_requested: bool,
+}
+
+impl Host {
+    /// A host that has not started anything yet.
+    pub fn new(settings: HostSettings, status: Arc<StatusCell>, guard: SpawnGuard) -> Self {
+        status.update(|s| {
+            s.config_file = settings
+                .config_file
+                .as_ref()
+                .map(|p| p.display().to_string());
+            s.storage_dir = Some(settings.storage_dir.display().to_string());
+        });
+        Self {
+            settings,
+            status,
+            guard,
+            engine: None,
+            running_config: None,
+            retry_at: None,
+            last_error: None,
+            exit_requested: false,
+        }
+    }
+
+    /// The status this host publishes.
+    pub fn status(&self) -> &Arc<StatusCell> {
+        &self.status
+    }
+
+    /// Loads the configuration and starts the engine, or records why it cannot.
+    pub fn start(&mut self) {
+        match self.load() {
+            Ok(config) => self.start_engine(config),
+            Err(e) => self.wait_for_operator(Phase::ConfigError, &EngineError::Config(e)),
+        }
+    }
+
+    /// Applies new settings (after SIGHUP, or `powersync_mdbx.reload()`). Changed sync
+    /// rules alone are handed to the running engine, which builds them beside the served
+    /// ones and switches over when they have caught up; other changes restart the engine
+    /// (which also builds changed rules beside the stored data). Returns what it did.
+    pub fn reload(&mut self, settings: HostSettings) -> serde_json::Value {
+        let changed_settings = settings != self.settings;
+        self.settings = settings;
+        self.status.update(|s| {
+            s.config_file = self
+                .settings
+                .config_file
+                .as_ref()
+                .map(|p| p.display().to_string());
+        });
+        let config = match self.load() {
+            Ok(config) => config,
+            Err(e) => {
+                let message = e.to_string();
+                if self.engine.is_some() {
+                    // Keep serving with the configuration that works; show the problem.
+                    let report = ErrorReport::new(message.clone(), true);
+                    self.log_once(&report.message);
+                    self.status.update(|s| s.last_error = Some(report));
+                } else {
+                    self.wait_for_operator(Phase::ConfigError, &EngineError::Config(e));
+                }
+                return reload_result("invalid_config", Some(message));
+            }
+        };
+        let running = self.engine.as_ref().and(self.running_config.as_ref());
+        if running.is_some_and(|r| !changed_settings && r.service == config.service) {
+            tracing::info!("configuration reloaded, nothing changed");
+            // Handed over again: a deploy of these rules that failed tries again.
+            if let Some(engine) = &self.engine {
+                engine.deploy_rules(&config.service.rules.content);
+            }
+            return reload_result("unchanged", None);
+        }
+        // Rules and keys are checked before anything changes: a broken file keeps the
+        // running configuration serving, as a broken YAML file does.
+        if let Some(Err(e)) = running.map(|_| preflight(&config)) {
+            let report = ErrorReport::new(e.clone(), true);
+            self.log_once(&report.message);
+            self.status.update(|s| s.last_error = Some(report));
+            return reload_result("invalid_rules_or_keys", Some(e));
+        }
+        let rules_only = !changed_settings
+            && running.is_some_and(|r| same_apart_from_rules(&r.service, &config.service))
+            && self.status.snapshot().ready;
+        if let (true, Some(engine)) = (rules_only, &self.engine) {
+            tracing::info!("sync rules changed; building them beside the served ones");
+            engine.deploy_rules(&config.service.rules.content);
+            self.status.update(|s| s.last_error = None);
+            self.last_error = None;
+            self.running_config = Some(config);
+            return reload_result("deploying_rules", None);
+        }
+        tracing::info!("configuration changed, restarting the engine");
+        self.stop_engine();
+        self.start_engine(config);
+        reload_result("engine_restarted", None)
+    }
+
+    /// Checks the engine; call it from the host loop. Returns [`Tick::Exit`] when the
+    /// engine failed in a way a process restart may fix.
+    pub fn tick(&mut self) -> Tick {
+        if self.exit_requested {
+            return Tick::Exit(1);
+        }
+        if let Some(result) = self.engine.as_ref().and_then(EngineHandle::finished) {
+            self.engine = None;
+            self.running_config = None;
+            match result {
+                Ok(()) => {}
+                Err(e) if e.needs_operator() => self.wait_for_operator(Phase::Failed, &e),
+                Err(e) => {
+                    self.status
+                        .fail(Phase::Failed, ErrorReport::new(e.to_string(), false));
+                    return Tick::Exit(1);
+                }
+            }
+        }
+        if self.engine.is_none() && self.retry_at.is_some_and(|at| Instant::now() >= at) {
+            self.start();
+        }
+        Tick::Continue
+    }
+
+    /// Stops the engine, removes the store's files and starts again. Returns what it did,
+    /// for `powersync_mdbx.reset()`.
+    pub fn reset(&mut self) -> serde_json::Value {
+        tracing::info!("reset requested");
+        let was_running = self.engine.is_some();
+        if !self.stop_engine() {
+            // Removing the store under engine threads that still run could lose the
+            // reset's effect or their writes: restart the process and let the operator
+            // call reset() again.
+            self.exit_requested = true;
+            return serde_json::json!({
+                "reset": false,
+                "error": "the engine did not stop in time; nothing was removed and the worker \
+                          process restarts: run SELECT powersync_mdbx.reset() again once \
+                          status() shows it running",
+                "engine_was_running": was_running,
+            });
+        }
+        self.status.update(|s| {
+            s.phase = Phase::Resetting;
+            s.ready = false;
+        });
+        let dir = self.settings.storage_dir.clone();
+        // Every store: the served one, and a deploy's build or a retired generation the
+        // engine had not removed yet.
+        let (stores, mut error) = match store::active_dir(&dir).and_then(|active| {
+            let mut all = vec![active.clone()];
+            all.extend(store::other_stores(&dir, &active)?);
+            Ok(all)
+        }) {
+            Ok(stores) => (stores, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        // The slots first: storage without its slot can be rebuilt, a slot without its
+        // storage would be refused as foreign on the next start.
+        let mut slots = Vec::new();
+        for store_dir in &stores {
+            if error.is_some() {
+                break;
+            }
+            match self.release_slot(store_dir) {
+                Ok(slot) => slots.extend(slot),
+                Err(e) => error = Some(e),
+            }
+        }
+        // The rebuilt data gets new bucket names. Advanced before the files go: a store
+        // left in place keeps the generation recorded in its own data.
+        let has_store = stores
+            .iter()
+            .any(|d| d.join(store::STORE_FILES[0]).exists());
+        let mut generation = None;
+        let mut removed_files = Vec::new();
+        if error.is_none() {
+            let removed = has_store
+                .then(|| store::advance_generation(&dir))
+                .transpose()
+                .and_then(|g| {
+                    generation = g;
+                    for store_dir in &stores {
+                        removed_files.extend(store::remove_store(&dir, store_dir)?);
+                    }
+                    store::remove_active_file(&dir)
+                });
+            error = removed.err().map(|e| e.to_string());
+        }
+        let slot_dropped = slots.first().cloned();
+        self.start();
+        serde_json::json!({
+            "reset": error.is_none(),
+            "storage_dir": dir.display().to_string(),
+            "removed_files": removed_files,
+            "bucket_generation": generation,
+            "slot_dropped": slot_dropped,
+            "slots_dropped": slots,
+            "engine_was_running": was_running,
+            "error": error,
+            "engine_restarted": self.engine.is_some(),
+        })
+    }
+
+    /// Drops the slot the stored data owns, on a short-lived runtime created with the
+    /// host's spawn guard. Without a usable configuration there is nothing to reach.
+    fn release_slot(&self, dir: &std::path::Path) -> Result<Option<String>, String> {
+        let Ok(config) = self.load() else {
+            return Ok(None);
+        };
+        let mut result = Err("the reset could not start its runtime".to_owned());
+        (self.guard)(&mut || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            result = match runtime {
+                Ok(rt) => rt
+                    .block_on(replication::release_slot(&config.service.source, dir))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+        });
+        result
+    }
+
+    /// Stops the engine for good (process exit). Returns false if its threads did not end
+    /// within [`STOP_TIMEOUT`].
+    pub fn shutdown(&mut self) -> bool {
+        let joined = self.stop_engine();
+        self.status.update(|s| {
+            s.phase = Phase::Stopped;
+            s.ready = false;
+        });
+        joined
+    }
+
+    fn load(&self) -> Result<EngineConfig, ConfigError> {
+        let path = self
+            .settings
+            .config_file
+            .as_ref()
+            .ok_or(ConfigError::NotConfigured)?;
+        let service = ServiceConfig::load(path)?;
+        Ok(EngineConfig {
+            service,
+            storage_dir: self.settings.storage_dir.clone(),
+            listen_addresses: self.settings.listen_addresses.clone(),
+            runtime_threads: self.settings.runtime_threads,
+            slot_name: self.settings.slot_name.clone(),
+            admin_socket: self.settings.admin_socket.clone(),
+        })
+    }
+
+    fn start_engine(&mut self, config: EngineConfig) {
+        self.retry_at = None;
+        if !config.service.ignored.is_empty() {
+            tracing::info!(keys = %config.service.ignored.join(", "), "configuration keys not used by powersync_mdbx");
+        }
+        let mut started = None;
+        let status = self.status.clone();
+        let engine_config = config.clone();
+        (self.guard)(&mut || {
+            started = Some(Engine::start(engine_config.clone(), status.clone()));
+        });
+        match started {
+            Some(Ok(handle)) => {
+                self.engine = Some(handle);
+                self.running_config = Some(config);
+                self.last_error = None;
+            }
+            Some(Err(e)) => self.wait_for_operator(Phase::Failed, &e),
+            None => {}
+        }
+    }
+
+    fn stop_engine(&mut self) -> bool {
+        self.running_config = None;
+        match self.engine.take() {
+            Some(engine) => {
+                let joined = engine.shutdown(STOP_TIMEOUT);
+                if !joined {
+                    tracing::warn!("engine threads did not stop within {STOP_TIMEOUT:?}");
+                }
+                joined
+            }
+            None => true,
+        }
+    }
+
+    fn wait_for_operator(&mut self, phase: Phase, error: &EngineError) {
+        let report = ErrorReport::new(error.to_string(), true);
+        self.log_once(&report.message);
+        self.status.fail(phase, report);
+        self.retry_at = Some(Instant::now() + RETRY_EVERY);
+    }
+
+    /// Logs an operator-facing error once, not on every quiet retry.
+    fn log_once(&mut self, message: &str) {
+        if self.last_error.as_deref() != Some(message) {
+            tracing::error!(
+                "{message}; waiting for the configuration to be fixed (reload) or a reset"
+            );
+            self.last_error = Some(message.to_owned());
+        }
+    }
+}
+
+/// What a new configuration must pass before it replaces the running one: the sync
+/// rules compile and the client keys load (the checks the engine makes first when it
+/// starts).
+fn preflight(config: &EngineConfig) -> Result<(), String> {
+    rules::SyncRules::parse(&config.service.rules.content)
+        .map_err(|e| EngineError::from(e).to_string())?;
+    auth::Authenticator::new(&config.service.client_auth)
+        .map_err(|e| EngineError::from(e).to_string())?;
+    Ok(())
+}
+
+/// True when `a` and `b` differ at most in their sync rules.
+fn same_apart_from_rules(a: &ServiceConfig, b: &ServiceConfig) -> bool {
+    let mut b = b.clone();
+    b.rules = a.rules.clone();
+    *a == b
+}
+
+/// What `reload()` reports.
+fn reload_result(outcome: &str, error: Option<String>) -> serde_json::Value {
+    serde_json::json!({ "reloaded": error.is_none(), "outcome": outcome, "error": error })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,288 @@
+//! The engine thread: runtime, store, HTTP server, replication, and the wait for the stop
+//! signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::deploy::{GenerationEvent, Generations};
+use super::generation::{store_status, Generation};
+use super::{EngineConfig, EngineError};
+use auth::Authenticator;
+use http::HttpState;
+use service::SyncService;
+use source::{format_lsn, PrimaryHead};
+use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
+
+/// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+pub(super) fn run(
+    config: EngineConfig,
+    status: Arc<StatusCell>,
+    rules: watch::Receiver<Arc<str>>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), EngineError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runtime_threads.max(1))
+        .thread_name("psm-engine-rt")
+        .enable_all()
+        .build()
+        .map_err(EngineError::Thread)?;
+    let result = runtime.block_on(serve(config, status.clone(), rules, stop));
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match &result {
+        Ok(()) => status.update(|s| {
+            s.phase = Phase::Stopped;
+            s.ready = false;
+        }),
+        Err(e) => status.fail(
+            Phase::Failed,
+            ErrorReport::new(e.to_string(), e.needs_operator()),
+        ),
+    }
+    result
+}
+
+async fn serve(
+    config: EngineConfig,
+    status: Arc<StatusCell>,
+    mut rules: watch::Receiver<Arc<str>>,
+    mut host_stop: watch::Receiver<bool>,
+) -> Result<(), EngineError> {
+    // `halt` stops the HTTP server, the sync streams and replication: on the host's stop
+    // signal, and when the engine ends on an error of its own.
+    let (halt, mut stop) = watch::channel(false);
+    let forward = {
+        let halt = halt.clone();
+        tokio::spawn(async move {
+            let _ = host_stop.wait_for(|s| *s).await;
+            halt.send_replace(true);
+        })
+    };
+    let result = run_engine(config, status, &mut rules, &mut stop, &halt).await;
+    halt.send_replace(true);
+    forward.abort();
+    result
+}
+
+async fn run_engine(
+    config: EngineConfig,
+    status: Arc<StatusCell>,
+    rules: &mut watch::Receiver<Arc<str>>,
+    stop: &mut watch::Receiver<bool>,
+    halt: &watch::Sender<bool>,
+) -> Result<(), EngineError> {
+    status.update(|s| {
+        s.phase = Phase::OpeningStorage;
+        s.ready = false;
+        s.engine_starts += 1;
+        s.started_at = Some(unix_now());
+        s.storage_dir = Some(config.storage_dir.display().to_string());
+        s.config_file = Some(config.service.path.display().to_string());
+        s.config_ignored = config.service.ignored.clone();
+        s.listen.clear();
+        s.admin_socket = None;
+        s.store = None;
+        s.replication = None;
+        s.generation = None;
+        s.rules_hash = None;
+        s.deploy = None;
+        s.last_error = None;
+    });
+    let configured: Arc<str> = rules.borrow_and_update().clone();
+    let mut generations = Generations::open(
+        config.storage_dir.clone(),
+        config.slot_name.clone(),
+        config.service.source.clone(),
+        &configured,
+        status.clone(),
+    )
+    .await?;
+    let result = serve_generations(&config, &status, &mut generations, rules, stop, halt).await;
+    generations.stop().await;
+    drop(generations);
+    tracing::info!("engine stopped");
+    result
+}
+
+async fn serve_generations(
+    config: &EngineConfig,
+    status: &Arc<StatusCell>,
+    generations: &mut Generations,
+    rules: &mut watch::Receiver<Arc<str>>,
+    stop: &mut watch::Receiver<bool>,
+    halt: &watch::Sender<bool>,
+) -> Result<(), EngineError> {
+    let store = generations.active.store.clone();
+    tracing::info!(
+        dir = %store.dir().display(),
+        store_id = %store.identity().store_id,
+        created = store.was_created(),
+        generation = generations.active.number,
+        "storage open"
+    );
+    let (number, rules_hash) = (
+        generations.active.number,
+        generations.active.rules.content_hash_hex(),
+    );
+    status.update(|s| {
+        s.store = Some(store_status(&store));
+        s.generation = Some(number);
+        s.rules_hash = Some(rules_hash);
+    });
+    drop(store);
+    let auth = Authenticator::new(&config.service.client_auth)?;
+    let sync = Arc::new(SyncService::new(
+        status.clone(),
+        generations.active.served(),
+        auth,
+        PrimaryHead::new(config.service.source.clone()),
+        stop.clone(),
+    ));
+    let listeners = http::bind(&config.listen_addresses, config.service.port)
+        .await
+        .map_err(|(address, source)| EngineError::Listen { address, source })?;
+    let listen: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| a.to_string())
+        .collect();
+    let open_files = http::raise_open_files_limit();
+    tracing::info!(addresses = %listen.join(","), open_files, "HTTP server listening");
+    let admin = start_admin(config, &sync, status, stop);
+    let server = tokio::spawn(http::serve(
+        listeners,
+        HttpState {
+            status: status.clone(),
+            sync: sync.clone(),
+        },
+        stop.clone(),
+    ));
+    status.touch();
+    let tables_total = generations.active.rules.tables().len() as u64;
+    status.update(|s| {
+        s.listen = listen;
+        s.phase = Phase::Validating;
+        s.replication = Some(ReplicationStatus {
+            slot: generations.active.plan.slot.clone(),
+            tables_total,
+            ..ReplicationStatus::default()
+        });
+    });
+    generations.active.start(status.clone());
+    // The configured rules differ from the served ones: deploy them (a resumed build
+    // is kept).
+    generations
+        .consider(rules.borrow_and_update().clone())
+        .await;
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    let outcome = loop {
+        tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => break Ok(()),
+            event = generations.next_event() => match event {
+                // Replication finished its work for now; keep serving until stopped.
+                GenerationEvent::ServedStopped(Ok(())) => {}
+                GenerationEvent::ServedStopped(Err(e)) => break Err(e),
+                GenerationEvent::BuildReady(Ok(())) => generations.switch(&sync).await,
+                GenerationEvent::BuildReady(Err(e)) => generations.fail_build(&e),
+            },
+            changed = rules.changed() => {
+                if changed.is_err() {
+                    break Ok(());
+                }
+                // The rules of a failed build, handed over again, are tried again.
+                let text = rules.borrow_and_update().clone();
+                generations.consider(text).await;
+            }
+            _ = heartbeat.tick() => {
+                status.touch();
+                report_heartbeat(status, &generations.active);
+                generations.report_progress();
+            }
+        }
+    };
+    status.update(|s| {
+        s.phase = Phase::Stopping;
+        s.ready = false;
+    });
+    generations.stop().await;
+    // Ends the server (and every stream) also when the engine failed.
+    halt.send_replace(true);
+    let _ = server.await;
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    status.update(|s| s.admin_socket = None);
+    outcome
+}
+
+/// The served generation's progress into `status()`, once per heartbeat.
+fn report_heartbeat(status: &StatusCell, active: &Generation) {
+    let (progress, stream_progress) = (&active.progress, &active.stream_progress);
+    let checkpoint = active.checkpoint();
+    status.update(|s| {
+        s.store = Some(store_status(&active.store));
+        if s.phase == Phase::Validating && progress.copying() {
+            s.phase = Phase::Snapshotting;
+        }
+        if s.phase == Phase::Streaming {
+            if let Some(r) = s.replication.as_mut() {
+                r.applied_lsn = Some(format_lsn(checkpoint.lsn));
+                r.last_op_id = checkpoint.op_id;
+                r.transactions = stream_progress.transactions.load(Relaxed);
+                r.changes = stream_progress.changes.load(Relaxed);
+                r.changes_received = stream_progress.received.load(Relaxed);
+                r.uncommitted_changes = stream_progress.uncommitted.load(Relaxed);
+                r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(Relaxed);
+                let head = stream_progress.primary_head_lsn.load(Relaxed);
+                r.primary_lsn = (head > 0).then(|| format_lsn(head));
+                r.lag_bytes = head.saturating_sub(checkpoint.lsn);
+            }
+        }
+        if s.phase == Phase::Snapshotting {
+            if let Some(r) = s.replication.as_mut() {
+                let seconds = progress.copy_elapsed().as_secs_f64();
+                r.rows = progress.rows();
+                r.tables_done = progress.tables_done();
+                r.snapshot_seconds = seconds;
+                r.rows_per_second = if seconds > 0.0 {
+                    r.rows as f64 / seconds
+                } else {
+                    0.0
+                };
+            }
+        }
+    });
+}
+
+/// Starts the admin socket beside the HTTP server. A socket that cannot be served does
+/// not stop the engine: the SQL support functions then say so, and the log tells why.
+fn start_admin(
+    config: &EngineConfig,
+    sync: &Arc<SyncService>,
+    status: &StatusCell,
+    stop: &watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let path = config.admin_socket.clone()?;
+    match admin::bind(&path) {
+        Ok(listener) => {
+            status.update(|s| s.admin_socket = Some(path.display().to_string()));
+            Some(tokio::spawn(admin::serve(
+                listener,
+                path,
+                sync.clone(),
+                stop.clone(),
+            )))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "{e}; the SQL functions buckets(), user_buckets() and streams() will not work"
+            );
+            None
+        }
+    }
+}

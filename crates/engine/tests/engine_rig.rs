@@ -1,0 +1,205 @@
+//! The engine in-process against a real primary: a throwaway primary with a schema, the
+//! engine streaming from it with given rules, an HS256 key and a free HTTP port.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use config::ServiceConfig;
+use engine::{Engine, EngineConfig, EngineHandle};
+use serde_json::json;
+use status::{Phase, StatusCell};
+use testkit::{
+    free_port, wait_for, worker_progress, Cluster, ClusterKind, Patience, PgInstall, TestDir,
+};
+
+pub const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
+pub const AUDIENCE: &str = "powersync-mdbx-test";
+
+pub struct EngineRig {
+    _dir: TestDir,
+    pub primary: Cluster,
+    store: tempfile::TempDir,
+    engine: Option<EngineHandle>,
+    pub port: u16,
+    pub status: Arc<StatusCell>,
+    config: EngineConfig,
+}
+
+impl EngineRig {
+    /// A primary with `schema`, and the engine streaming from it on slot `slot`.
+    pub fn start(schema: &str, rules: &str, slot: &str) -> Self {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(schema);
+        let store = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = engine_config(&primary, store.path(), port, rules, slot);
+        let status = Arc::new(StatusCell::new(std::process::id()));
+        let engine = Engine::start(config.clone(), status.clone()).unwrap();
+        let rig = Self {
+            _dir: dir,
+            primary,
+            store,
+            engine: Some(engine),
+            port,
+            status,
+            config,
+        };
+        rig.wait_phase(Phase::Streaming);
+        rig
+    }
+
+    /// What the engine shows of its advance ([`worker_progress`] of its status).
+    pub fn progress(&self) -> serde_json::Value {
+        worker_progress(&serde_json::to_value(self.status.snapshot()).unwrap())
+    }
+
+    /// Waits while the engine advances until it reaches `phase`.
+    pub fn wait_phase(&self, phase: Phase) {
+        wait_for(&format!("the engine in phase {phase:?}"), || {
+            if self.status.snapshot().phase == phase {
+                Ok(())
+            } else {
+                Err(self.progress())
+            }
+        });
+    }
+
+    /// The storage directory.
+    pub fn storage_dir(&self) -> std::path::PathBuf {
+        self.config.storage_dir.clone()
+    }
+
+    /// Hands the running engine changed rules, as a configuration reload does.
+    pub fn deploy_rules(&self, rules: &str) {
+        self.engine.as_ref().unwrap().deploy_rules(rules);
+    }
+
+    /// Stops the engine (as a worker crash or restart would) and starts a new one on the
+    /// same storage with `rules` configured; does not wait for it.
+    pub fn restart_with_rules(&mut self, rules: &str) {
+        if let Some(engine) = self.engine.take() {
+            assert!(
+                engine.shutdown(Duration::from_secs(10)),
+                "the engine stopped"
+            );
+        }
+        self.config = engine_config(
+            &self.primary,
+            self.store.path(),
+            self.port,
+            rules,
+            &self.config.slot_name,
+        );
+        self.engine = Some(Engine::start(self.config.clone(), self.status.clone()).unwrap());
+    }
+}
+
+/// The engine's configuration: the primary, `rules`, an HS256 key, storage in
+/// `<root>/store`.
+fn engine_config(
+    primary: &Cluster,
+    root: &std::path::Path,
+    port: u16,
+    rules: &str,
+    slot: &str,
+) -> EngineConfig {
+    {
+        let k = base64_url(SECRET);
+        let yaml = format!(
+            "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
+             sync_rules:\n  content: |\n{rules}\n\
+             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{k}'}}\n\
+             port: {port}\n",
+            uri = primary.uri("postgres"),
+            rules = rules
+                .lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        let service = ServiceConfig::parse(&root.join("config.yaml"), &yaml, &|_| None).unwrap();
+        EngineConfig {
+            service,
+            storage_dir: root.join("store"),
+            listen_addresses: vec!["127.0.0.1".into()],
+            runtime_threads: 2,
+            slot_name: slot.into(),
+            admin_socket: None,
+        }
+    }
+}
+
+impl Drop for EngineRig {
+    fn drop(&mut self) {
+        if let Some(engine) = self.engine.take() {
+            engine.shutdown(Duration::from_secs(5));
+        }
+    }
+}
+
+pub fn base64_url(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// An HS256 token for `sub`, valid for `lifetime` seconds (negative: expired).
+pub fn token(sub: &str, lifetime: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + lifetime}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET),
+    )
+    .unwrap()
+}
+
+/// Posts `body` to `/sync/stream` over raw HTTP/1.1; returns the status, the content type
+/// and the reader positioned at the body.
+pub fn post_sync_stream(
+    port: u16,
+    token: Option<&str>,
+    accept: &str,
+    extra_headers: &str,
+    body: &str,
+) -> (u16, String, BufReader<TcpStream>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Patience::of_run().stall))
+        .unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Token {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Accept: {accept}\r\n\
+         {extra_headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    let status = status_line[9..12].parse().unwrap();
+    let mut content_type = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-type: ") {
+            content_type = v.trim().to_owned();
+        }
+    }
+    (status, content_type, reader)
+}

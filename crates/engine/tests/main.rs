@@ -1,0 +1,10 @@
+//! The integration tests of this crate, one test binary (`cargo test -p powersync-mdbx-engine`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+extern crate powersync_mdbx_engine as engine;
+
+mod engine_rig;
+mod metrics_http;
+mod rules_deploy;
+mod sync_client;
+mod sync_http;

@@ -1,0 +1,123 @@
+//! JSON error answers in the official service's shape:
+//! `{"error": {"code", "description", "status", "name"}}` with the HTTP status in `status`.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{header, Response, StatusCode};
+
+use super::Body;
+use auth::AuthError;
+
+/// An error answer. The code is stable; clients only act on the status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable code.
+    pub code: &'static str,
+    /// Short error class name.
+    pub name: &'static str,
+    /// What happened and what to do.
+    pub description: String,
+}
+
+impl ApiError {
+    /// No route at this path.
+    pub fn not_found(path: &str) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            code: "PSM_H1404",
+            name: "RouteNotFound",
+            description: format!("no endpoint at {path}"),
+        }
+    }
+
+    /// The path exists, the method does not.
+    pub fn method_not_allowed(method: &hyper::Method, path: &str) -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: "PSM_H1405",
+            name: "MethodNotAllowed",
+            description: format!("{method} is not allowed on {path}"),
+        }
+    }
+
+    /// Clients cannot sync yet: the initial snapshot is not complete (they retry).
+    pub fn not_ready() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSYNC_S2302",
+            name: "NotReady",
+            description: "the sync replica has no complete snapshot yet; retry shortly \
+                          (SELECT powersync_mdbx.status() shows the progress)"
+                .into(),
+        }
+    }
+
+    /// The server holds as many streams as it accepts.
+    pub fn too_many_streams() -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "PSM_H1429",
+            name: "TooManyStreams",
+            description: "the server holds as many sync streams as it accepts; retry later".into(),
+        }
+    }
+
+    /// A dependency (the primary, the store) cannot serve the request now.
+    pub fn unavailable(description: String) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSM_H1503",
+            name: "Unavailable",
+            description,
+        }
+    }
+
+    /// Renders the JSON response.
+    pub fn into_response(self) -> Response<Body> {
+        let body = serde_json::json!({
+            "error": {
+                "code": self.code,
+                "name": self.name,
+                "description": self.description,
+                "status": self.status.as_u16(),
+            }
+        });
+        let retry = matches!(
+            self.status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        );
+        let mut response = json_response(self.status, &body);
+        if retry {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        }
+        response
+    }
+}
+
+/// A JSON response with the given status.
+pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A refused token as the official service answers it: 401, or 503 when keys are unavailable.
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        Self {
+            status: StatusCode::from_u16(error.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            code: error.code(),
+            name: error.name(),
+            description: error.to_string(),
+        }
+    }
+}

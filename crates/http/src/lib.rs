@@ -1,0 +1,21 @@
+//! The HTTP server on the configured port: probes, `/metrics`, `/sync/stream` and
+//! `/write-checkpoint2.json`.
+#![warn(missing_docs)]
+
+mod accept;
+mod authorization;
+mod compress;
+mod cors;
+mod error;
+mod metrics;
+mod metrics_text;
+mod probes;
+mod server;
+mod sync_stream;
+mod write_checkpoint;
+
+pub use error::ApiError;
+pub use server::{bind, raise_open_files_limit, serve, HttpState};
+
+/// The body type every handler answers with (streaming bodies join it later).
+pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;

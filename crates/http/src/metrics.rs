@@ -1,0 +1,233 @@
+//! `GET /metrics`: the engine's counters and gauges in the Prometheus text format.
+//! Unauthenticated like the probes (they reveal no data, only volumes): keep the port
+//! firewalled from the internet, or let a proxy in front answer only the sync paths.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{header, Response, StatusCode};
+
+use super::metrics_text::{Kind, TextEncoder, CONTENT_TYPE};
+use super::{Body, HttpState};
+use status::Phase;
+
+/// Where Prometheus scrapes.
+pub(super) const PATH: &str = "/metrics";
+
+/// The exposition of every metric, 200.
+pub(super) fn answer(state: &HttpState) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(render(state))).boxed());
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(CONTENT_TYPE),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
+fn render(state: &HttpState) -> String {
+    let mut e = TextEncoder::default();
+    engine(&mut e, state);
+    replication(&mut e, state);
+    storage(&mut e, state);
+    http(&mut e, state);
+    e.finish()
+}
+
+fn engine(e: &mut TextEncoder, state: &HttpState) {
+    let phase = state.status.snapshot().phase;
+    e.family(
+        "powersync_mdbx_phase",
+        Kind::Gauge,
+        "The engine's life-cycle phase as in status(): 1 for the current phase, 0 for the others.",
+    );
+    for p in Phase::ALL {
+        let value = u64::from(p == phase);
+        e.sample_u64("powersync_mdbx_phase", &[("phase", p.name())], value);
+    }
+    let served = state.sync.current();
+    let snapshot = &served.snapshot_progress;
+    e.single_u64(
+        "powersync_mdbx_snapshot_rows",
+        Kind::Gauge,
+        "Rows the current (or last) initial snapshot copied into the store; 0 when this engine \
+         start found the snapshot complete.",
+        snapshot.rows(),
+    );
+    e.single_u64(
+        "powersync_mdbx_snapshot_tables_done",
+        Kind::Gauge,
+        "Tables the current (or last) initial snapshot copied completely.",
+        snapshot.tables_done(),
+    );
+}
+
+fn replication(e: &mut TextEncoder, state: &HttpState) {
+    let served = state.sync.current();
+    let progress = &served.stream_progress;
+    let applied = served.checkpoints.borrow().lsn;
+    e.single_u64(
+        "powersync_mdbx_applied_lsn",
+        Kind::Gauge,
+        "Source LSN of the latest published (durable) checkpoint, as a byte position.",
+        applied,
+    );
+    let head = progress.primary_head_lsn.load(Relaxed);
+    e.family(
+        "powersync_mdbx_primary_wal_lsn",
+        Kind::Gauge,
+        "The primary's pg_current_wal_lsn() as a byte position, read every 10 s while \
+         streaming; absent before the first reading.",
+    );
+    if head > 0 {
+        e.sample_u64("powersync_mdbx_primary_wal_lsn", &[], head);
+    }
+    e.family(
+        "powersync_mdbx_replication_lag_bytes",
+        Kind::Gauge,
+        "primary_wal_lsn minus applied_lsn (0 when applied is ahead of the last reading). On an \
+         idle primary a few hundred bytes of WAL without changes (checkpoints, standby \
+         snapshots) stay beyond the applied LSN; absent before the first reading.",
+    );
+    if head > 0 {
+        e.sample_u64(
+            "powersync_mdbx_replication_lag_bytes",
+            &[],
+            head.saturating_sub(applied),
+        );
+    }
+    let lag = progress
+        .pending
+        .oldest_commit_unix_micros()
+        .map_or(0.0, |commit| {
+            let now = status::unix_now_ms() as f64 / 1e3;
+            (now - commit as f64 / 1e6).max(0.0)
+        });
+    e.single(
+        "powersync_mdbx_replication_lag_seconds",
+        Kind::Gauge,
+        "Now minus the primary's commit time of the oldest source transaction received over \
+         the replication connection whose checkpoint is not published yet; 0 when every \
+         received transaction is published (caught up). Clock skew between the primary and \
+         this server adds to it; WAL not yet sent by the primary shows in lag_bytes only.",
+        lag,
+    );
+    e.single_u64(
+        "powersync_mdbx_retained_wal_bytes",
+        Kind::Gauge,
+        "WAL the primary retains for the slot (pg_current_wal_lsn() - restart_lsn), read \
+         every 10 s while streaming.",
+        progress.retained_wal_bytes.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_mdbx_source_transactions_applied_total",
+        Kind::Counter,
+        "Source transactions the stream applied and published.",
+        progress.transactions.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_mdbx_rows_applied_total",
+        Kind::Counter,
+        "Source row changes (insert, update, delete, truncated rows) the stream applied.",
+        progress.changes.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_mdbx_changes_received_total",
+        Kind::Counter,
+        "Source row changes received over the replication connection (a TRUNCATE counts \
+         once; changes of transactions skipped as already applied included). Moves inside a \
+         large transaction, where the applied LSN waits for its commit.",
+        progress.received.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_mdbx_uncommitted_changes",
+        Kind::Gauge,
+        "Row changes of the source transaction being applied that are written to the store \
+         and not committed yet; 0 between transactions.",
+        progress.uncommitted.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_mdbx_ops_written_total",
+        Kind::Counter,
+        "Bucket ops the stream committed (PUT, REMOVE, MOVE and CLEAR; the op id advance).",
+        progress.ops.load(Relaxed),
+    );
+    e.histogram(
+        "powersync_mdbx_checkpoint_publish_seconds",
+        "Per source transaction: from the arrival of its Commit message on the replication \
+         connection to the publish of the durable checkpoint that contains it (queue wait, \
+         MDBX commit and fsync included).",
+        &progress.publish_latency.snapshot(),
+    );
+}
+
+fn storage(e: &mut TextEncoder, state: &HttpState) {
+    let served = state.sync.current();
+    let store = &served.store;
+    e.single_u64(
+        "powersync_mdbx_storage_file_bytes",
+        Kind::Gauge,
+        "Size of the MDBX data file.",
+        store.file_bytes(),
+    );
+    e.single_u64(
+        "powersync_mdbx_storage_used_bytes",
+        Kind::Gauge,
+        "Bytes of the MDBX data file up to its last allocated page.",
+        store.used_bytes(),
+    );
+    let reads = store.reads();
+    e.single(
+        "powersync_mdbx_read_txn_oldest_age_seconds",
+        Kind::Gauge,
+        "Age of the oldest MDBX read transaction open now (0 when none is); a long one keeps \
+         MDBX from reusing freed pages.",
+        reads.oldest_age().as_secs_f64(),
+    );
+    e.single_u64(
+        "powersync_mdbx_read_txns_total",
+        Kind::Counter,
+        "MDBX read transactions started.",
+        reads.total(),
+    );
+}
+
+fn http(e: &mut TextEncoder, state: &HttpState) {
+    let sync = &state.sync;
+    e.single_u64(
+        "powersync_mdbx_sync_streams_open",
+        Kind::Gauge,
+        "/sync/stream connections open now.",
+        sync.open_streams() as u64,
+    );
+    e.family(
+        "powersync_mdbx_sync_responses_total",
+        Kind::Counter,
+        "/sync/stream answers by HTTP status (200 counts when a stream starts).",
+    );
+    for (status, count) in sync.sync_responses.nonzero() {
+        e.sample_u64(
+            "powersync_mdbx_sync_responses_total",
+            &[("status", &status.to_string())],
+            count,
+        );
+    }
+    e.family(
+        "powersync_mdbx_auth_failures_total",
+        Kind::Counter,
+        "Refused client tokens on /sync/stream and /write-checkpoint2.json, by error code.",
+    );
+    for (code, count) in sync.auth_failures.all() {
+        e.sample_u64(
+            "powersync_mdbx_auth_failures_total",
+            &[("code", code)],
+            count,
+        );
+    }
+}

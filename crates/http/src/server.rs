@@ -1,0 +1,180 @@
+//! Accepting connections and routing requests.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::error::ApiError;
+use super::probes::{self, Probe};
+use super::Body;
+use super::{cors, metrics, sync_stream, write_checkpoint};
+use service::SyncService;
+use status::StatusCell;
+
+/// How long open connections get to finish when the engine stops.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What handlers can see.
+#[derive(Clone)]
+pub struct HttpState {
+    /// The engine's status (readiness, liveness).
+    pub status: Arc<StatusCell>,
+    /// The sync endpoints.
+    pub sync: Arc<SyncService>,
+}
+
+/// Raises this process's soft limit of open files to its hard limit: every sync stream
+/// holds a socket, and PostgreSQL's children start with the common soft limit of 1,024.
+/// Returns the limit in force.
+pub fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
+}
+
+/// Binds `port` on every address in `hosts` (`*` means all IPv4 and IPv6 addresses).
+pub async fn bind(
+    hosts: &[String],
+    port: u16,
+) -> Result<Vec<TcpListener>, (String, std::io::Error)> {
+    let mut listeners = Vec::new();
+    for host in hosts {
+        let targets: Vec<String> = match host.as_str() {
+            "*" => vec![format!("0.0.0.0:{port}"), format!("[::]:{port}")],
+            h if h.contains(':') && !h.starts_with('[') => vec![format!("[{h}]:{port}")],
+            h => vec![format!("{h}:{port}")],
+        };
+        for target in targets {
+            let listener = TcpListener::bind(&target)
+                .await
+                .map_err(|e| (target.clone(), e))?;
+            listeners.push(listener);
+        }
+    }
+    Ok(listeners)
+}
+
+/// Serves every listener until `shutdown` turns true, then drains open connections for
+/// at most [`DRAIN_TIMEOUT`].
+pub async fn serve(
+    listeners: Vec<TcpListener>,
+    state: HttpState,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let graceful = GracefulShutdown::new();
+    let (conn_tx, mut conn_rx) =
+        tokio::sync::mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(64);
+    let mut acceptors = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let tx = conn_tx.clone();
+        acceptors.spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok(conn) => {
+                        if tx.send(conn).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting an HTTP connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+    }
+    drop(conn_tx);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            conn = conn_rx.recv() => {
+                let Some((stream, _peer)) = conn else { break };
+                // Stream lines are small writes flushed one by one: with Nagle's algorithm a
+                // line waits for the ACK of the previous one, which the client delays by up
+                // to 40 ms.
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
+                let state = state.clone();
+                let service = hyper::service::service_fn(move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, std::convert::Infallible>(route(req, &state).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "HTTP connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    acceptors.shutdown().await;
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("HTTP connections still open at shutdown were closed");
+    }
+}
+
+async fn route(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+    let mut response = dispatch(req, state).await;
+    cors::allow_origin(&mut response);
+    response
+}
+
+async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    let method = req.method().clone();
+    if let Some(probe) = Probe::from_path(&path) {
+        return if method == Method::GET || method == Method::HEAD {
+            probes::answer(probe, state)
+        } else {
+            ApiError::method_not_allowed(&method, &path).into_response()
+        };
+    }
+    if path == metrics::PATH {
+        return if method == Method::GET || method == Method::HEAD {
+            metrics::answer(state)
+        } else {
+            ApiError::method_not_allowed(&method, &path).into_response()
+        };
+    }
+    let known = matches!(path.as_str(), "/sync/stream" | "/write-checkpoint2.json");
+    match (method, path.as_str()) {
+        (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
+        (Method::POST, "/sync/stream") => sync_stream::handle(req, state.sync.clone()).await,
+        (Method::GET, "/write-checkpoint2.json") => {
+            write_checkpoint::handle(req, state.sync.clone()).await
+        }
+        (method, _) if known => ApiError::method_not_allowed(&method, &path).into_response(),
+        _ => ApiError::not_found(&path).into_response(),
+    }
+}

@@ -1,0 +1,383 @@
+//! `POST /sync/stream`: authenticate, parse the request, then stream lines for every new
+//! checkpoint that concerns the connection until the token expires, the client leaves or
+//! the engine stops (spec §5). Store reads run on blocking threads, one batch at a time,
+//! under a process-wide limit; nothing holds a read transaction between batches.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{header, Request, Response, StatusCode};
+use tokio::sync::mpsc;
+
+use super::accept::quality;
+use super::authorization::authenticate;
+use super::compress::{Coding, Compressor};
+use super::error::ApiError;
+use super::Body;
+use auth::AuthenticatedUser;
+use service::write_checkpoint::{record_key, requested, to_report};
+use service::Registration;
+use service::SyncService;
+use service::{Encoding, SyncError, SyncLine, SyncRequest, SyncSession, MAX_BODY_BYTES};
+use store::Checkpoint;
+
+/// Encoded bytes gathered before one send (whole lines only).
+const CHUNK_BYTES: usize = 256 << 10;
+/// Keepalive period (spec §5.6: 20 s ± 10 %).
+const KEEPALIVE: Duration = Duration::from_secs(20);
+/// Before expiry, the line that lets clients fetch a new token in time.
+const EXPIRY_WARNING: Duration = Duration::from_secs(20);
+/// Chunks buffered toward a slow client.
+const SEND_QUEUE: usize = 4;
+
+/// Answers one `/sync/stream` request.
+pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Body> {
+    let response = match start(req, &service).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    service.sync_responses.add(response.status().as_u16());
+    response
+}
+
+async fn start(
+    req: Request<Incoming>,
+    service: &Arc<SyncService>,
+) -> Result<Response<Body>, ApiError> {
+    if !service.status.snapshot().ready {
+        return Err(ApiError::not_ready());
+    }
+    let user = authenticate(service, req.headers()).await?;
+    let encoding = negotiate(req.headers().get(header::ACCEPT));
+    let coding = Coding::negotiate(req.headers().get(header::ACCEPT_ENCODING));
+    let compressor = coding
+        .compressor()
+        .map_err(|e| ApiError::unavailable(format!("cannot start compression: {e}")))?;
+    let permit = service
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::too_many_streams())?;
+    let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|_| {
+            sync_error(SyncError::BodyTooLarge {
+                bytes: MAX_BODY_BYTES + 1,
+                max: MAX_BODY_BYTES,
+            })
+        })?
+        .to_bytes();
+    let request = SyncRequest::parse(&body).map_err(sync_error)?;
+    let context = request.context(user.claims.clone());
+    let served = service.current();
+    let session = SyncSession::new(served.rules.clone(), context, &request.buckets);
+    let key = record_key(&user.user_id, request.client_id.as_deref());
+    let expires = user
+        .expires_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let registration =
+        service
+            .registry
+            .register(&user.user_id, request.client_id.as_deref(), expires);
+
+    let (tx, rx) = mpsc::channel::<Bytes>(SEND_QUEUE);
+    let service = service.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let mut stream = Stream {
+            service,
+            served,
+            session: Some(session),
+            encoding,
+            compressor,
+            key,
+            reported: None,
+            registration,
+            tx,
+        };
+        match stream.run(&user).await {
+            Err(End::Failed(reason)) => tracing::warn!(%reason, "a sync stream failed"),
+            Err(end) => tracing::debug!(reason = ?end, "sync stream ended"),
+            Ok(()) => {}
+        }
+    });
+    let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, std::convert::Infallible>(Frame::data(bytes)), rx))
+    }));
+    let mut response = Response::new(BodyExt::boxed(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(encoding.content_type()),
+    );
+    headers.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
+    headers.insert(
+        header::VARY,
+        header::HeaderValue::from_static("accept, accept-encoding"),
+    );
+    if let Some(value) = coding.header() {
+        headers.insert(header::CONTENT_ENCODING, value);
+    }
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    *response.status_mut() = StatusCode::OK;
+    Ok(response)
+}
+
+/// BSON when the client ranks it at least as high as NDJSON (every SDK asks for it
+/// first); NDJSON otherwise and without an `Accept` header.
+fn negotiate(accept: Option<&header::HeaderValue>) -> Encoding {
+    match (
+        quality(accept, Encoding::Bson.content_type()),
+        quality(accept, Encoding::Ndjson.content_type()),
+    ) {
+        (Some(b), n) if b > 0.0 && b >= n.unwrap_or(0.0) => Encoding::Bson,
+        _ => Encoding::Ndjson,
+    }
+}
+
+fn sync_error(e: SyncError) -> ApiError {
+    ApiError {
+        status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST),
+        code: e.code(),
+        name: "SyncRequestError",
+        description: e.to_string(),
+    }
+}
+
+/// Why a stream ended (for the debug log).
+#[derive(Debug)]
+enum End {
+    ClientGone,
+    TokenExpired,
+    Shutdown,
+    Failed(String),
+}
+
+struct Stream {
+    service: Arc<SyncService>,
+    /// The generation the session's rules belong to.
+    served: Arc<service::Served>,
+    /// Taken out while a blocking read works on it.
+    session: Option<SyncSession>,
+    encoding: Encoding,
+    /// Response compression, flushed per chunk.
+    compressor: Compressor,
+    key: String,
+    /// The `write_checkpoint` of the last checkpoint-type line.
+    reported: Option<u64>,
+    /// This stream's entry in `streams()`.
+    registration: Registration,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Stream {
+    async fn run(&mut self, user: &AuthenticatedUser) -> Result<(), End> {
+        let expires_at = Instant::now()
+            + user
+                .expires_at
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+        if expires_at <= Instant::now() {
+            // Still accepted thanks to the clock tolerance: tell the client to renew.
+            return self.send_line(&SyncLine::TokenExpiresIn(0)).await;
+        }
+        let mut generations = self.service.subscribe();
+        let mut checkpoints = self.served.checkpoints.clone();
+        let mut shutdown = self.service.shutdown.clone();
+        let mut next_keepalive = Instant::now() + jittered(KEEPALIVE);
+        loop {
+            let served = generations.borrow_and_update().clone();
+            if !Arc::ptr_eq(&served, &self.served) {
+                self.follow(served);
+                checkpoints = self.served.checkpoints.clone();
+            }
+            let checkpoint = *checkpoints.borrow_and_update();
+            self.announce(checkpoint).await?;
+            loop {
+                let wake = next_keepalive.min(if Instant::now() + EXPIRY_WARNING < expires_at {
+                    expires_at - EXPIRY_WARNING
+                } else {
+                    expires_at
+                });
+                tokio::select! {
+                    changed = checkpoints.changed() => {
+                        // A generation left behind closes its channel once replaced.
+                        if changed.is_err() && Arc::ptr_eq(&generations.borrow(), &self.served) {
+                            return Err(End::Shutdown);
+                        }
+                        break;
+                    }
+                    changed = generations.changed() => {
+                        if changed.is_err() {
+                            return Err(End::Shutdown);
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep_until(wake.into()) => {
+                        let left = expires_at.saturating_duration_since(Instant::now());
+                        let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+                        let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
+                        self.send_line(&SyncLine::TokenExpiresIn(seconds)).await?;
+                        if seconds == 0 {
+                            return Err(End::TokenExpired);
+                        }
+                        next_keepalive = Instant::now() + jittered(KEEPALIVE);
+                    }
+                    _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
+                        return Err(End::Shutdown)
+                    }
+                    _ = self.tx.closed() => return Err(End::ClientGone),
+                }
+            }
+        }
+    }
+
+    /// Moves the session to a newly served generation: its next line is a
+    /// `checkpoint_diff` that removes the old generation's buckets and adds the new ones
+    /// (spec §7.6), and the client keeps its data until that checkpoint completes.
+    fn follow(&mut self, served: Arc<service::Served>) {
+        if served.generation != self.served.generation {
+            if let Some(session) = self.session.as_mut() {
+                session.switch_rules(served.rules.clone());
+            }
+        }
+        self.served = served;
+    }
+
+    /// Sends the line for `checkpoint` (if it concerns this connection) and its data.
+    async fn announce(&mut self, checkpoint: Checkpoint) -> Result<(), End> {
+        // One blocking call per checkpoint (this runs for every stream on every commit):
+        // the write-checkpoint request, then the line.
+        let store = self.served.store.clone();
+        let key = self.key.clone();
+        let reported = self.reported;
+        let (line, report) = self
+            .blocking(move |session| {
+                let wanted = store.read(|view| requested(view, &key))?;
+                let report = to_report(wanted, checkpoint.lsn, reported);
+                Ok((session.checkpoint(&store, report)?, report))
+            })
+            .await?;
+        let Some(line) = line else { return Ok(()) };
+        self.reported = report;
+        if let Some(session) = &self.session {
+            self.registration
+                .checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
+        }
+        let mut out = Vec::new();
+        line.encode(self.encoding, &mut out);
+        self.send(out).await?;
+        // The data, a batch per blocking call, whole lines per send.
+        while self
+            .session
+            .as_ref()
+            .is_some_and(SyncSession::is_downloading)
+        {
+            let store = self.served.store.clone();
+            let encoding = self.encoding;
+            let chunk = self
+                .blocking(move |session| {
+                    let mut out = Vec::new();
+                    while out.len() < CHUNK_BYTES {
+                        match session.next_line(&store)? {
+                            Some(line) => line.encode(encoding, &mut out),
+                            None => break,
+                        }
+                    }
+                    Ok(out)
+                })
+                .await?;
+            if !chunk.is_empty() {
+                self.send(chunk).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `work` on a blocking thread (store reads), under the process-wide limit.
+    async fn blocking<R: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(&mut SyncSession) -> Result<R, SyncError> + Send + 'static,
+    ) -> Result<R, End> {
+        let _permit = self
+            .service
+            .reads
+            .acquire()
+            .await
+            .map_err(|_| End::Shutdown)?;
+        let mut session = self
+            .session
+            .take()
+            .ok_or_else(|| End::Failed("the session is gone".into()))?;
+        let (session, result) = tokio::task::spawn_blocking(move || {
+            let result = work(&mut session);
+            (session, result)
+        })
+        .await
+        .map_err(|e| End::Failed(format!("a sync read panicked: {e}")))?;
+        self.session = Some(session);
+        result.map_err(|e| End::Failed(e.to_string()))
+    }
+
+    async fn send_line(&mut self, line: &SyncLine) -> Result<(), End> {
+        self.send(line.to_bytes(self.encoding)).await
+    }
+
+    async fn send(&mut self, bytes: Vec<u8>) -> Result<(), End> {
+        let bytes = self
+            .compressor
+            .chunk(bytes)
+            .map_err(|e| End::Failed(format!("compression: {e}")))?;
+        self.tx
+            .send(Bytes::from(bytes))
+            .await
+            .map_err(|_| End::ClientGone)
+    }
+}
+
+/// `period` ± 10 %, from the clock's nanoseconds (no randomness source needed).
+fn jittered(period: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let factor = 0.9 + f64::from(nanos % 1000) / 5000.0;
+    period.mul_f64(factor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bson_is_chosen_when_ranked_first_ndjson_otherwise() {
+        let sdk = header::HeaderValue::from_static(
+            "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8",
+        );
+        assert_eq!(negotiate(Some(&sdk)), Encoding::Bson);
+        let json_first = header::HeaderValue::from_static(
+            "application/vnd.powersync.bson-stream;q=0.5, application/x-ndjson",
+        );
+        assert_eq!(negotiate(Some(&json_first)), Encoding::Ndjson);
+        assert_eq!(negotiate(None), Encoding::Ndjson);
+        let other = header::HeaderValue::from_static("*/*");
+        assert_eq!(negotiate(Some(&other)), Encoding::Ndjson);
+    }
+
+    #[test]
+    fn keepalive_jitter_stays_within_ten_percent() {
+        for _ in 0..100 {
+            let d = jittered(KEEPALIVE);
+            assert!(d >= Duration::from_secs(18) && d <= Duration::from_secs(22));
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! The applier: one thread that turns decoded source changes into store writes.
+//!
+//! Each source transaction is applied in one MDBX write transaction (a few small ones
+//! that are already queued may share it), committed durably with the transaction's end
+//! LSN, then published as a checkpoint, and only then acknowledged to the primary as
+//! flushed. A transaction whose commit LSN is below the stored LSN was applied before a
+//! restart and is skipped, so redelivery is harmless. A huge transaction stays one MDBX
+//! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
+//! slices, so memory stays bounded.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use pg_walstream::{ColumnValue, RowData, SharedLsnFeedback};
+use tokio::sync::{mpsc, watch};
+
+use super::intent::IntentTable;
+use super::toast::stash_for;
+use super::ReplicationError;
+use crate::store_input::StoreInput;
+use metrics::{Histogram, PendingCommits};
+use rules::{PgType, RowEvaluation, RulesError, SourceColumn, SourceRow, SyncRules};
+use source::ColumnMeta;
+use store::{identity_key, Checkpoint, Store, WriteTxn};
+
+/// Source transactions share one store commit while this few rows were applied in it.
+const GROUP_ROWS: u64 = 4096;
+/// A bucket is CLEAR-compacted once this many of its ops became superseded or REMOVEs.
+const COMPACT_AFTER_OPS: u64 = 1024;
+
+/// A decoded source change, addressed to a table by its index in the applier's list.
+#[derive(Debug)]
+// Rows travel by value through a bounded queue; boxing would add an allocation per change.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Change {
+    /// A source transaction starts; `commit_lsn` is where it commits.
+    Begin {
+        commit_lsn: u64,
+    },
+    Insert {
+        table: usize,
+        new: RowData,
+    },
+    Update {
+        table: usize,
+        old: Option<RowData>,
+        new: RowData,
+    },
+    Delete {
+        table: usize,
+        old: RowData,
+    },
+    Truncate {
+        tables: Vec<usize>,
+    },
+    /// The transaction ends; the store commits with `end_lsn`. `received` is when the
+    /// Commit message arrived from the primary.
+    Commit {
+        end_lsn: u64,
+        received: Instant,
+    },
+    /// Every source transaction that commits below `lsn` was delivered (a logical message
+    /// outside any transaction): the checkpoint's LSN may move up with no new ops.
+    Advance {
+        lsn: u64,
+    },
+}
+
+impl Change {
+    /// True for the changes of rows (what `StreamProgress::received` counts).
+    pub(super) fn is_row_change(&self) -> bool {
+        matches!(
+            self,
+            Self::Insert { .. } | Self::Update { .. } | Self::Delete { .. } | Self::Truncate { .. }
+        )
+    }
+}
+
+/// Counters the engine shows in `status()`.
+#[derive(Debug, Default)]
+pub struct StreamProgress {
+    /// Source transactions applied since the stream started.
+    pub transactions: std::sync::atomic::AtomicU64,
+    /// Row changes applied since the stream started.
+    pub changes: std::sync::atomic::AtomicU64,
+    /// Row changes received from the primary since the stream started, those of
+    /// transactions skipped as already applied included. Unlike the applied LSN it moves
+    /// inside a large source transaction.
+    pub received: std::sync::atomic::AtomicU64,
+    /// Row changes written into the open store transaction and not committed yet: a large
+    /// source transaction counts up here until its commit; 0 between transactions.
+    pub uncommitted: std::sync::atomic::AtomicU64,
+    /// WAL the primary keeps for the slot (`pg_current_wal_lsn() - restart_lsn`), bytes,
+    /// as of the last slot check (every 10 s while streaming).
+    pub retained_wal_bytes: std::sync::atomic::AtomicU64,
+    /// The primary's `pg_current_wal_lsn()` at the last slot check; 0 before the first.
+    pub primary_head_lsn: std::sync::atomic::AtomicU64,
+    /// Bucket ops the applier committed (op id advance per commit, CLEARs included).
+    pub ops: std::sync::atomic::AtomicU64,
+    /// From the arrival of a transaction's Commit message to its checkpoint's publish.
+    pub publish_latency: Histogram,
+    /// Transactions received and not published yet (for the lag in seconds).
+    pub pending: PendingCommits,
+}
+
+impl StreamProgress {
+    /// What moves while the stream works, also inside one large source transaction:
+    /// changes received, changes applied, uncommitted changes, transactions applied.
+    pub fn activity(&self) -> [u64; 4] {
+        use std::sync::atomic::Ordering::Relaxed;
+        [
+            self.received.load(Relaxed),
+            self.changes.load(Relaxed),
+            self.uncommitted.load(Relaxed),
+            self.transactions.load(Relaxed),
+        ]
+    }
+}
+
+/// A table as the stream applies it.
+#[derive(Debug, Clone)]
+pub(super) struct StreamTable {
+    pub store_id: u32,
+    /// OID on the primary.
+    pub oid: u32,
+    /// Replica identity column names (as the snapshot saw them).
+    pub identity_names: Vec<String>,
+    pub schema: String,
+    pub name: String,
+    pub columns: Vec<ColumnMeta>,
+    types: Vec<PgType>,
+    /// Indices (into `columns`) of the replica identity, in key order.
+    identity: Vec<usize>,
+}
+
+impl StreamTable {
+    /// The table from the bootstrap record; `None` when the record predates column
+    /// tracking or names an identity column the table lacks.
+    pub fn from_intent(table: &IntentTable) -> Option<Self> {
+        if table.columns.is_empty() || table.identity.is_empty() || table.oid == 0 {
+            return None;
+        }
+        let identity = table
+            .identity
+            .iter()
+            .map(|name| table.columns.iter().position(|c| &c.name == name))
+            .collect::<Option<Vec<usize>>>()?;
+        let types = table
+            .columns
+            .iter()
+            .map(|c| PgType {
+                oid: c.type_oid,
+                element: c.element_oid.or(PgType::from_oid(c.type_oid).element),
+            })
+            .collect();
+        Some(Self {
+            store_id: table.id,
+            oid: table.oid,
+            identity_names: table.identity.clone(),
+            schema: table.schema.clone(),
+            name: table.name.clone(),
+            columns: table.columns.clone(),
+            types,
+            identity,
+        })
+    }
+
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// Everything the applier thread owns.
+pub(super) struct Applier {
+    pub store: Arc<Store>,
+    pub rules: Arc<SyncRules>,
+    pub tables: Vec<StreamTable>,
+    /// The last durable checkpoint.
+    pub durable: Checkpoint,
+    pub published: watch::Sender<Checkpoint>,
+    pub feedback: Arc<SharedLsnFeedback>,
+    pub progress: Arc<StreamProgress>,
+    /// Per bucket id: compactable ops not compacted yet.
+    pub debt: HashMap<u32, u64>,
+}
+
+impl Applier {
+    /// Applies changes until the input closes (the stream ended; an open transaction is
+    /// abandoned and will be redelivered) or an error.
+    pub fn run(mut self, mut input: mpsc::Receiver<Change>) -> Result<(), ReplicationError> {
+        let mut held = None;
+        loop {
+            let next = match held.take() {
+                Some(change) => change,
+                None => match input.blocking_recv() {
+                    Some(change) => change,
+                    None => return Ok(()),
+                },
+            };
+            match next {
+                Change::Advance { lsn } if lsn > self.durable.lsn => {
+                    let ((), checkpoint) = self.store.write(lsn, |_| Ok(()))?;
+                    self.publish(checkpoint);
+                }
+                Change::Advance { .. } => {}
+                Change::Begin { commit_lsn } if commit_lsn < self.durable.lsn => {
+                    skip_transaction(&mut input)?;
+                    self.progress.pending.published(self.durable.lsn);
+                }
+                Change::Begin { .. } => held = self.apply_group(&mut input)?,
+                other => {
+                    return Err(stream_error(format!(
+                        "the replication stream sent {other:?} outside a transaction"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Applies the transaction just begun and any queued ones after it in one commit.
+    /// Returns a change read ahead that belongs to the next round.
+    fn apply_group(
+        &mut self,
+        input: &mut mpsc::Receiver<Change>,
+    ) -> Result<Option<Change>, ReplicationError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let durable_lsn = self.durable.lsn;
+        let mut debt = std::mem::take(&mut self.debt);
+        let this = &*self;
+        let ((held, commit_times, changes), checkpoint) =
+            self.store.write_with(durable_lsn, |w| {
+                let mut changes = 0u64;
+                // When each transaction's Commit arrived.
+                let mut commit_times: Vec<Instant> = Vec::new();
+                loop {
+                    loop {
+                        let change = input.blocking_recv().ok_or_else(|| {
+                            stream_error("the replication stream ended inside a transaction".into())
+                        })?;
+                        match change {
+                            Change::Commit { end_lsn, received } => {
+                                w.set_lsn(end_lsn);
+                                commit_times.push(received);
+                                break;
+                            }
+                            Change::Begin { .. } | Change::Advance { .. } => {
+                                return Err(stream_error(
+                                    "the replication stream nested a transaction".into(),
+                                ))
+                            }
+                            change => {
+                                changes += this.apply(w, change)?;
+                                this.progress.uncommitted.store(changes, Relaxed);
+                            }
+                        }
+                    }
+                    let held = match input.try_recv() {
+                        Ok(Change::Begin { commit_lsn })
+                            if changes < GROUP_ROWS && commit_lsn >= durable_lsn =>
+                        {
+                            continue
+                        }
+                        Ok(other) => Some(other),
+                        Err(_) => None,
+                    };
+                    compact(w, &mut debt)?;
+                    return Ok((held, commit_times, changes));
+                }
+            })?;
+        self.debt = debt;
+        self.progress.uncommitted.store(0, Relaxed);
+        self.progress
+            .transactions
+            .fetch_add(commit_times.len() as u64, Relaxed);
+        self.progress.changes.fetch_add(changes, Relaxed);
+        self.publish(checkpoint);
+        for received in commit_times {
+            self.progress.publish_latency.observe(received.elapsed());
+        }
+        Ok(held)
+    }
+
+    /// After a durable commit: clients may see it, and the primary may recycle the WAL.
+    fn publish(&mut self, checkpoint: Checkpoint) {
+        let ops = checkpoint.op_id.saturating_sub(self.durable.op_id);
+        self.progress
+            .ops
+            .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
+        self.durable = checkpoint;
+        self.published.send_replace(checkpoint);
+        self.feedback.update_flushed_lsn(checkpoint.lsn);
+        self.feedback.update_applied_lsn(checkpoint.lsn);
+        self.progress.pending.published(checkpoint.lsn);
+    }
+
+    /// Applies one row change; returns the rows it touched.
+    fn apply(&self, w: &mut WriteTxn<'_, '_>, change: Change) -> Result<u64, ReplicationError> {
+        match change {
+            Change::Insert { table, new } => {
+                let table = self.table(table)?;
+                let values = values_of(table, &new);
+                let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+                self.write_row(w, table, &filled, false)?;
+                Ok(1)
+            }
+            Change::Update { table, old, new } => {
+                let table = self.table(table)?;
+                self.update(w, table, old.as_ref(), &new)?;
+                Ok(1)
+            }
+            Change::Delete { table, old } => {
+                let table = self.table(table)?;
+                let values = values_of(table, &old);
+                let identity = identity_of(table, &values);
+                w.delete_row(table.store_id, &identity)?;
+                Ok(1)
+            }
+            Change::Truncate { tables } => {
+                let mut rows = 0;
+                for index in tables {
+                    rows += w.truncate_table(self.table(index)?.store_id)?;
+                }
+                Ok(rows)
+            }
+            Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => Ok(0),
+        }
+    }
+
+    fn update(
+        &self,
+        w: &mut WriteTxn<'_, '_>,
+        table: &StreamTable,
+        old: Option<&RowData>,
+        new: &RowData,
+    ) -> Result<(), ReplicationError> {
+        let old_values = old.map(|old| values_of(table, old));
+        let mut values = values_of(table, new);
+        let new_identity_known = table
+            .identity
+            .iter()
+            .all(|&i| values.get(i).is_some_and(Presence::is_known));
+        // The old key: from the old tuple when the key changed (or FULL), else the new one.
+        let old_identity = match &old_values {
+            Some(old) => identity_of(table, old),
+            None if new_identity_known => identity_of(table, &values),
+            None => return Err(toast_error(table, "a replica identity column")),
+        };
+        // Unchanged TOAST values: from the FULL old tuple, else from the stored row.
+        let mut used_stash = false;
+        if values.iter().any(|v| matches!(v, Presence::Unchanged)) {
+            let stash = w.stash(table.store_id, &old_identity)?.unwrap_or_default();
+            for (i, value) in values.iter_mut().enumerate() {
+                if !matches!(value, Presence::Unchanged) {
+                    continue;
+                }
+                let from_old = old_values
+                    .as_ref()
+                    .and_then(|o| o.get(i))
+                    .filter(|v| v.is_known())
+                    .cloned();
+                let column = &table.columns[i];
+                *value = match from_old {
+                    Some(v) => v,
+                    None => {
+                        used_stash = true;
+                        stash
+                            .iter()
+                            .find(|(name, _)| name == &column.name)
+                            .map(|(_, v)| Presence::Value(Bytes::copy_from_slice(v)))
+                            .ok_or_else(|| toast_error(table, &column.name))?
+                    }
+                };
+            }
+        }
+        let new_identity = identity_of(table, &values);
+        if new_identity != old_identity {
+            w.rekey_row(table.store_id, &old_identity, &new_identity)?;
+        }
+        let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+        self.write_row(w, table, &filled, used_stash)
+    }
+
+    /// Evaluates a complete row and stores it under its identity.
+    fn write_row(
+        &self,
+        w: &mut WriteTxn<'_, '_>,
+        table: &StreamTable,
+        values: &[Option<&[u8]>],
+        used_stash: bool,
+    ) -> Result<(), ReplicationError> {
+        let columns = table
+            .columns
+            .iter()
+            .zip(&table.types)
+            .zip(values)
+            .map(|((c, t), v)| {
+                let value =
+                    v.map(std::str::from_utf8)
+                        .transpose()
+                        .map_err(|_| RulesError::Row {
+                            table: format!("{}.{}", table.schema, table.name),
+                            column: c.name.clone(),
+                            message: "value is not valid UTF-8".into(),
+                        })?;
+                Ok(SourceColumn {
+                    name: &c.name,
+                    pg_type: *t,
+                    value,
+                })
+            })
+            .collect::<Result<Vec<SourceColumn<'_>>, RulesError>>()?;
+        let row = SourceRow {
+            schema: &table.schema,
+            table: &table.name,
+            columns: &columns,
+        };
+        let eval = match self.rules.plan_for(&table.schema, &table.name) {
+            Some(plan) => plan.evaluate(&row)?,
+            None => RowEvaluation::default(),
+        };
+        let identity = identity_key(table.identity.iter().map(|&i| values[i]));
+        let input = StoreInput::of(&eval);
+        let stash = stash_for(&table.columns, |i| values[i], used_stash);
+        w.upsert_row_stashed(
+            table.store_id,
+            &identity,
+            &input.memberships,
+            &input.lookup_puts(),
+            stash,
+        )?;
+        Ok(())
+    }
+
+    fn table(&self, index: usize) -> Result<&StreamTable, ReplicationError> {
+        self.tables
+            .get(index)
+            .ok_or_else(|| stream_error(format!("a change for unknown table #{index}")))
+    }
+}
+
+/// One column of a decoded tuple.
+#[derive(Debug, Clone)]
+enum Presence {
+    Null,
+    Value(Bytes),
+    /// pgoutput's "unchanged TOAST value" (the column is absent from the tuple).
+    Unchanged,
+}
+
+impl Presence {
+    fn is_known(&self) -> bool {
+        !matches!(self, Self::Unchanged)
+    }
+
+    fn as_deref(&self) -> Option<&[u8]> {
+        match self {
+            Self::Value(b) => Some(b),
+            Self::Null | Self::Unchanged => None,
+        }
+    }
+}
+
+/// The tuple's values in the table's column order.
+fn values_of(table: &StreamTable, data: &RowData) -> Vec<Presence> {
+    table
+        .columns
+        .iter()
+        .map(|c| match data.get(&c.name) {
+            None => Presence::Unchanged,
+            Some(ColumnValue::Null) => Presence::Null,
+            Some(ColumnValue::Text(b) | ColumnValue::Binary(b)) => Presence::Value(b.clone()),
+        })
+        .collect()
+}
+
+fn identity_of(table: &StreamTable, values: &[Presence]) -> Vec<u8> {
+    identity_key(
+        table
+            .identity
+            .iter()
+            .map(|&i| values.get(i).and_then(Presence::as_deref)),
+    )
+}
+
+/// Adds this transaction's superseded ops to the debt and CLEAR-compacts the buckets
+/// that owe enough, in the same commit (storage stays bounded under update churn).
+fn compact(w: &mut WriteTxn<'_, '_>, debt: &mut HashMap<u32, u64>) -> Result<(), ReplicationError> {
+    for (bucket, ops) in w.take_compactable() {
+        *debt.entry(bucket).or_default() += ops;
+    }
+    let due: Vec<u32> = debt
+        .iter()
+        .filter(|(_, &ops)| ops >= COMPACT_AFTER_OPS)
+        .map(|(&bucket, _)| bucket)
+        .collect();
+    for bucket in due {
+        w.compact_bucket(bucket)?;
+        debt.remove(&bucket);
+    }
+    Ok(())
+}
+
+/// Drops the changes of a transaction that is already in the store.
+fn skip_transaction(input: &mut mpsc::Receiver<Change>) -> Result<(), ReplicationError> {
+    loop {
+        match input.blocking_recv() {
+            Some(Change::Commit { .. }) => return Ok(()),
+            Some(_) => {}
+            None => return Ok(()),
+        }
+    }
+}
+
+/// A transient problem of the replication stream (`PSM_R2010`): reconnect and retry.
+pub(super) fn stream_error(message: String) -> ReplicationError {
+    ReplicationError::Stream {
+        code: "PSM_R2010",
+        message,
+        operator: false,
+    }
+}
+
+fn toast_error(table: &StreamTable, column: &str) -> ReplicationError {
+    ReplicationError::Stream {
+        code: "PSM_R2003",
+        message: format!(
+            "an update of {} left column \"{column}\" out as an unchanged TOAST value, and the \
+             store does not hold it; nothing was applied. Set ALTER TABLE {} REPLICA IDENTITY FULL \
+             and run SELECT powersync_mdbx.reset(), and please report this",
+            table.qualified(),
+            table.qualified()
+        ),
+        operator: true,
+    }
+}

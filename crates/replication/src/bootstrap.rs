@@ -1,0 +1,333 @@
+//! The bootstrap: validate the primary, take ownership of (or create) the slot, copy every
+//! table the rules read inside the slot's exported snapshot, and commit the completion with
+//! the consistent point. Restartable and fail-closed: the stored intent decides which slot
+//! is ours, and a bootstrap that did not complete starts over from an empty store.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::{pin_mut, TryStreamExt};
+
+use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
+use super::pipeline::{Pipeline, TableJob};
+use super::{Progress, ReplicationError};
+use config::SourceConnection;
+use rules::SyncRules;
+use source::{
+    connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
+    table_columns, validate_primary, SourceError, SourceTable, PUBLICATION,
+};
+use store::Store;
+
+/// Rows sent to the evaluator per message.
+const CHUNK_ROWS: usize = 1024;
+
+/// Where to replicate from.
+#[derive(Debug, Clone)]
+pub struct SourcePlan {
+    /// The primary.
+    pub connection: SourceConnection,
+    /// The slot this sync replica owns.
+    pub slot: String,
+}
+
+/// How the bootstrap ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootstrapOutcome {
+    /// A snapshot was copied now.
+    Copied {
+        /// The slot's consistent point.
+        consistent_point: u64,
+        /// Rows written.
+        rows: u64,
+    },
+    /// The store already holds a complete snapshot from this slot.
+    AlreadyComplete {
+        /// The slot's consistent point.
+        consistent_point: u64,
+        /// Rows copied back then.
+        rows: u64,
+    },
+}
+
+/// Runs the bootstrap to completion (or to the first error).
+pub async fn bootstrap(
+    plan: &SourcePlan,
+    rules: Arc<SyncRules>,
+    store: Arc<Store>,
+    progress: Arc<Progress>,
+) -> Result<BootstrapOutcome, ReplicationError> {
+    let mut tables: Vec<SourceTable> = rules
+        .tables()
+        .into_iter()
+        .map(|(t, _)| SourceTable {
+            schema: t.schema,
+            name: t.name,
+        })
+        .collect();
+    tables.sort();
+    progress.reset();
+    let client = connect(&plan.connection).await?;
+    let primary = validate_primary(&client, &tables).await?;
+    let rules_hash = rules.content_hash_hex();
+    let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
+    let slot = slot_info(&client, &plan.slot).await?;
+
+    if let Some(intent) = &stored {
+        check_ownership(intent, plan, &primary.system_identifier, &rules_hash)?;
+        if intent.state == BootstrapState::Complete
+            && store
+                .read(|view| Ok(BootstrapIntent::load_rules_text(view)))??
+                .is_none()
+        {
+            // Built before the rules text was recorded: record it (the hash matched).
+            store.write(0, |w| BootstrapIntent::save_rules_text(rules.text(), w))?;
+        }
+        let generation = generation_of(&rules);
+        if intent.generation != generation {
+            return Err(ownership(
+                "PSM_B1010",
+                format!(
+                    "the storage holds buckets of generation {}, the rules were compiled for \
+                     generation {generation} (a bug: the engine takes the generation from the \
+                     storage); run SELECT powersync_mdbx.reset()",
+                    intent.generation
+                ),
+            ));
+        }
+        if intent.state == BootstrapState::Complete {
+            let Some(slot) = slot else {
+                return Err(ownership(
+                    "PSM_B1004",
+                    format!(
+                        "replication slot \"{}\" is gone from the primary, so changes since the snapshot are lost; \
+                         run SELECT powersync_mdbx.reset() to bootstrap again",
+                        plan.slot
+                    ),
+                ));
+            };
+            if slot.wal_status.as_deref() == Some("lost") {
+                return Err(ownership(
+                    "PSM_B1008",
+                    format!("replication slot \"{}\" was invalidated (wal_status lost); run SELECT powersync_mdbx.reset()", plan.slot),
+                ));
+            }
+            let consistent_point = intent.consistent_point.unwrap_or(0);
+            tracing::info!(slot = %plan.slot, consistent_point = %format_lsn(consistent_point), "snapshot already complete");
+            return Ok(BootstrapOutcome::AlreadyComplete {
+                consistent_point,
+                rows: intent.rows,
+            });
+        }
+        // Interrupted: the slot (if it exists) is ours when it matches the intent and is idle.
+        if let Some(slot) = &slot {
+            if slot.active {
+                return Err(ownership(
+                    "PSM_B1005",
+                    format!("replication slot \"{}\" is in use by another process; stop it or set powersync_mdbx.slot_name", plan.slot),
+                ));
+            }
+            if slot.database.as_deref() != Some(intent.database.as_str())
+                || slot.plugin.as_deref() != Some("pgoutput")
+            {
+                return Err(foreign_slot(&plan.slot));
+            }
+            tracing::info!(slot = %plan.slot, "dropping the slot of an interrupted bootstrap");
+            drop_slot(&client, &plan.slot).await?;
+        }
+        tracing::info!("starting the interrupted bootstrap over");
+        store.clear_data()?;
+    } else if slot.is_some() {
+        return Err(foreign_slot(&plan.slot));
+    }
+
+    let started = Instant::now();
+    let mut intent = BootstrapIntent {
+        system_identifier: primary.system_identifier.clone(),
+        database: plan.connection.database.clone(),
+        slot: plan.slot.clone(),
+        publication: PUBLICATION.to_owned(),
+        rules_hash,
+        generation: generation_of(&rules),
+        tables: tables
+            .iter()
+            .zip(1u32..)
+            .map(|(t, id)| IntentTable {
+                id,
+                schema: t.schema.clone(),
+                name: t.name.clone(),
+                columns: Vec::new(),
+                identity: Vec::new(),
+                oid: 0,
+            })
+            .collect(),
+        state: BootstrapState::CreatingSlot,
+        consistent_point: None,
+        rows: 0,
+    };
+    let encoded = intent.encode()?;
+    store.write(0, |w| {
+        BootstrapIntent::save_rules_text(rules.text(), w)?;
+        BootstrapIntent::save(&encoded, w)
+    })?;
+    let exported = create_slot(&plan.connection, &client, &plan.slot).await?;
+    intent.state = BootstrapState::Snapshotting;
+    intent.consistent_point = Some(exported.consistent_point);
+    let encoded = intent.encode()?;
+    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
+    tracing::info!(
+        slot = %plan.slot,
+        consistent_point = %format_lsn(exported.consistent_point),
+        tables = tables.len(),
+        "slot created, copying the snapshot"
+    );
+
+    progress.start_copy();
+    let reader = connect(&plan.connection).await?;
+    enter_snapshot(&reader, &exported.snapshot).await?;
+    let mut jobs = Vec::new();
+    for (info, table) in primary.tables.iter().zip(intent.tables.iter_mut()) {
+        let columns = table_columns(&reader, info.oid).await?;
+        table.columns = columns.clone();
+        table.identity = info.identity_columns.clone();
+        table.oid = info.oid;
+        let identity = info
+            .identity_columns
+            .iter()
+            .map(|name| columns.iter().position(|c| &c.name == name))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| ReplicationError::Copy {
+                table: info.table.to_string(),
+                problem: "a replica identity column is not published (generated?)".into(),
+            })?;
+        jobs.push(TableJob {
+            id: table.id,
+            schema: table.schema.clone(),
+            name: table.name.clone(),
+            columns,
+            identity,
+        });
+    }
+    let copies: Vec<(SourceTable, Vec<source::ColumnMeta>)> = primary
+        .tables
+        .iter()
+        .zip(&jobs)
+        .map(|(i, j)| (i.table.clone(), j.columns.clone()))
+        .collect();
+    let mut pipeline = Pipeline::start(rules, jobs, store.clone(), progress.clone())
+        .map_err(|e| SourceError::Connection(format!("cannot start snapshot threads: {e}")))?;
+    let copied = copy_all(&reader, &copies, &mut pipeline, &progress).await;
+    if copied.is_ok() {
+        intent.state = BootstrapState::Complete;
+        pipeline.finish(intent.clone()).await;
+    }
+    let joined = tokio::task::spawn_blocking(move || pipeline.join())
+        .await
+        .map_err(|e| SourceError::Connection(format!("snapshot threads: {e}")))?;
+    // A pipeline error explains a failed send; otherwise report the COPY error.
+    joined?;
+    copied?;
+    drop(exported);
+    let rows = progress.rows();
+    tracing::info!(
+        rows,
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "snapshot complete"
+    );
+    Ok(BootstrapOutcome::Copied {
+        consistent_point: intent.consistent_point.unwrap_or(0),
+        rows,
+    })
+}
+
+async fn copy_all(
+    reader: &tokio_postgres::Client,
+    copies: &[(SourceTable, Vec<source::ColumnMeta>)],
+    pipeline: &mut Pipeline,
+    progress: &Progress,
+) -> Result<(), ReplicationError> {
+    for (index, (table, columns)) in copies.iter().enumerate() {
+        let stream = copy_table(reader, table, columns).await?;
+        pin_mut!(stream);
+        let mut chunk = Vec::with_capacity(CHUNK_ROWS);
+        while let Some(row) = stream
+            .try_next()
+            .await
+            .map_err(SourceError::query("COPY"))?
+        {
+            chunk.push(row);
+            if chunk.len() == CHUNK_ROWS {
+                let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));
+                if !pipeline.send_rows(index, full).await {
+                    return Ok(()); // the pipeline stopped; its error is reported
+                }
+            }
+        }
+        if !chunk.is_empty() && !pipeline.send_rows(index, chunk).await {
+            return Ok(());
+        }
+        progress.table_done();
+    }
+    Ok(())
+}
+
+/// The number before `#` in the bucket names `rules` produce (0 when unversioned).
+fn generation_of(rules: &SyncRules) -> u64 {
+    match rules.bucket_version() {
+        rules::BucketVersion::Versioned(g) => g,
+        rules::BucketVersion::Unversioned => 0,
+    }
+}
+
+fn check_ownership(
+    intent: &BootstrapIntent,
+    plan: &SourcePlan,
+    system_identifier: &str,
+    rules_hash: &str,
+) -> Result<(), ReplicationError> {
+    if intent.system_identifier != system_identifier || intent.database != plan.connection.database
+    {
+        return Err(ownership(
+            "PSM_B1001",
+            format!(
+                "the storage holds data of another primary (system identifier {}, database {}), not of the \
+                 configured one ({system_identifier}, {}); point the config back, or run SELECT powersync_mdbx.reset()",
+                intent.system_identifier, intent.database, plan.connection.database
+            ),
+        ));
+    }
+    if intent.slot != plan.slot {
+        return Err(ownership(
+            "PSM_B1002",
+            format!(
+                "the storage was built through slot \"{}\", but powersync_mdbx.slot_name is \"{}\"; set it back, \
+                 or run SELECT powersync_mdbx.reset()",
+                intent.slot, plan.slot
+            ),
+        ));
+    }
+    // An interrupted bootstrap starts over with the rules it is given.
+    if intent.state == BootstrapState::Complete && intent.rules_hash != rules_hash {
+        return Err(ownership(
+            "PSM_B1003",
+            "the sync rules changed since the storage was built; run SELECT powersync_mdbx.reset() to rebuild \
+             with the new rules"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+fn foreign_slot(name: &str) -> ReplicationError {
+    ownership(
+        "PSM_R1013",
+        format!(
+            "replication slot \"{name}\" exists on the primary but this storage did not create it; drop it \
+             (SELECT pg_drop_replication_slot('{name}')) if it is stale, or set powersync_mdbx.slot_name to another name"
+        ),
+    )
+}
+
+fn ownership(code: &'static str, message: String) -> ReplicationError {
+    ReplicationError::Ownership { code, message }
+}

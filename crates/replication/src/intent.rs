@@ -1,0 +1,141 @@
+//! The bootstrap record, written to the store before the slot exists and updated as the
+//! bootstrap advances, so a restart knows which slot is its own and whether the snapshot
+//! finished.
+
+use serde::{Deserialize, Serialize};
+
+use super::ReplicationError;
+use store::{ReadTxn, StoreError, WriteTxn};
+
+/// Stage-record key in the store.
+const KEY: &str = "bootstrap";
+/// Stage-record key of the rules text the data is built with.
+const RULES_KEY: &str = "rules";
+
+/// How far the bootstrap got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootstrapState {
+    /// The intent is durable; the slot may or may not exist yet.
+    CreatingSlot,
+    /// The slot exists; tables are being copied.
+    Snapshotting,
+    /// Every table is copied and committed with the consistent point.
+    Complete,
+}
+
+/// A source table and the id the store knows it by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentTable {
+    /// Store table id.
+    pub id: u32,
+    /// Schema.
+    pub schema: String,
+    /// Name.
+    pub name: String,
+    /// The columns as the snapshot copied them; a stream whose Relation message differs
+    /// is refused (rows are never decoded with a stale schema).
+    #[serde(default)]
+    pub columns: Vec<source::ColumnMeta>,
+    /// The replica identity columns, in key order.
+    #[serde(default)]
+    pub identity: Vec<String>,
+    /// The table's OID on the primary (pgoutput addresses relations by it).
+    #[serde(default)]
+    pub oid: u32,
+}
+
+fn first_generation() -> u64 {
+    1
+}
+
+/// Who the stored data belongs to and how far its bootstrap went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootstrapIntent {
+    /// The primary's `system_identifier`.
+    pub system_identifier: String,
+    /// Database on the primary.
+    pub database: String,
+    /// The slot this store owns.
+    pub slot: String,
+    /// The publication read.
+    pub publication: String,
+    /// SHA-256 (hex) of the sync rules the data was built with.
+    pub rules_hash: String,
+    /// The bucket generation the data was built with (the number before `#` in its
+    /// bucket names).
+    #[serde(default = "first_generation")]
+    pub generation: u64,
+    /// Tables and their store ids.
+    pub tables: Vec<IntentTable>,
+    /// Progress.
+    pub state: BootstrapState,
+    /// The slot's consistent point, once the slot exists.
+    pub consistent_point: Option<u64>,
+    /// Rows copied, once complete.
+    pub rows: u64,
+}
+
+impl BootstrapIntent {
+    /// The stage-record key it is stored under.
+    pub const KEY: &'static str = KEY;
+    /// The stage-record key of the rules text (see [`Self::load_rules_text`]).
+    pub const RULES_KEY: &'static str = RULES_KEY;
+
+    /// Reads the record, if any.
+    pub fn load(view: &ReadTxn<'_, '_>) -> Result<Option<Self>, ReplicationError> {
+        let Some(bytes) = view.stage_record(KEY)? else {
+            return Ok(None);
+        };
+        Self::decode(&bytes).map(Some)
+    }
+
+    /// The record from its stored bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ReplicationError> {
+        serde_json::from_slice(bytes).map_err(|e| ReplicationError::Ownership {
+            code: "PSM_B1000",
+            message: format!(
+                "the stored bootstrap record does not parse ({e}); run SELECT powersync_mdbx.reset()"
+            ),
+        })
+    }
+
+    /// The record as stored (JSON).
+    pub fn encode(&self) -> Result<Vec<u8>, ReplicationError> {
+        serde_json::to_vec(self).map_err(|e| ReplicationError::Ownership {
+            code: "PSM_B1009",
+            message: format!(
+                "cannot encode the bootstrap record ({e}); this is a bug, please report it"
+            ),
+        })
+    }
+
+    /// The rules text the stored data was built with (`None` for stores built before the
+    /// text was recorded: their rules are known only by [`Self::rules_hash`]).
+    pub fn load_rules_text(view: &ReadTxn<'_, '_>) -> Result<Option<String>, ReplicationError> {
+        match view.stage_record(RULES_KEY)? {
+            None => Ok(None),
+            Some(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
+                ReplicationError::Store(StoreError::corrupt(view.dir(), "rules record"))
+            }),
+        }
+    }
+
+    /// Records the rules text the data is built with, in `write`'s transaction.
+    pub fn save_rules_text(text: &str, write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
+        write.put_stage_record(RULES_KEY, text.as_bytes())
+    }
+
+    /// Writes an [`encode`](Self::encode)d record in `write`'s transaction.
+    pub fn save(encoded: &[u8], write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
+        write.put_stage_record(KEY, encoded)
+    }
+
+    /// The store id of `schema.name`.
+    pub fn table_id(&self, schema: &str, name: &str) -> Option<u32> {
+        self.tables
+            .iter()
+            .find(|t| t.schema == schema && t.name == name)
+            .map(|t| t.id)
+    }
+}

@@ -1,0 +1,24 @@
+//! Replication: the bootstrap (slot, exported snapshot, COPY through the evaluator
+//! pipeline into the store) and the stream (pgoutput changes applied one source
+//! transaction per store commit). Both write evaluated rows through [`StoreInput`].
+#![warn(missing_docs)]
+
+mod apply;
+mod bootstrap;
+mod error;
+mod intent;
+mod pipeline;
+mod progress;
+mod release;
+mod store_input;
+mod stream;
+mod toast;
+
+pub use apply::StreamProgress;
+pub use bootstrap::{bootstrap, BootstrapOutcome, SourcePlan};
+pub use error::ReplicationError;
+pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
+pub use progress::Progress;
+pub use release::{release_intent_slot, release_slot};
+pub use store_input::StoreInput;
+pub use stream::{follow_slot, StreamContext};

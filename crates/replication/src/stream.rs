@@ -1,0 +1,411 @@
+//! Following the slot after the snapshot: check the slot's health, `START_REPLICATION`
+//! from the durable LSN, turn pgoutput events into [`Change`]s for the applier thread, and
+//! refuse any table whose shape no longer matches the snapshot.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use pg_walstream::{CancellationToken, ChangeEvent, EventType, RelationColumn};
+use tokio::sync::{mpsc, watch};
+
+use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
+use super::intent::{BootstrapIntent, BootstrapState};
+use super::{ReplicationError, SourcePlan};
+use metrics::PendingCommits;
+use rules::SyncRules;
+use source::{connect, format_lsn, replication_error, slot_info, start_stream};
+use store::{Checkpoint, Store};
+
+/// Decoded changes buffered between the connection and the applier.
+const CHANGE_QUEUE: usize = 1024;
+
+/// Everything a stream run needs besides the plan.
+pub struct StreamContext {
+    /// The compiled rules.
+    pub rules: Arc<SyncRules>,
+    /// The store.
+    pub store: Arc<Store>,
+    /// Where durable checkpoints are published.
+    pub published: watch::Sender<Checkpoint>,
+    /// Counters for `status()`.
+    pub progress: Arc<StreamProgress>,
+}
+
+/// How long a stopping stream waits for the primary to end replication.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Streams changes until `stop` turns true (then `Ok`) or an error.
+pub async fn follow_slot(
+    plan: &SourcePlan,
+    context: &StreamContext,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ReplicationError> {
+    let intent = context
+        .store
+        .read(|view| Ok(BootstrapIntent::load(view)))??
+        .filter(|i| i.state == BootstrapState::Complete)
+        .ok_or_else(|| stream_error("streaming needs a complete snapshot".into()))?;
+    let tables = intent
+        .tables
+        .iter()
+        .map(StreamTable::from_intent)
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| ReplicationError::Stream {
+            code: "PSM_R2004",
+            message: "the stored snapshot predates change streaming (no column record); run \
+                      SELECT powersync_mdbx.reset() to take a new one"
+                .into(),
+            operator: true,
+        })?;
+    let durable = context.store.read(|view| view.checkpoint())?;
+    let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
+    check_slot(plan, start).await?;
+    let mut stream = start_stream(&plan.connection, &plan.slot, start).await?;
+    tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
+
+    let by_oid: HashMap<u32, usize> = tables.iter().enumerate().map(|(i, t)| (t.oid, i)).collect();
+    let by_name: HashMap<String, usize> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.qualified(), i))
+        .collect();
+    context.progress.pending.clear();
+    context.progress.uncommitted.store(0, Relaxed);
+    let mut decoder = Decoder {
+        pending: &context.progress.pending,
+        tables: &tables,
+        by_oid,
+        by_name,
+        in_transaction: false,
+    };
+    let (input, changes) = mpsc::channel(CHANGE_QUEUE);
+    let applier = Applier {
+        store: context.store.clone(),
+        rules: context.rules.clone(),
+        tables: tables.clone(),
+        durable,
+        published: context.published.clone(),
+        feedback: stream.shared_lsn_feedback.clone(),
+        progress: context.progress.clone(),
+        debt: HashMap::new(),
+    };
+    let applying = std::thread::Builder::new()
+        .name("psm-stream-apply".into())
+        .spawn(move || applier.run(changes))
+        .map_err(|e| stream_error(format!("cannot start the apply thread: {e}")))?;
+
+    let watcher = tokio::spawn(watch_slot(plan.clone(), context.progress.clone()));
+    let cancel = CancellationToken::new();
+    let stopper = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let _ = stop.wait_for(|s| *s).await;
+            cancel.cancel();
+        })
+    };
+    let received = loop {
+        // Report what the applier made durable (throttled to the feedback interval) before
+        // waiting: without it the primary learns only at its next keepalive request.
+        stream.maybe_send_feedback().await;
+        // The library checks `cancel` only between messages (over TLS that can be the
+        // primary's next keepalive, half of wal_sender_timeout away): race it here. A
+        // message cut off by the stop is never applied.
+        let next = tokio::select! {
+            biased;
+            () = cancel.cancelled() => break Ok(()),
+            next = stream.next_event(&cancel) => next,
+        };
+        let event = match next {
+            Ok(event) => event,
+            Err(pg_walstream::ReplicationError::Cancelled(_)) => break Ok(()),
+            Err(e) => break Err(ReplicationError::from(replication_error(e))),
+        };
+        match decoder.decode(event) {
+            Ok(Some(change)) => {
+                if change.is_row_change() {
+                    context.progress.received.fetch_add(1, Relaxed);
+                }
+                if input.send(change).await.is_err() {
+                    break Ok(()); // the applier stopped; its error is reported below
+                }
+            }
+            Ok(None) => {}
+            Err(e) => break Err(e),
+        }
+    };
+    stopper.abort();
+    watcher.abort();
+    drop(input);
+    // Ending the replication politely waits for the server; never for long.
+    let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
+    let applied = tokio::task::spawn_blocking(move || applying.join())
+        .await
+        .map_err(|e| stream_error(format!("apply thread: {e}")))?
+        .unwrap_or_else(|_| Err(stream_error("the apply thread panicked (a bug)".into())));
+    // An open store transaction ended with the applier: nothing of it is pending now.
+    context.progress.uncommitted.store(0, Relaxed);
+    // A stream error is the cause when both failed (the applier then saw its input end
+    // inside a transaction); otherwise the applier's own error.
+    received.and(applied)
+}
+
+/// Refuses a slot that is gone or invalidated, or one that confirmed changes beyond what
+/// the store holds (`start`): in each case changes the buckets need are lost.
+async fn check_slot(plan: &SourcePlan, start: u64) -> Result<(), ReplicationError> {
+    let client = connect(&plan.connection).await?;
+    let slot = slot_info(&client, &plan.slot).await?;
+    let lost = |code: &'static str, what: &str| ReplicationError::Stream {
+        code,
+        message: format!(
+            "replication slot \"{}\" {what}, so changes since the last checkpoint are lost and \
+             the buckets cannot be kept exact; run SELECT powersync_mdbx.reset() to take a new \
+             snapshot (and raise max_slot_wal_keep_size on the primary if WAL retention \
+             invalidated it)",
+            plan.slot
+        ),
+        operator: true,
+    };
+    match slot {
+        None => Err(lost("PSM_R2005", "is gone from the primary")),
+        Some(s) if s.wal_status.as_deref() == Some("lost") => {
+            Err(lost("PSM_R2006", "was invalidated (wal_status lost)"))
+        }
+        // This worker reports a position flushed only after it is durable in the store, so
+        // a slot ahead of the store means the store is not the one that read the slot: a
+        // restored backup, or a copy of another replica's store on the same slot.
+        Some(s) if s.confirmed_flush_lsn.is_some_and(|c| c > start) => {
+            Err(ReplicationError::Stream {
+                code: "PSM_R2007",
+                message: format!(
+                    "replication slot \"{}\" confirmed changes up to {}, but this storage holds \
+                     them only up to {} (a store restored from a backup, or a copy of another \
+                     sync replica's store using the same slot); the changes in between are gone \
+                     from the slot, so run SELECT powersync_mdbx.reset() to take a new snapshot",
+                    plan.slot,
+                    format_lsn(s.confirmed_flush_lsn.unwrap_or_default()),
+                    format_lsn(start)
+                ),
+                operator: true,
+            })
+        }
+        Some(s) if s.active => Err(stream_error(format!(
+            "replication slot \"{}\" is in use by another connection (an earlier one of this \
+             worker may still be closing); retrying",
+            plan.slot
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Every 10 s, how much WAL the primary retains for the slot (for `status()`) and its
+/// current WAL position (for the lag in bytes), over an ordinary connection; errors only skip a reading (the stream reports real failures).
+async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+    let mut client = None;
+    loop {
+        if client.is_none() {
+            client = connect(&plan.connection).await.ok();
+        }
+        if let Some(c) = &client {
+            let row = c
+                .query_opt(
+                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint, \
+                     (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint \
+                     FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&plan.slot],
+                )
+                .await;
+            match row {
+                Ok(Some(row)) => {
+                    if let Ok(Some(bytes)) = row.try_get::<_, Option<i64>>(0) {
+                        progress.retained_wal_bytes.store(
+                            u64::try_from(bytes).unwrap_or(0),
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                    if let Ok(Some(head)) = row.try_get::<_, Option<i64>>(1) {
+                        progress.primary_head_lsn.store(
+                            u64::try_from(head).unwrap_or(0),
+                            std::sync::atomic::Ordering::Relaxed,
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => client = None,
+            }
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+/// pgoutput events → changes for the tables the rules read.
+struct Decoder<'a> {
+    /// Where each transaction's Begin is noted for the lag in seconds.
+    pending: &'a PendingCommits,
+    tables: &'a [StreamTable],
+    by_oid: HashMap<u32, usize>,
+    by_name: HashMap<String, usize>,
+    in_transaction: bool,
+}
+
+impl Decoder<'_> {
+    fn decode(&mut self, event: ChangeEvent) -> Result<Option<Change>, ReplicationError> {
+        Ok(match event.event_type {
+            EventType::Begin {
+                final_lsn,
+                commit_timestamp,
+                ..
+            } => {
+                self.in_transaction = true;
+                self.pending
+                    .received(final_lsn.value(), commit_timestamp.timestamp_micros());
+                Some(Change::Begin {
+                    commit_lsn: final_lsn.value(),
+                })
+            }
+            EventType::Commit { end_lsn, .. } => {
+                self.in_transaction = false;
+                Some(Change::Commit {
+                    end_lsn: end_lsn.value(),
+                    received: std::time::Instant::now(),
+                })
+            }
+            EventType::Relation {
+                relation_id,
+                namespace,
+                relation_name,
+                columns,
+                ..
+            } => {
+                self.check_relation(relation_id, &namespace, &relation_name, &columns)?;
+                None
+            }
+            EventType::Insert {
+                relation_oid, data, ..
+            } => self
+                .by_oid
+                .get(&relation_oid)
+                .map(|&table| Change::Insert { table, new: data }),
+            EventType::Update {
+                relation_oid,
+                old_data,
+                new_data,
+                ..
+            } => self.by_oid.get(&relation_oid).map(|&table| Change::Update {
+                table,
+                old: old_data,
+                new: new_data,
+            }),
+            EventType::Delete {
+                relation_oid,
+                old_data,
+                ..
+            } => self.by_oid.get(&relation_oid).map(|&table| Change::Delete {
+                table,
+                old: old_data,
+            }),
+            EventType::Truncate { tables, .. } => {
+                let tables: Vec<usize> = tables
+                    .iter()
+                    .filter_map(|name| self.by_name.get(name.as_ref()).copied())
+                    .collect();
+                (!tables.is_empty()).then_some(Change::Truncate { tables })
+            }
+            EventType::Message {
+                flags, message_lsn, ..
+            } if flags & 1 == 0 && !self.in_transaction => Some(Change::Advance {
+                lsn: message_lsn.value(),
+            }),
+            EventType::StreamStart { .. }
+            | EventType::StreamCommit { .. }
+            | EventType::BeginPrepare { .. }
+            | EventType::StreamPrepare { .. } => {
+                return Err(stream_error(format!(
+                    "unexpected pgoutput message {:?} (streaming and two-phase are off)",
+                    event.event_type
+                )))
+            }
+            _ => None,
+        })
+    }
+
+    /// A Relation message for a table the rules read must describe the table the snapshot
+    /// copied: same OID, name, columns (names and types, in order) and identity columns.
+    fn check_relation(
+        &self,
+        oid: u32,
+        namespace: &str,
+        name: &str,
+        columns: &[RelationColumn],
+    ) -> Result<(), ReplicationError> {
+        let qualified = format!("{namespace}.{name}");
+        let known = match (self.by_oid.get(&oid), self.by_name.get(&qualified)) {
+            (None, None) => return Ok(()),
+            (Some(&i), _) | (None, Some(&i)) => &self.tables[i],
+        };
+        let mut problems = Vec::new();
+        if known.oid != oid {
+            problems.push(format!(
+                "it was dropped and created again (OID {} → {oid})",
+                known.oid
+            ));
+        }
+        if known.qualified() != qualified {
+            problems.push(format!("it was renamed to {qualified}"));
+        }
+        let now: Vec<(&str, u32)> = columns
+            .iter()
+            .map(|c| (c.name.as_ref(), c.type_id))
+            .collect();
+        let then: Vec<(&str, u32)> = known
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_oid))
+            .collect();
+        if now != then {
+            problems.push(format!(
+                "its columns changed from ({}) to ({})",
+                describe(&then),
+                describe(&now)
+            ));
+        }
+        let mut keys_now: Vec<&str> = columns
+            .iter()
+            .filter(|c| c.is_key)
+            .map(|c| c.name.as_ref())
+            .collect();
+        let mut keys_then: Vec<&str> = known.identity_names.iter().map(String::as_str).collect();
+        keys_now.sort_unstable();
+        keys_then.sort_unstable();
+        if keys_now != keys_then {
+            problems.push(format!(
+                "its replica identity changed from ({}) to ({})",
+                keys_then.join(", "),
+                keys_now.join(", ")
+            ));
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(ReplicationError::Stream {
+            code: "PSM_R2002",
+            message: format!(
+                "table {} changed on the primary after the snapshot: {}. Rows of the new shape \
+                 cannot be matched with the stored ones, so nothing of it was applied; run \
+                 SELECT powersync_mdbx.reset() to take a new snapshot",
+                known.qualified(),
+                problems.join("; ")
+            ),
+            operator: true,
+        })
+    }
+}
+
+fn describe(columns: &[(&str, u32)]) -> String {
+    columns
+        .iter()
+        .map(|(name, oid)| format!("{name} oid {oid}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,9 @@
+//! The integration tests of this crate, one test binary (`cargo test -p powersync-mdbx-replication`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+extern crate powersync_mdbx_replication as replication;
+
+mod bootstrap;
+mod slot_invalidation;
+mod streaming;
+mod streaming_tls;

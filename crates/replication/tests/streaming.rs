@@ -1,0 +1,339 @@
+//! Live tests: after the snapshot, every change on the primary reaches the buckets —
+//! inserts, updates moving rows between buckets, deletes, TRUNCATE, unchanged TOAST
+//! values, REPLICA IDENTITY FULL, parameter rows — and after each sync point the live
+//! rows of every stored bucket equal an independent evaluation of the primary's rows,
+//! and every bucket's ops add up to its announced checksum and count. Also: restart
+//! mid-stream, a changed table, and a dropped slot.
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::SourceConnection;
+use replication::{
+    bootstrap, follow_slot, Progress, ReplicationError, SourcePlan, StreamContext, StreamProgress,
+};
+use rules::SyncRules;
+use store::{Checkpoint, OpKind, Store};
+use testkit::{wait_for_future, wait_until, Cluster, ClusterKind, PgInstall, TestDir, Waiting};
+use tokio::sync::watch;
+
+use buckets::{diff, expected, lsn, stored};
+use testkit::buckets;
+
+const SLOT: &str = "psm_stream_test";
+
+/// How often a wait looks again.
+const POLL: Duration = Duration::from_millis(50);
+
+const SCHEMA: &str = "
+CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
+CREATE TABLE todos (id text PRIMARY KEY, list_id text, title text, status text);
+CREATE TABLE docs (id integer PRIMARY KEY, title text, body text);
+ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
+CREATE TABLE notes (owner text, note text);
+ALTER TABLE notes REPLICA IDENTITY FULL;
+CREATE PUBLICATION powersync FOR TABLE lists, todos, docs, notes;
+INSERT INTO lists VALUES ('l1', 'u1'), ('l2', 'u2');
+INSERT INTO todos VALUES ('t1', 'l1', 'one', 'open'), ('t2', 'l1', 'two', 'done'),
+                         ('t3', 'l2', 'three', 'open');
+INSERT INTO docs VALUES (1, 'small', 'tiny body');
+INSERT INTO notes VALUES ('u1', 'first'), ('u1', 'other'), ('u2', 'second');
+";
+
+const RULES: &str = "
+bucket_definitions:
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT * FROM todos WHERE list_id = bucket.list_id
+  by_status:
+    parameters: SELECT request.jwt() ->> 'status' AS status
+    data:
+      - SELECT id, title FROM todos WHERE status = bucket.status
+  docs:
+    data:
+      - SELECT id, title, body, length(body) AS size FROM docs
+  notes:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT owner || '-' || note AS id, note FROM notes WHERE owner = bucket.owner
+";
+
+const TABLES: &[&str] = &["lists", "todos", "docs", "notes"];
+
+struct Rig {
+    _dir: TestDir,
+    primary: Cluster,
+    store_dir: tempfile::TempDir,
+    rules: Arc<SyncRules>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(SCHEMA);
+        Self {
+            _dir: dir,
+            primary,
+            store_dir: tempfile::tempdir().unwrap(),
+            rules: Arc::new(SyncRules::parse(RULES).unwrap()),
+        }
+    }
+
+    fn plan(&self) -> SourcePlan {
+        SourcePlan {
+            connection: SourceConnection::from_uri(&self.primary.uri("postgres")).unwrap(),
+            slot: SLOT.into(),
+        }
+    }
+
+    fn open_store(&self) -> Arc<Store> {
+        Arc::new(Store::open(&self.store_dir.path().join("store")).unwrap())
+    }
+}
+
+/// A running stream task and its stop switch.
+struct Streaming {
+    stop: watch::Sender<bool>,
+    checkpoints: watch::Receiver<Checkpoint>,
+    progress: Arc<StreamProgress>,
+    task: tokio::task::JoinHandle<Result<(), ReplicationError>>,
+}
+
+/// Starts following the slot once the primary released it: after a stop the walsender
+/// may still hold it for a moment, and `follow_slot` refuses a busy slot (the engine
+/// retries; these tests start once).
+fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
+    let busy = format!(
+        "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = \
+         '{SLOT}'"
+    );
+    wait_until("the primary to release the slot", || {
+        (rig.primary.sql(&busy) == "f").then_some(())
+    });
+    let initial = store.read(|v| v.checkpoint()).unwrap();
+    let (published, checkpoints) = watch::channel(initial);
+    let progress = Arc::new(StreamProgress::default());
+    let context = StreamContext {
+        rules: rig.rules.clone(),
+        store: store.clone(),
+        published,
+        progress: progress.clone(),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let plan = rig.plan();
+    let task = tokio::spawn(async move { follow_slot(&plan, &context, stopped).await });
+    Streaming {
+        stop,
+        checkpoints,
+        progress,
+        task,
+    }
+}
+
+impl Streaming {
+    /// Waits until everything committed on the primary so far is in a published
+    /// checkpoint (a logical message makes an idle source advance), while the stream
+    /// advances (checkpoints, changes received and applied).
+    async fn sync_point(&mut self, primary: &Cluster) -> Checkpoint {
+        let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
+        primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
+        let mut waiting = Waiting::new(format!("a checkpoint at {head:X}"));
+        loop {
+            let checkpoint = *self.checkpoints.borrow_and_update();
+            if checkpoint.lsn >= head {
+                return checkpoint;
+            }
+            if self.task.is_finished() {
+                let ended = (&mut self.task).await;
+                panic!("the stream ended before {head:X}: {ended:?}");
+            }
+            waiting.progress((checkpoint, self.progress.activity()));
+            let _ = tokio::time::timeout(POLL, self.checkpoints.changed()).await;
+        }
+    }
+
+    async fn stop(self) -> Result<(), ReplicationError> {
+        self.stop.send_replace(true);
+        wait_for_future("the stream task to end", || (), self.task)
+            .await
+            .unwrap()
+    }
+}
+
+async fn assert_matches_primary(rig: &Rig, store: &Store, when: &str) {
+    let expected = expected(&rig.plan().connection, &rig.rules, TABLES).await;
+    let stored = stored(store);
+    assert!(
+        stored == expected,
+        "buckets after {when}: {}",
+        diff(&stored, &expected)
+    );
+}
+
+async fn bootstrapped(rig: &Rig) -> Arc<Store> {
+    let store = rig.open_store();
+    bootstrap(
+        &rig.plan(),
+        rig.rules.clone(),
+        store.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_reaches_the_buckets() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    assert_matches_primary(&rig, &store, "the snapshot").await;
+    let mut streaming = start_streaming(&rig, &store);
+    let p = &rig.primary;
+
+    // Inserts, an update moving a row to another list's bucket, a status change, deletes.
+    p.sql("INSERT INTO todos VALUES ('t4', 'l2', 'four', 'open'), ('t5', NULL, 'five', NULL)");
+    p.sql("UPDATE todos SET list_id = 'l2' WHERE id = 't1'");
+    p.sql("UPDATE todos SET status = 'done', title = 'three!' WHERE id = 't3'");
+    p.sql("DELETE FROM todos WHERE id = 't2'");
+    let first = streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "inserts, updates and deletes").await;
+
+    // A primary key update (the row keeps its subkey) and a transaction of many rows.
+    p.sql("UPDATE todos SET id = 't4b' WHERE id = 't4'");
+    p.sql(
+        "INSERT INTO todos SELECT 'bulk' || g, CASE WHEN g % 2 = 0 THEN 'l1' ELSE 'l2' END, \
+         'bulk', 'open' FROM generate_series(1, 5000) g",
+    );
+    p.sql("UPDATE todos SET status = 'done' WHERE id LIKE 'bulk%' AND id LIKE '%7'");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "a key update and a bulk transaction").await;
+
+    // Full-table update rounds: superseded history is CLEAR-compacted, storage stays flat.
+    for _ in 0..3 {
+        p.sql("UPDATE todos SET title = title || '!'");
+    }
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "full-table update rounds").await;
+    let (count, live) = store
+        .read(|v| {
+            let state = v.bucket("1#by_list[\"l1\"]")?.unwrap();
+            let cp = v.checkpoint()?.op_id;
+            let ops = v.ops(state.id, 0, cp, usize::MAX)?.ops;
+            assert_eq!(ops.len() as u64, state.count);
+            let live = ops.iter().filter(|o| o.kind == OpKind::Put).count() as u64;
+            assert_eq!(ops[0].kind, OpKind::Clear);
+            Ok((state.count, live))
+        })
+        .unwrap();
+    assert_eq!(count, live + 1, "one CLEAR, then the live rows");
+
+    // A TOASTed value left unchanged by an update; then changed.
+    p.sql("INSERT INTO docs SELECT 2, 'big', string_agg(md5(g::text), '') FROM generate_series(1, 400) g");
+    p.sql("UPDATE docs SET title = 'big, renamed' WHERE id = 2");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "an unchanged TOAST value").await;
+    p.sql("UPDATE docs SET body = 'short now' WHERE id = 2");
+    p.sql("UPDATE docs SET title = 'again' WHERE id = 2");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "a TOAST value replaced").await;
+
+    // REPLICA IDENTITY FULL: an update (the identity is the whole row) and a delete.
+    p.sql("UPDATE notes SET note = 'changed' WHERE note = 'first'");
+    p.sql("DELETE FROM notes WHERE note = 'second'");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "FULL identity changes").await;
+
+    // Parameter rows: a list changes owner, a list is added, one is deleted.
+    p.sql("UPDATE lists SET owner_id = 'u2' WHERE id = 'l1'");
+    p.sql("INSERT INTO lists VALUES ('l3', 'u3')");
+    p.sql("DELETE FROM lists WHERE id = 'l2'");
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "parameter rows").await;
+
+    // TRUNCATE across tables in one statement.
+    p.sql("TRUNCATE todos, notes");
+    let last = streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "TRUNCATE").await;
+    assert!(last.op_id > first.op_id);
+
+    // Restart: nothing is applied twice, nothing lost.
+    streaming.stop().await.unwrap();
+    p.sql("INSERT INTO todos VALUES ('t9', 'l1', 'while stopped', 'open')");
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "a restart").await;
+    streaming.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let streaming = start_streaming(&rig, &store);
+    rig.primary.sql(
+        "INSERT INTO todos SELECT 'big' || g, 'l1', repeat('x', 50), 'open' \
+         FROM generate_series(1, 200000) g",
+    );
+    let commit = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    // Stop once the applier wrote part of the transaction to its open store transaction:
+    // it is abandoned whole.
+    let mut waiting = Waiting::new("the applier inside the transaction");
+    while streaming.progress.uncommitted.load(Relaxed) == 0 {
+        assert!(!streaming.task.is_finished(), "the stream ended");
+        waiting.progress(streaming.progress.activity());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    streaming.task.abort();
+    let _ = streaming.task.await;
+    let before = store.read(|v| v.checkpoint()).unwrap();
+    assert!(
+        before.lsn < commit,
+        "the transaction was committed before the stop ({:X} >= {commit:X})",
+        before.lsn
+    );
+    let mut streaming = start_streaming(&rig, &store);
+    let after = streaming.sync_point(&rig.primary).await;
+    assert!(after.op_id >= before.op_id);
+    assert_matches_primary(&rig, &store, "a restart inside a large transaction").await;
+    streaming.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_table_or_a_lost_slot_stops_with_its_error() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    rig.primary
+        .sql("INSERT INTO todos VALUES ('a', 'l1', 'before', 'open')");
+    streaming.sync_point(&rig.primary).await;
+    rig.primary.sql("ALTER TABLE todos ADD COLUMN due date");
+    rig.primary
+        .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open', now())");
+    let result = wait_for_future("the stream task to end", || (), streaming.task)
+        .await
+        .unwrap();
+    let message = result.unwrap_err().to_string();
+    assert!(message.starts_with("PSM_R2002"), "{message}");
+    assert!(
+        message.contains("public.todos") && message.contains("due"),
+        "{message}"
+    );
+    // Nothing of the new shape was applied.
+    let stored = stored(&store);
+    assert!(stored
+        .values()
+        .all(|rows| !rows.keys().any(|(_, id)| id == "b")));
+
+    rig.primary
+        .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
+    let streaming = start_streaming(&rig, &store);
+    let result = wait_for_future("the stream task to end", || (), streaming.task)
+        .await
+        .unwrap();
+    let message = result.unwrap_err().to_string();
+    assert!(message.starts_with("PSM_R2005"), "{message}");
+}

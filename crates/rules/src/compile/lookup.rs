@@ -1,0 +1,375 @@
+//! Parameter queries (legacy `parameters`, stream CTEs and `IN (SELECT ...)` subqueries):
+//! static ones read only the request; table ones become lookup creators (row side) and
+//! lookup groups (request side) that meet in `LookupKey`s.
+
+use sqlparser::ast::{Expr as Ast, Select, SelectItem, Spanned};
+
+use super::{from_items, implicit_name, MAX_BRANCHES};
+use crate::error::RulesError;
+use crate::expr::Expr;
+use crate::plan::{LookupBranch, LookupCreator, TableRef};
+use crate::request::{LookupGroup, RequestBranch};
+use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
+use crate::sql::lower::{fix_in_precedence, lower, lower_side, RequestStyle, Scope, Side};
+use crate::sql::{ident_name, QueryCtx};
+
+/// A compiled parameter/lookup query (legacy parameter query, stream CTE or subquery).
+pub(crate) struct LookupQuery {
+    /// The lookup creator and its table (table queries only).
+    pub creator: Option<(TableRef, LookupCreator)>,
+    /// The request side.
+    pub group: LookupGroup,
+    /// Output names, by position in a group row.
+    pub outputs: Vec<String>,
+    /// `_priority`, if given.
+    pub priority: Option<u8>,
+}
+
+/// Compile a parameter query: static (no FROM) or table (one table, links to the request).
+pub(crate) fn lookup_query(
+    ctx: &QueryCtx<'_>,
+    select: &Select,
+    source: &str,
+    query_id: &str,
+    style: RequestStyle,
+) -> Result<LookupQuery, RulesError> {
+    if let Some(each) = json_each(ctx, select, style)? {
+        return Ok(each);
+    }
+    let from = from_items(ctx, select)?;
+    if from.len() > 1 {
+        return Err(ctx.err(
+            from[1].span,
+            "a parameter query reads one table",
+            "one table per parameter query",
+        ));
+    }
+    let table = from.first().cloned();
+    if let (Some(t), RequestStyle::Legacy) = (&table, style) {
+        if t.alias.is_some() {
+            return Err(ctx.err(
+                t.span,
+                "table aliases are not supported in parameter queries",
+                "`FROM <table>` without alias",
+            ));
+        }
+    }
+    let mut scope = Scope {
+        table_qualifiers: table
+            .iter()
+            .flat_map(|t| [Some(t.table.name.clone()), t.alias.clone()])
+            .flatten()
+            .collect(),
+        has_table: table.is_some(),
+        ref_qualifiers: Vec::new(),
+        request: style,
+        slots: Vec::new(),
+    };
+    let mut row_outputs: Vec<(String, Expr)> = Vec::new();
+    let mut req_outputs: Vec<(String, Expr)> = Vec::new();
+    let mut priority = None;
+    for item in &select.projection {
+        let (e, name) = match item {
+            SelectItem::UnnamedExpr(e) => match implicit_name(e) {
+                Some(n) => (e, n),
+                None => {
+                    return Err(ctx.err(
+                        e.span(),
+                        format!("expression `{e}` needs a name"),
+                        format!("`{e} AS <name>`"),
+                    ))
+                }
+            },
+            SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                return Err(ctx.err(
+                    item.span(),
+                    "`*` is not allowed in a parameter query",
+                    "list the parameter columns explicitly",
+                ))
+            }
+            other => {
+                return Err(ctx.err(
+                    other.span(),
+                    "this SELECT item form is not supported",
+                    "`expr AS name`",
+                ))
+            }
+        };
+        if name == "_priority" {
+            priority = Some(priority_literal(ctx, e, priority)?);
+            continue;
+        }
+        if row_outputs
+            .iter()
+            .chain(&req_outputs)
+            .any(|(n, _)| *n == name)
+        {
+            return Err(ctx.err(
+                e.span(),
+                format!("output column `{name}` appears twice"),
+                "unique output names",
+            ));
+        }
+        match lower_side(ctx, &mut scope, &fix_in_precedence(e))? {
+            Side::Row(x) => row_outputs.push((name, x)),
+            Side::Request(x) | Side::Static(x) => req_outputs.push((name, x)),
+            Side::Ref { .. } => {
+                return Err(ctx.err(
+                    e.span(),
+                    "parameter references are not allowed here",
+                    "row columns or request values",
+                ))
+            }
+        }
+    }
+    let filter = match (&select.selection, &table) {
+        (Some(w), Some(_)) => Some(classify(ctx, &mut scope, &fix_in_precedence(w))?),
+        _ => None,
+    };
+    let Some(table) = table else {
+        // Static: outputs and filter read only the request.
+        // Without a table every condition reads only the request (columns were rejected
+        // while lowering), so keep AND/OR/NOT exactly as written.
+        let mut conds = Vec::new();
+        if let Some(w) = &select.selection {
+            conds.push(lower(ctx, &mut scope, &fix_in_precedence(w))?);
+        }
+        return Ok(LookupQuery {
+            creator: None,
+            outputs: req_outputs.iter().map(|(n, _)| n.clone()).collect(),
+            group: LookupGroup::Static {
+                outputs: req_outputs.into_iter().map(|(_, e)| e).collect(),
+                filter: conds,
+            },
+            priority,
+        });
+    };
+    let Some(filter) = filter else {
+        return Err(ctx.err(
+            select.select_token.0.span,
+            "a parameter query that reads a table must filter it by request values",
+            "`WHERE <table>.<column> = request.user_id()` (or auth.user_id() in streams)",
+        ));
+    };
+    let branches = to_dnf(&filter, MAX_BRANCHES).ok_or_else(|| {
+        ctx.err(
+            select.select_token.0.span,
+            "the WHERE clause expands to too many OR branches",
+            "simplify the filter or split it into several queries",
+        )
+    })?;
+    let mut creator_branches = Vec::new();
+    let mut request_branches = Vec::new();
+    let multi = branches.len() > 1;
+    for (i, b) in branches.into_iter().enumerate() {
+        let id = if multi {
+            format!("{query_id}.{i}")
+        } else {
+            query_id.to_string()
+        };
+        let mut row_links = Vec::new();
+        let mut req_links = Vec::new();
+        let mut expanding = 0;
+        for l in b.links {
+            match l {
+                Cond::Link {
+                    row,
+                    row_expands,
+                    target: LinkTarget::Request(r),
+                    target_expands,
+                    span,
+                } => {
+                    if row_expands || target_expands {
+                        expanding += 1;
+                        if expanding > 1 {
+                            return Err(ctx.err(
+                                span,
+                                "cannot have multiple array (IN) parameters in one parameter query",
+                                "at most one `IN` link per query",
+                            ));
+                        }
+                    }
+                    row_links.push((row, row_expands));
+                    req_links.push((r, target_expands));
+                }
+                Cond::Link { span, .. } | Cond::Subquery { span, .. } => {
+                    return Err(ctx.err(
+                        span,
+                        "this condition is not supported in a parameter query",
+                        "`<table>.<column> = <request value>` or IN forms",
+                    ))
+                }
+                Cond::Row(_) | Cond::Request(_) => {}
+            }
+        }
+        if row_links.is_empty() {
+            return Err(ctx.err(
+                select.selection.as_ref().map(|w| w.span()).unwrap_or(select.select_token.0.span),
+                "every OR branch of a parameter query must compare a row column with a request value",
+                "`<table>.<column> = request.user_id()` in each branch",
+            ));
+        }
+        creator_branches.push(LookupBranch {
+            query_id: id.clone(),
+            rows: b.rows,
+            links: row_links,
+        });
+        request_branches.push(RequestBranch {
+            query_id: id,
+            requests: b.requests,
+            links: req_links,
+        });
+    }
+    let mut outputs: Vec<String> = row_outputs.iter().map(|(n, _)| n.clone()).collect();
+    outputs.extend(req_outputs.iter().map(|(n, _)| n.clone()));
+    Ok(LookupQuery {
+        creator: Some((
+            table.table.clone(),
+            LookupCreator {
+                source: source.to_string(),
+                slots: scope.slots.clone(),
+                outputs: row_outputs.into_iter().map(|(_, e)| e).collect(),
+                branches: creator_branches,
+            },
+        )),
+        group: LookupGroup::Table {
+            source: source.to_string(),
+            branches: request_branches,
+            request_outputs: req_outputs.into_iter().map(|(_, e)| e).collect(),
+        },
+        outputs,
+        priority,
+    })
+}
+
+/// `SELECT <exprs of value> FROM json_each(<request array>) [WHERE ...]`: expands a JSON
+/// array from the request into one parameter row per element. `None` when the query does
+/// not read `json_each`.
+fn json_each(
+    ctx: &QueryCtx<'_>,
+    select: &Select,
+    style: RequestStyle,
+) -> Result<Option<LookupQuery>, RulesError> {
+    let [twj] = select.from.as_slice() else {
+        return Ok(None);
+    };
+    let sqlparser::ast::TableFactor::Table {
+        name,
+        alias,
+        args: Some(args),
+        ..
+    } = &twj.relation
+    else {
+        return Ok(None);
+    };
+    let is_each = matches!(name.0.as_slice(), [sqlparser::ast::ObjectNamePart::Identifier(id)] if ident_name(id) == "json_each");
+    if !is_each || !twj.joins.is_empty() {
+        return Ok(None);
+    }
+    let span = twj.relation.span();
+    let [sqlparser::ast::FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(arg))] =
+        args.args.as_slice()
+    else {
+        return Err(ctx.err(
+            span,
+            "json_each takes exactly one argument",
+            "`json_each(<request JSON array>)`",
+        ));
+    };
+    let mut request_scope = Scope {
+        table_qualifiers: Vec::new(),
+        has_table: false,
+        ref_qualifiers: Vec::new(),
+        request: style,
+        slots: Vec::new(),
+    };
+    let array = lower(ctx, &mut request_scope, &fix_in_precedence(arg))?;
+    let mut scope = Scope {
+        table_qualifiers: ["json_each".to_string()]
+            .into_iter()
+            .chain(alias.as_ref().map(|a| ident_name(&a.name)))
+            .collect(),
+        has_table: true,
+        ref_qualifiers: Vec::new(),
+        request: style,
+        slots: vec!["value".to_string()],
+    };
+    let mut names = Vec::new();
+    let mut outputs = Vec::new();
+    let mut priority = None;
+    for item in &select.projection {
+        let (e, name) = match item {
+            SelectItem::UnnamedExpr(e) => match implicit_name(e) {
+                Some(n) => (e, n),
+                None => {
+                    return Err(ctx.err(
+                        e.span(),
+                        format!("expression `{e}` needs a name"),
+                        format!("`{e} AS <name>`"),
+                    ))
+                }
+            },
+            SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
+            other => {
+                return Err(ctx.err(
+                    other.span(),
+                    "this SELECT item form is not supported here",
+                    "`value AS <name>`",
+                ))
+            }
+        };
+        if name == "_priority" {
+            priority = Some(priority_literal(ctx, e, priority)?);
+            continue;
+        }
+        outputs.push(lower(ctx, &mut scope, &fix_in_precedence(e))?);
+        names.push(name);
+    }
+    let mut filter = Vec::new();
+    if let Some(w) = &select.selection {
+        filter.push(lower(ctx, &mut scope, &fix_in_precedence(w))?);
+    }
+    if let Some(extra) = scope.slots.get(1) {
+        return Err(ctx.err(
+            span,
+            format!("json_each has no column `{extra}`"),
+            "`value` (the array element)",
+        ));
+    }
+    Ok(Some(LookupQuery {
+        creator: None,
+        group: LookupGroup::Each {
+            array,
+            outputs,
+            filter,
+        },
+        outputs: names,
+        priority,
+    }))
+}
+
+/// `_priority`: an integer literal 0..3, set once.
+fn priority_literal(ctx: &QueryCtx<'_>, e: &Ast, previous: Option<u8>) -> Result<u8, RulesError> {
+    if previous.is_some() {
+        return Err(ctx.err(e.span(), "`_priority` is set twice", "set `_priority` once"));
+    }
+    match e {
+        Ast::Value(v) => match &v.value {
+            sqlparser::ast::Value::Number(n, _) => match n.parse::<u8>() {
+                Ok(p) if p <= 3 => Ok(p),
+                _ => Err(ctx.err(e.span(), "`_priority` must be 0..3", "`1 AS _priority`")),
+            },
+            _ => Err(ctx.err(
+                e.span(),
+                "`_priority` must be an integer literal",
+                "`1 AS _priority`",
+            )),
+        },
+        _ => Err(ctx.err(
+            e.span(),
+            "`_priority` must be an integer literal",
+            "`1 AS _priority`",
+        )),
+    }
+}

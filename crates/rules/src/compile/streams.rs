@@ -1,0 +1,291 @@
+//! `streams` (editions 2 and 3) → data evaluators, lookup creators and request resolvers.
+//!
+//! Supported shape per query: one data table, optionally joined (comma form) with CTEs from
+//! `with:`, filtered by a conjunction of row predicates, request predicates and links
+//! (`row = auth.user_id()`, `row = subscription.parameter('p')`, `row = cte.col`,
+//! `row IN (SELECT ...)`, `row IN <request array>`, `<request> IN <row array>`). Each link
+//! becomes one bucket parameter, in the order written.
+
+use sqlparser::ast::{SetExpr, Spanned};
+
+use super::{data_projection, from_items, lookup_query, LookupQuery, MAX_BRANCHES};
+use crate::bucket::BucketVersion;
+use crate::error::RulesError;
+use crate::expr::Expr;
+use crate::options::Compatibility;
+use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
+use crate::request::{BucketResolver, ParamSource};
+use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
+use crate::sql::lower::{fix_in_precedence, RequestStyle, Scope};
+use crate::sql::parse::parse_select;
+use crate::sql::QueryCtx;
+use crate::value::Value;
+use crate::yaml::RawStream;
+
+/// A compiled stream.
+pub(crate) struct CompiledStream {
+    pub resolvers: Vec<BucketResolver>,
+    pub data: Vec<(TableRef, DataEvaluator)>,
+    pub lookups: Vec<(TableRef, LookupCreator)>,
+}
+
+/// Compile one stream; `global_with` are the file-level CTEs.
+pub(crate) fn compile(
+    s: &RawStream,
+    global_with: &[(String, String)],
+    compat: Compatibility,
+    version: BucketVersion,
+) -> Result<CompiledStream, RulesError> {
+    let mut out = CompiledStream {
+        resolvers: Vec::new(),
+        data: Vec::new(),
+        lookups: Vec::new(),
+    };
+    for (k, sql) in s.queries.iter().enumerate() {
+        let ctx = QueryCtx {
+            kind: "stream",
+            rule: &s.name,
+            label: if s.uses_queries_key {
+                format!("queries[{k}]")
+            } else {
+                "query".to_string()
+            },
+            sql,
+            compat,
+        };
+        let prefix = version.prefix(&format!("{}|{k}", s.name));
+        query(&ctx, s, k, global_with, prefix, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn cte_lookup(
+    s: &RawStream,
+    global_with: &[(String, String)],
+    name: &str,
+    compat: Compatibility,
+) -> Option<Result<LookupQuery, RulesError>> {
+    let (source, sql) = if let Some((_, q)) = s.with.iter().find(|(n, _)| n == name) {
+        (s.name.clone(), q)
+    } else {
+        let (_, q) = global_with.iter().find(|(n, _)| n == name)?;
+        ("$with".to_string(), q)
+    };
+    let ctx = QueryCtx {
+        kind: "stream",
+        rule: &s.name,
+        label: format!("with.{name}"),
+        sql,
+        compat,
+    };
+    Some(parse_select(&ctx, sql).and_then(|sel| {
+        lookup_query(
+            &ctx,
+            &sel,
+            &source,
+            &format!("with.{name}"),
+            RequestStyle::Streams,
+        )
+    }))
+}
+
+fn query(
+    ctx: &QueryCtx<'_>,
+    s: &RawStream,
+    k: usize,
+    global_with: &[(String, String)],
+    prefix: String,
+    out: &mut CompiledStream,
+) -> Result<(), RulesError> {
+    let select = parse_select(ctx, ctx.sql)?;
+    let from = from_items(ctx, &select)?;
+    let Some(data_table) = from.first().cloned() else {
+        return Err(ctx.err(
+            select.select_token.0.span,
+            "a stream query needs FROM <table>",
+            "`SELECT ... FROM <table> WHERE ...`",
+        ));
+    };
+    // Everything after the first FROM item must be a CTE.
+    let mut groups = Vec::new();
+    let mut aliases: Vec<(String, Vec<String>)> = Vec::new();
+    for item in &from[1..] {
+        if item.has_schema {
+            return Err(ctx.err(
+                item.span,
+                "only one table per stream query",
+                "join CTEs from `with:` only, or use `IN (SELECT ...)`",
+            ));
+        }
+        let name = &item.table.name;
+        let Some(q) = cte_lookup(s, global_with, name, ctx.compat) else {
+            return Err(ctx.err(
+                item.span,
+                format!("`{name}` is neither a CTE of this stream nor a global CTE; joining tables is not supported"),
+                "define it under `with:` (one table filtered by request values), or use `IN (SELECT ...)`",
+            ));
+        };
+        let q = q?;
+        if let Some(c) = q.creator {
+            out.lookups.push(c);
+        }
+        let alias = item.alias.clone().unwrap_or_else(|| name.clone());
+        aliases.push((alias, q.outputs.clone()));
+        groups.push(q.group);
+    }
+    let mut scope = Scope {
+        table_qualifiers: [
+            Some(data_table.table.name.clone()),
+            data_table.alias.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+        has_table: true,
+        ref_qualifiers: aliases.iter().map(|(a, _)| a.clone()).collect(),
+        request: RequestStyle::Streams,
+        slots: Vec::new(),
+    };
+    let shape = data_projection(ctx, &mut scope, &select)?;
+    let mut row_filters: Vec<Expr> = Vec::new();
+    let mut request_filters = Vec::new();
+    let mut data_params = Vec::new();
+    let mut params = Vec::new();
+    let mut used_aliases = Vec::new();
+    if let Some(w) = &select.selection {
+        let f = classify(ctx, &mut scope, &fix_in_precedence(w))?;
+        let branches = to_dnf(&f, MAX_BRANCHES).unwrap_or_default();
+        let [branch] = branches.as_slice() else {
+            return Err(ctx.err(
+                w.span(),
+                "OR between parameter conditions is not supported in a stream query",
+                "split the alternatives into separate entries under `queries:`",
+            ));
+        };
+        row_filters.extend(branch.rows.iter().cloned());
+        request_filters.extend(branch.requests.iter().cloned());
+        for link in &branch.links {
+            let i = params.len();
+            match link {
+                Cond::Link {
+                    row,
+                    row_expands,
+                    target,
+                    target_expands,
+                    span,
+                } => {
+                    data_params.push(ParamFilter::Param {
+                        param: i,
+                        row: row.clone(),
+                        expands: *row_expands,
+                    });
+                    params.push(match target {
+                        LinkTarget::Request(e) => ParamSource::Request {
+                            expr: e.clone(),
+                            expands: *target_expands,
+                        },
+                        LinkTarget::Ref { qualifier, name, .. } => {
+                            let group = aliases.iter().position(|(a, _)| a == qualifier).unwrap_or(0);
+                            let output = aliases
+                                .get(group)
+                                .and_then(|(_, outs)| outs.iter().position(|o| o == name))
+                                .ok_or_else(|| {
+                                    ctx.err(
+                                        *span,
+                                        format!("`{qualifier}.{name}` is not an output column of the CTE"),
+                                        format!("one of: {}", aliases.get(group).map(|(_, o)| o.join(", ")).unwrap_or_default()),
+                                    )
+                                })?;
+                            if !used_aliases.contains(qualifier) {
+                                used_aliases.push(qualifier.clone());
+                            }
+                            ParamSource::Lookup { group, output }
+                        }
+                    });
+                }
+                Cond::Subquery { row, query, span } => {
+                    let sub = match query.body.as_ref() {
+                        SetExpr::Select(sel)
+                            if query.with.is_none()
+                                && query.order_by.is_none()
+                                && query.limit_clause.is_none() =>
+                        {
+                            sel
+                        }
+                        _ => {
+                            return Err(ctx.err(
+                                *span,
+                                "only a plain SELECT is supported inside IN (...)",
+                                "`IN (SELECT col FROM t WHERE ...)`",
+                            ))
+                        }
+                    };
+                    let id = format!("{k}.sub{}", groups.len());
+                    let q = lookup_query(ctx, sub, &s.name, &id, RequestStyle::Streams)?;
+                    if q.outputs.len() != 1 {
+                        return Err(ctx.err(
+                            *span,
+                            "a subquery in IN must select exactly one column",
+                            "`IN (SELECT col FROM t WHERE ...)`",
+                        ));
+                    }
+                    if let Some(c) = q.creator {
+                        out.lookups.push(c);
+                    }
+                    data_params.push(ParamFilter::Param {
+                        param: i,
+                        row: row.clone(),
+                        expands: false,
+                    });
+                    params.push(ParamSource::Lookup {
+                        group: groups.len(),
+                        output: 0,
+                    });
+                    groups.push(q.group);
+                    aliases.push((format!("$sub{i}"), q.outputs));
+                    used_aliases.push(format!("$sub{i}"));
+                }
+                Cond::Row(_) | Cond::Request(_) => {}
+            }
+        }
+    }
+    if let Some((alias, _)) = aliases.iter().find(|(a, _)| !used_aliases.contains(a)) {
+        return Err(ctx.err(
+            select.select_token.0.span,
+            format!("CTE `{alias}` is joined but never compared with the table"),
+            format!("add `WHERE <table>.<column> = {alias}.<column>`"),
+        ));
+    }
+    let mut filter_items: Vec<ParamFilter> =
+        row_filters.into_iter().map(ParamFilter::Pred).collect();
+    filter_items.extend(data_params);
+    let filter = if filter_items.is_empty() {
+        ParamFilter::Pred(Expr::Literal(Value::Integer(1)))
+    } else {
+        ParamFilter::And(filter_items)
+    };
+    out.data.push((
+        data_table.table.clone(),
+        DataEvaluator {
+            prefix: prefix.clone(),
+            object_type: data_table
+                .alias
+                .clone()
+                .or(Some(data_table.table.name.clone())),
+            slots: scope.slots,
+            projection: shape.projection,
+            explicit: shape.explicit,
+            id: shape.id,
+            filter,
+            params: params.len(),
+        },
+    ));
+    out.resolvers.push(BucketResolver {
+        prefix,
+        request_filters,
+        groups,
+        params,
+        priority: None,
+    });
+    Ok(())
+}

@@ -1,0 +1,31 @@
+//! The PowerSync sync protocol (`/sync/stream` without HTTP and auth): the request body,
+//! the streamed lines and their encodings, and the per-connection session that turns store
+//! checkpoints into lines. See `docs/protocol.md`.
+#![warn(missing_docs)]
+
+mod checkpoint_state;
+mod emit;
+pub mod error;
+pub mod inspect;
+pub mod lines;
+mod lookups;
+pub mod paging;
+mod registry;
+pub mod request;
+mod service;
+pub mod session;
+pub mod write_checkpoint;
+
+pub use error::SyncError;
+pub use lines::{
+    BucketChecksum, CheckpointDiffLine, CheckpointLine, DataLine, Encoding, StreamDescription,
+    StreamError, SyncLine,
+};
+pub use paging::Budgets;
+pub use registry::{Registration, StreamInfo, StreamRegistry};
+pub use request::{
+    BucketPosition, StreamSubscription, SyncRequest, MAX_BODY_BYTES, MAX_BUCKET_POSITIONS,
+    MAX_SUBSCRIPTIONS,
+};
+pub use service::{Served, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
+pub use session::SyncSession;

@@ -1,0 +1,158 @@
+//! The open `/sync/stream` connections, for `powersync_mdbx.streams()`. A stream registers
+//! once when it starts (one short lock), updates a few atomics when it sends a checkpoint
+//! line, and leaves when its task ends (the guard's drop).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use status::unix_now_ms;
+
+/// No checkpoint line sent yet.
+const NONE: u64 = u64::MAX;
+
+/// What is known about one open stream.
+#[derive(Debug)]
+struct Entry {
+    user_id: String,
+    client_id: Option<String>,
+    started_at_ms: u64,
+    token_expires_at: u64,
+    last_op_id: AtomicU64,
+    last_checkpoint_at_ms: AtomicU64,
+    buckets: AtomicU64,
+}
+
+/// A copy of one open stream's entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StreamInfo {
+    /// Registry id (unique within the engine's life).
+    pub id: u64,
+    /// The token's `sub`.
+    pub user_id: String,
+    /// The request body's `client_id`, if sent.
+    pub client_id: Option<String>,
+    /// Unix milliseconds when the stream started.
+    pub started_at_ms: u64,
+    /// Unix seconds when the token expires (the stream ends then).
+    pub token_expires_at: u64,
+    /// The op id of the last checkpoint-type line sent; `None` before the first.
+    pub last_op_id: Option<u64>,
+    /// Unix milliseconds of that line.
+    pub last_checkpoint_at_ms: Option<u64>,
+    /// Buckets in the set that line announced.
+    pub buckets: u64,
+}
+
+/// Every open stream.
+#[derive(Debug, Default)]
+pub struct StreamRegistry {
+    next_id: AtomicU64,
+    entries: Mutex<HashMap<u64, Arc<Entry>>>,
+}
+
+impl StreamRegistry {
+    /// Records a starting stream; it stays listed while the returned guard lives.
+    pub fn register(
+        self: &Arc<Self>,
+        user_id: &str,
+        client_id: Option<&str>,
+        token_expires_at: u64,
+    ) -> Registration {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Arc::new(Entry {
+            user_id: user_id.to_owned(),
+            client_id: client_id.map(str::to_owned),
+            started_at_ms: unix_now_ms(),
+            token_expires_at,
+            last_op_id: AtomicU64::new(NONE),
+            last_checkpoint_at_ms: AtomicU64::new(0),
+            buckets: AtomicU64::new(0),
+        });
+        self.entries.lock().insert(id, entry.clone());
+        Registration {
+            registry: self.clone(),
+            id,
+            entry,
+        }
+    }
+
+    /// The open streams, oldest first.
+    pub fn list(&self) -> Vec<StreamInfo> {
+        let mut out: Vec<StreamInfo> = self
+            .entries
+            .lock()
+            .iter()
+            .map(|(id, e)| {
+                let last = e.last_op_id.load(Ordering::Relaxed);
+                StreamInfo {
+                    id: *id,
+                    user_id: e.user_id.clone(),
+                    client_id: e.client_id.clone(),
+                    started_at_ms: e.started_at_ms,
+                    token_expires_at: e.token_expires_at,
+                    last_op_id: (last != NONE).then_some(last),
+                    last_checkpoint_at_ms: (last != NONE)
+                        .then(|| e.last_checkpoint_at_ms.load(Ordering::Relaxed)),
+                    buckets: e.buckets.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.id);
+        out
+    }
+}
+
+/// A stream's place in the registry; dropping it removes the stream.
+#[derive(Debug)]
+pub struct Registration {
+    registry: Arc<StreamRegistry>,
+    id: u64,
+    entry: Arc<Entry>,
+}
+
+impl Registration {
+    /// Records a checkpoint-type line announcing `buckets` buckets at `op_id`.
+    pub fn checkpoint_sent(&self, op_id: u64, buckets: usize) {
+        self.entry
+            .last_checkpoint_at_ms
+            .store(unix_now_ms(), Ordering::Relaxed);
+        self.entry.buckets.store(buckets as u64, Ordering::Relaxed);
+        self.entry.last_op_id.store(op_id, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.entries.lock().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_are_listed_while_registered() {
+        let registry = Arc::new(StreamRegistry::default());
+        let a = registry.register("u1", Some("c1"), 100);
+        let b = registry.register("u2", None, 200);
+        assert_eq!(registry.list().len(), 2);
+        assert_eq!(registry.list()[0].last_op_id, None);
+        a.checkpoint_sent(42, 3);
+        let listed = registry.list();
+        assert_eq!(
+            (listed[0].user_id.as_str(), listed[0].client_id.as_deref()),
+            ("u1", Some("c1"))
+        );
+        assert_eq!((listed[0].last_op_id, listed[0].buckets), (Some(42), 3));
+        drop(a);
+        let listed = registry.list();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].user_id, "u2");
+        drop(b);
+        assert!(registry.list().is_empty());
+    }
+}

@@ -1,0 +1,156 @@
+//! What the sync endpoints share: the generation they serve (store, rules, checkpoint
+//! channel), the authenticator, the primary (for write checkpoints) and the limits.
+
+use std::sync::Arc;
+
+use tokio::sync::{watch, RwLock, Semaphore};
+
+use crate::registry::StreamRegistry;
+use crate::write_checkpoint::RECORD_PREFIX;
+use auth::{AuthError, AuthenticatedUser, Authenticator};
+use metrics::{LabelCounts, StatusCounts};
+use replication::{Progress, StreamProgress};
+use rules::SyncRules;
+use source::PrimaryHead;
+use status::StatusCell;
+use store::{Checkpoint, Store, StoreError};
+
+/// Open `/sync/stream` connections at most; more are answered 429 with `Retry-After`.
+pub const MAX_STREAMS: usize = 20_000;
+/// Store reads running at once for all streams (each one batch of at most 1,000 ops).
+pub const MAX_CONCURRENT_READS: usize = 8;
+
+/// One bucket generation as the endpoints serve it. A rules deploy replaces it as a
+/// whole ([`SyncService::switch_to`]); open streams move over at their next checkpoint.
+pub struct Served {
+    /// The bucket generation (the number before `#` in bucket names).
+    pub generation: u64,
+    /// The bucket store.
+    pub store: Arc<Store>,
+    /// The compiled rules.
+    pub rules: Arc<SyncRules>,
+    /// Durable checkpoints as replication publishes them.
+    pub checkpoints: watch::Receiver<Checkpoint>,
+    /// The stream's counters (for `/metrics`).
+    pub stream_progress: Arc<StreamProgress>,
+    /// The snapshot's counters (for `/metrics`).
+    pub snapshot_progress: Arc<Progress>,
+}
+
+/// The sync service every transport (HTTP, the admin socket) serves from.
+pub struct SyncService {
+    /// Engine status (readiness).
+    pub status: Arc<StatusCell>,
+    /// The generation served now.
+    served: watch::Sender<Arc<Served>>,
+    /// Held (shared) while a write-checkpoint request is recorded, and (exclusive) while
+    /// the served generation changes, so no request is recorded into a store that is
+    /// being left behind.
+    recording: RwLock<()>,
+    /// Verifies client tokens.
+    pub auth: Authenticator,
+    /// The primary's WAL head, for write checkpoints.
+    pub head: PrimaryHead,
+    /// Turns true when the engine stops: streams end.
+    pub shutdown: watch::Receiver<bool>,
+    /// Open streams.
+    pub streams: Arc<Semaphore>,
+    /// Concurrent store reads.
+    pub reads: Semaphore,
+    /// `/sync/stream` answers by HTTP status.
+    pub sync_responses: StatusCounts,
+    /// Refused tokens (both sync endpoints) by error code.
+    pub auth_failures: LabelCounts,
+    /// The open streams, for `powersync_mdbx.streams()`.
+    pub registry: Arc<StreamRegistry>,
+}
+
+impl SyncService {
+    /// A service with the default limits.
+    pub fn new(
+        status: Arc<StatusCell>,
+        served: Arc<Served>,
+        auth: Authenticator,
+        head: PrimaryHead,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            status,
+            served: watch::Sender::new(served),
+            recording: RwLock::new(()),
+            auth,
+            head,
+            shutdown,
+            streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            reads: Semaphore::new(MAX_CONCURRENT_READS),
+            sync_responses: StatusCounts::default(),
+            auth_failures: LabelCounts::new(AuthError::CODES),
+            registry: Arc::default(),
+        }
+    }
+
+    /// The generation served now.
+    pub fn current(&self) -> Arc<Served> {
+        self.served.borrow().clone()
+    }
+
+    /// Follows the served generation (a stream moves to a new one when it changes).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Served>> {
+        self.served.subscribe()
+    }
+
+    /// Records `lsn` as the write checkpoint `key` asked for, in the served store.
+    pub async fn record_write_checkpoint(&self, key: String, lsn: u64) -> Result<(), StoreError> {
+        let _recording = self.recording.read().await;
+        let store = self.current().store.clone();
+        let dir = store.dir().to_owned();
+        on_blocking_thread(&dir, "record a write checkpoint", move || {
+            store.put_stage_record(&key, &lsn.to_le_bytes())
+        })
+        .await
+    }
+
+    /// Serves `next` from now on. The write-checkpoint requests recorded in the current
+    /// store are carried over first (their ids are source LSNs, so they mean the same in
+    /// every generation), so no client waits for an acknowledgement the new store lacks.
+    pub async fn switch_to(&self, next: Arc<Served>) -> Result<(), StoreError> {
+        let _recording = self.recording.write().await;
+        let (from, to) = (self.current().store.clone(), next.store.clone());
+        let dir = to.dir().to_owned();
+        on_blocking_thread(&dir, "carry the write checkpoints over", move || {
+            let records = from.read(|view| view.stage_records(RECORD_PREFIX))?;
+            to.put_stage_records(&records)
+        })
+        .await?;
+        self.served.send_replace(next);
+        Ok(())
+    }
+
+    /// Streams open now (their permits are held until the stream's task ends).
+    pub fn open_streams(&self) -> usize {
+        MAX_STREAMS.saturating_sub(self.streams.available_permits())
+    }
+
+    /// Verifies a request's `Authorization` value (whatever the transport carried it in);
+    /// counts refusals by code.
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<AuthenticatedUser, AuthError> {
+        self.auth
+            .authenticate(authorization, std::time::SystemTime::now())
+            .await
+            .inspect_err(|e| self.auth_failures.add(e.code()))
+    }
+}
+
+/// Runs store work on a blocking thread; a panic there becomes an error about `dir`.
+async fn on_blocking_thread(
+    dir: &std::path::Path,
+    action: &'static str,
+    work: impl FnOnce() -> Result<(), StoreError> + Send + 'static,
+) -> Result<(), StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::io(dir, action, std::io::Error::other(e)))?
+}

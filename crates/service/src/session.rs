@@ -1,0 +1,214 @@
+//! One `/sync/stream` connection as a state machine over the store, independent of the
+//! transport: the HTTP handler calls [`SyncSession::checkpoint`] for each new store
+//! checkpoint (or write-checkpoint change) and [`SyncSession::next_line`] until it returns
+//! `None`, encoding and flushing each line. Nothing here holds a read transaction between
+//! calls; each call is one or two short reads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::checkpoint_state::{Announced, CheckpointState};
+use super::error::SyncError;
+use super::lines::{CheckpointDiffLine, CheckpointLine, SyncLine};
+use super::paging::{Budgets, Download};
+use super::request::BucketPosition;
+use rules::{RequestContext, SyncRules};
+use store::Store;
+
+/// The server side of one sync connection.
+#[derive(Debug)]
+pub struct SyncSession {
+    rules: Arc<SyncRules>,
+    context: RequestContext,
+    budgets: Budgets,
+    /// The client's `after` positions, until the first checkpoint claims them.
+    requested: HashMap<String, u64>,
+    /// Per bucket of the current set: the last op id sent (or held by the client).
+    positions: HashMap<String, u64>,
+    /// What the last checkpoint-type line said; `None` before the first one.
+    announced: Option<Announced>,
+    /// The data download of the latest announced checkpoint.
+    download: Option<Download>,
+}
+
+impl SyncSession {
+    /// A session for a request resolved with `rules`, starting from the client's
+    /// positions. A name listed twice keeps its last position.
+    pub fn new(
+        rules: Arc<SyncRules>,
+        context: RequestContext,
+        positions: &[BucketPosition],
+    ) -> Self {
+        Self {
+            rules,
+            context,
+            budgets: Budgets::default(),
+            requested: positions
+                .iter()
+                .map(|p| (p.name.clone(), p.after))
+                .collect(),
+            positions: HashMap::new(),
+            announced: None,
+            download: None,
+        }
+    }
+
+    /// Resolves the next checkpoints with `rules` (a new generation's). The buckets
+    /// announced so far stay the reference for the next `checkpoint_diff`, which then
+    /// removes every bucket the new rules no longer produce; an unfinished download of
+    /// the old generation is dropped with its checkpoint.
+    pub fn switch_rules(&mut self, rules: Arc<SyncRules>) {
+        self.rules = rules;
+        self.download = None;
+    }
+
+    /// Replaces the paging limits (tests use small ones to force paging).
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    /// Reads the store's current checkpoint and returns the line announcing it: a full
+    /// `checkpoint` the first time, then a `checkpoint_diff`, or `None` when neither the
+    /// bucket set, any bucket's checksum/count/priority, nor `write_checkpoint` changed
+    /// (then an unfinished download simply continues).
+    ///
+    /// A returned line supersedes the download of the previous checkpoint: its completion
+    /// is never sent, and the new download continues from the positions already reached.
+    ///
+    /// A client position above the checkpoint (`after` > `last_op_id`: its history is not
+    /// this store's, e.g. a store rebuilt without a new bucket version) is treated as 0.
+    /// The client then receives the bucket's whole history: if it held nothing (the
+    /// common case: an empty bucket whose position is the last checkpoint) it ends
+    /// correct at once; otherwise its checksum check fails, it deletes the bucket and
+    /// downloads it again. Trusting the position instead would send nothing and leave
+    /// such a client with a mismatch in every case.
+    pub fn checkpoint(
+        &mut self,
+        store: &Store,
+        write_checkpoint: Option<u64>,
+    ) -> Result<Option<SyncLine>, SyncError> {
+        let (rules, context) = (&self.rules, &self.context);
+        let state = store.read(|view| Ok(CheckpointState::read(view, rules, context)))??;
+        let line = match &self.announced {
+            None => {
+                let requested = std::mem::take(&mut self.requested);
+                for b in &state.buckets {
+                    let name = &b.announced.bucket;
+                    let after = requested.get(name).copied().unwrap_or(0);
+                    let after = if after > state.op_id { 0 } else { after };
+                    self.positions.insert(name.clone(), after);
+                }
+                SyncLine::Checkpoint(CheckpointLine {
+                    last_op_id: state.op_id,
+                    write_checkpoint,
+                    buckets: state.buckets.iter().map(|b| b.announced.clone()).collect(),
+                    streams: state.streams.clone(),
+                })
+            }
+            Some(announced) => {
+                let (updated, removed) = announced.diff(&state);
+                if updated.is_empty()
+                    && removed.is_empty()
+                    && write_checkpoint == announced.write_checkpoint
+                {
+                    return Ok(None);
+                }
+                for name in &removed {
+                    // A bucket that comes back later starts again from 0.
+                    self.positions.remove(name);
+                }
+                for b in &state.buckets {
+                    self.positions
+                        .entry(b.announced.bucket.clone())
+                        .or_insert(0);
+                }
+                SyncLine::CheckpointDiff(CheckpointDiffLine {
+                    last_op_id: state.op_id,
+                    write_checkpoint,
+                    updated_buckets: updated,
+                    removed_buckets: removed,
+                })
+            }
+        };
+        // Every bucket with ops after its position: changed buckets and unfinished
+        // downloads of earlier checkpoints alike.
+        let to_fetch: Vec<(String, u8)> = state
+            .buckets
+            .iter()
+            .filter(|b| {
+                b.last_op
+                    > self
+                        .positions
+                        .get(&b.announced.bucket)
+                        .copied()
+                        .unwrap_or(0)
+            })
+            .map(|b| (b.announced.bucket.clone(), b.announced.priority))
+            .collect();
+        self.download = Some(Download::new(state.op_id, to_fetch));
+        self.announced = Some(Announced::new(&state, write_checkpoint));
+        Ok(Some(line))
+    }
+
+    /// The next `data` or completion line of the current checkpoint; `None` when it is
+    /// fully sent (or invalidated: then the next checkpoint continues the download). Each
+    /// call that needs data reads one batch in one short read transaction.
+    pub fn next_line(&mut self, store: &Store) -> Result<Option<SyncLine>, SyncError> {
+        let Some(download) = self.download.as_mut() else {
+            return Ok(None);
+        };
+        let line = download.next_line(store, &mut self.positions, self.budgets)?;
+        if download.is_done() {
+            self.download = None;
+        }
+        // A completion moves the completed buckets to the checkpoint, as the client does
+        // when it validates them, so both sides agree on every bucket's position.
+        let completed = match &line {
+            Some(SyncLine::CheckpointComplete { last_op_id }) => Some((*last_op_id, u8::MAX)),
+            Some(SyncLine::PartialCheckpointComplete {
+                last_op_id,
+                priority,
+            }) => Some((*last_op_id, *priority)),
+            _ => None,
+        };
+        if let (Some((last_op_id, up_to)), Some(announced)) = (completed, &self.announced) {
+            for (name, position) in self.positions.iter_mut() {
+                if announced
+                    .buckets
+                    .get(name)
+                    .is_some_and(|b| b.priority <= up_to)
+                {
+                    *position = last_op_id;
+                }
+            }
+        }
+        Ok(line)
+    }
+
+    /// True while the current checkpoint still has lines to send.
+    pub fn is_downloading(&self) -> bool {
+        self.download.is_some()
+    }
+
+    /// True when the current checkpoint was invalidated by a newer change seen while
+    /// paging (its completion will not be sent).
+    pub fn is_invalidated(&self) -> bool {
+        self.download.as_ref().is_some_and(Download::is_invalidated)
+    }
+
+    /// The `last_op_id` of the last checkpoint-type line.
+    pub fn last_op_id(&self) -> Option<u64> {
+        self.announced.as_ref().map(|a| a.last_op_id)
+    }
+
+    /// Buckets in the set of the last checkpoint-type line.
+    pub fn bucket_count(&self) -> usize {
+        self.announced.as_ref().map_or(0, |a| a.buckets.len())
+    }
+
+    /// The position reached in `bucket` (the `after` of its next data line).
+    pub fn position(&self, bucket: &str) -> Option<u64> {
+        self.positions.get(bucket).copied()
+    }
+}

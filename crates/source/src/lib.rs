@@ -1,0 +1,30 @@
+//! The replication source: the primary PostgreSQL server.
+//!
+//! Ordinary connections (validation, snapshot COPY, later write checkpoints) use
+//! `tokio-postgres` with rustls; the replication connection (slot, pgoutput stream) uses
+//! `pg_walstream`. Both follow the configured `sslmode`, and a certificate that fails
+//! verification is a configuration error, never retried.
+#![warn(missing_docs)]
+
+mod client;
+mod copy_text;
+mod error;
+mod head;
+mod slot;
+mod snapshot;
+mod tls;
+mod validate;
+
+pub use client::{connect, replication_uri};
+pub use copy_text::{CopyFields, CopyTextError, Fields};
+pub use error::SourceError;
+pub use head::PrimaryHead;
+pub use slot::{
+    create_slot, drop_slot, format_lsn, replication_error, slot_info, start_stream, ExportedSlot,
+    SlotInfo,
+};
+pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
+pub use tls::install_crypto_provider;
+pub use validate::{
+    validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo, PUBLICATION,
+};

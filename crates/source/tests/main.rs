@@ -1,0 +1,6 @@
+//! The integration tests of this crate, one test binary (`cargo test -p powersync-mdbx-source`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+extern crate powersync_mdbx_source as source;
+
+mod validate;

@@ -1,0 +1,356 @@
+//! The engine's status: one shared value that the HTTP probes read and the extension
+//! publishes to shared memory for `powersync_mdbx.status()`.
+#![warn(missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use store::StoreIdentity;
+
+/// Where the worker is in its life. Later stages add their own phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The worker started and is reading its configuration.
+    Starting,
+    /// The configuration cannot be used; waiting for the operator to fix it and reload.
+    ConfigError,
+    /// Opening (or creating) the MDBX store.
+    OpeningStorage,
+    /// Connecting to the primary and validating it, and checking the slot and the stored
+    /// bootstrap (retried with backoff on errors
+    /// that may pass; `last_error` shows the latest).
+    Validating,
+    /// Copying the initial snapshot.
+    Snapshotting,
+    /// The snapshot is complete and durable: clients may sync.
+    Ready,
+    /// Ready, and following the slot: source changes reach the buckets.
+    Streaming,
+    /// The engine stopped on an error the operator must fix; waiting for a reload or reset.
+    Failed,
+    /// A reset is clearing the store.
+    Resetting,
+    /// Shutting down.
+    Stopping,
+    /// Stopped.
+    Stopped,
+}
+
+impl Phase {
+    /// Every phase, in life-cycle order.
+    pub const ALL: [Phase; 11] = [
+        Self::Starting,
+        Self::ConfigError,
+        Self::OpeningStorage,
+        Self::Validating,
+        Self::Snapshotting,
+        Self::Ready,
+        Self::Streaming,
+        Self::Failed,
+        Self::Resetting,
+        Self::Stopping,
+        Self::Stopped,
+    ];
+
+    /// The name `status()` shows (snake case).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::ConfigError => "config_error",
+            Self::OpeningStorage => "opening_storage",
+            Self::Validating => "validating",
+            Self::Snapshotting => "snapshotting",
+            Self::Ready => "ready",
+            Self::Streaming => "streaming",
+            Self::Failed => "failed",
+            Self::Resetting => "resetting",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// The most recent error, as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorReport {
+    /// Stable code, e.g. `PSM_C1003`.
+    pub code: String,
+    /// The whole message, with the fix.
+    pub message: String,
+    /// Unix seconds.
+    pub at: u64,
+    /// True when only the operator can fix it; false when the worker retries by itself.
+    pub needs_operator: bool,
+}
+
+impl ErrorReport {
+    /// Builds a report from an error whose message starts with its code.
+    pub fn new(message: String, needs_operator: bool) -> Self {
+        let code = message
+            .split_whitespace()
+            .next()
+            .filter(|word| word.starts_with("PSM_"))
+            .unwrap_or("PSM_X0000")
+            .to_owned();
+        Self {
+            code,
+            message,
+            at: unix_now(),
+            needs_operator,
+        }
+    }
+}
+
+/// Everything `status()` shows. Fields are optional until the stage that fills them runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// Life-cycle phase.
+    pub phase: Phase,
+    /// True once the engine serves (the readiness probe answers 200).
+    pub ready: bool,
+    /// Process id of the background worker (or test process).
+    pub worker_pid: u32,
+    /// The configuration file in use.
+    pub config_file: Option<String>,
+    /// The storage directory.
+    pub storage_dir: Option<String>,
+    /// Addresses the HTTP server listens on (`host:port`).
+    pub listen: Vec<String>,
+    /// The admin socket the SQL support functions use, while served.
+    pub admin_socket: Option<String>,
+    /// The store's identity and size, once open.
+    pub store: Option<StoreStatus>,
+    /// Replication progress, once the engine talks to the primary.
+    pub replication: Option<ReplicationStatus>,
+    /// The bucket generation served (the number before `#` in bucket names).
+    pub generation: Option<u64>,
+    /// SHA-256 (hex) of the sync rules served.
+    pub rules_hash: Option<String>,
+    /// A rules deploy building the next generation beside the served one.
+    pub deploy: Option<DeployStatus>,
+    /// The last deploy that switched over.
+    pub last_deploy: Option<DeployDone>,
+    /// Top-level configuration keys present but not used by this engine.
+    pub config_ignored: Vec<String>,
+    /// The last error, kept until the next successful start.
+    pub last_error: Option<ErrorReport>,
+    /// How often the engine has been started in this worker process.
+    pub engine_starts: u64,
+    /// Unix seconds of the current engine start.
+    pub started_at: Option<u64>,
+}
+
+/// The store as shown in status.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreStatus {
+    /// Format and id.
+    #[serde(flatten)]
+    pub identity: StoreIdentity,
+    /// Size of the data file.
+    pub file_bytes: u64,
+    /// Bytes of the data file in use.
+    pub used_bytes: u64,
+}
+
+/// Where a rules deploy is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeployPhase {
+    /// Checking the primary and creating the new generation's slot.
+    Validating,
+    /// Copying the snapshot for the new rules.
+    Snapshotting,
+    /// Snapshot complete; following the new slot until it reaches the primary's position.
+    CatchingUp,
+    /// Replacing the served generation.
+    Switching,
+    /// The build stopped on an error; the served generation is unaffected.
+    Failed,
+}
+
+/// A rules deploy in progress, as shown in status.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeployStatus {
+    /// The generation being built.
+    pub generation: u64,
+    /// Where it is.
+    pub phase: DeployPhase,
+    /// SHA-256 (hex) of the rules being deployed.
+    pub rules_hash: String,
+    /// The new generation's storage directory.
+    pub dir: String,
+    /// Its replication slot.
+    pub slot: String,
+    /// Unix seconds when the build started.
+    pub started_at: u64,
+    /// Tables the new rules read, and those copied.
+    pub tables_total: u64,
+    /// Tables fully copied.
+    pub tables_done: u64,
+    /// Rows copied so far.
+    pub rows: u64,
+    /// Disk the new generation holds now (its data file), bytes.
+    pub file_bytes: u64,
+    /// The source LSN of its latest checkpoint, once streaming (`X/Y`).
+    pub applied_lsn: Option<String>,
+    /// Why it stopped, or the latest error it retries.
+    pub last_error: Option<ErrorReport>,
+}
+
+/// The last deploy that switched over.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeployDone {
+    /// The generation it built (now served).
+    pub generation: u64,
+    /// Seconds from the start of the build to the switch.
+    pub seconds: f64,
+    /// Rows its snapshot copied.
+    pub rows: u64,
+    /// Unix seconds of the switch.
+    pub switched_at: u64,
+}
+
+/// Replication as shown in status.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplicationStatus {
+    /// The slot this replica owns.
+    pub slot: String,
+    /// The slot's consistent point (`X/Y`), once created.
+    pub consistent_point: Option<String>,
+    /// Tables the rules read.
+    pub tables_total: u64,
+    /// Tables fully copied.
+    pub tables_done: u64,
+    /// Rows written to the store.
+    pub rows: u64,
+    /// Rows per second over the snapshot so far.
+    pub rows_per_second: f64,
+    /// Seconds since the snapshot started (or its total, once complete).
+    pub snapshot_seconds: f64,
+    /// The source LSN of the latest durable checkpoint (`X/Y`).
+    pub applied_lsn: Option<String>,
+    /// The op id of the latest durable checkpoint.
+    pub last_op_id: u64,
+    /// Source transactions applied since streaming (re)started.
+    pub transactions: u64,
+    /// Row changes applied since streaming (re)started.
+    pub changes: u64,
+    /// Row changes received from the primary since streaming (re)started (those of
+    /// transactions skipped as already applied included); moves inside a large source
+    /// transaction, where `applied_lsn` waits for its commit.
+    pub changes_received: u64,
+    /// Row changes of the source transaction being applied, written to the store and not
+    /// committed yet; 0 between transactions.
+    pub uncommitted_changes: u64,
+    /// WAL the primary retains for the slot, bytes (checked every 10 s).
+    pub retained_wal_bytes: u64,
+    /// The primary's WAL position at the last slot check (`X/Y`).
+    pub primary_lsn: Option<String>,
+    /// WAL bytes between the primary's position at the last check and the applied LSN
+    /// (0 when caught up; includes WAL with nothing for this replica while it is idle).
+    pub lag_bytes: u64,
+}
+
+/// A [`Status`] shared between threads, with a version number so publishers copy it only
+/// when it changed, and a heartbeat the liveness probe reads.
+pub struct StatusCell {
+    status: RwLock<Status>,
+    version: AtomicU64,
+    touched_at_ms: AtomicU64,
+}
+
+impl StatusCell {
+    /// A fresh status for the worker process `pid`.
+    pub fn new(pid: u32) -> Self {
+        let status = Status {
+            phase: Phase::Starting,
+            ready: false,
+            worker_pid: pid,
+            config_file: None,
+            storage_dir: None,
+            listen: Vec::new(),
+            admin_socket: None,
+            store: None,
+            replication: None,
+            generation: None,
+            rules_hash: None,
+            deploy: None,
+            last_deploy: None,
+            config_ignored: Vec::new(),
+            last_error: None,
+            engine_starts: 0,
+            started_at: None,
+        };
+        Self {
+            status: RwLock::new(status),
+            version: AtomicU64::new(1),
+            touched_at_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Changes the status and bumps its version.
+    pub fn update(&self, change: impl FnOnce(&mut Status)) {
+        change(&mut self.status.write());
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// A copy of the current status.
+    pub fn snapshot(&self) -> Status {
+        self.status.read().clone()
+    }
+
+    /// Increases on every change.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Records that the engine's loop is alive (for the liveness probe).
+    pub fn touch(&self) {
+        self.touched_at_ms.store(unix_now_ms(), Ordering::Relaxed);
+    }
+
+    /// Unix milliseconds of the last [`touch`](Self::touch), 0 if never.
+    pub fn touched_at_ms(&self) -> u64 {
+        self.touched_at_ms.load(Ordering::Relaxed)
+    }
+
+    /// Enters `phase` with an error the status keeps showing.
+    pub fn fail(&self, phase: Phase, error: ErrorReport) {
+        self.update(|s| {
+            s.phase = phase;
+            s.ready = false;
+            s.last_error = Some(error);
+        });
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    unix_now_ms() / 1000
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phase_names_match_the_json() {
+        for phase in Phase::ALL {
+            assert_eq!(
+                serde_json::to_value(phase).ok(),
+                Some(serde_json::Value::from(phase.name()))
+            );
+        }
+    }
+}

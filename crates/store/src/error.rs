@@ -1,0 +1,126 @@
+//! Errors of the store. Directory and format problems need the operator; MDBX failures
+//! poison the writer and restart the worker.
+
+use std::path::PathBuf;
+
+/// Why the store cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The directory cannot be created or inspected.
+    #[error(
+        "PSM_S1001 storage directory {path}: cannot {action}: {source}; check that the \
+             PostgreSQL server user owns the parent directory, or set \
+             powersync_mdbx.storage_dir"
+    )]
+    Io {
+        /// The directory or file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The directory holds files this engine did not write.
+    #[error(
+        "PSM_S1002 storage directory {path} holds content that is not a powersync_mdbx \
+             store ({found}); point powersync_mdbx.storage_dir at an empty or new directory, \
+             or move that content away"
+    )]
+    Foreign {
+        /// The directory.
+        path: PathBuf,
+        /// What was found.
+        found: String,
+    },
+    /// The directory is readable by others or owned by another user.
+    #[error(
+        "PSM_S1003 storage directory {path} {problem}; it holds replicated data and must \
+             be private to the server user (chown it to that user, chmod 0700)"
+    )]
+    Permissions {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A powersync_mdbx store of another format version.
+    #[error(
+        "PSM_S1004 storage directory {path} holds a store of format `{found}`, this build \
+             reads `{expected}`; run SELECT powersync_mdbx.reset() to rebuild it from the \
+             primary, or run the matching build"
+    )]
+    Incompatible {
+        /// The directory.
+        path: PathBuf,
+        /// Format written in the store.
+        found: String,
+        /// Format this build reads.
+        expected: &'static str,
+    },
+    /// Stored bytes do not decode.
+    #[error(
+        "PSM_S1006 storage {path} is damaged ({what}); run SELECT powersync_mdbx.reset() \
+             to rebuild it from the primary"
+    )]
+    Corrupt {
+        /// The directory.
+        path: PathBuf,
+        /// Which record.
+        what: &'static str,
+    },
+    /// A commit failed earlier; the store refuses writes until the worker restarts.
+    #[error(
+        "PSM_S1007 storage {path}: an earlier commit failed, writes are refused until the \
+             worker restarts"
+    )]
+    Poisoned {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// libmdbx reported an error.
+    #[error("PSM_S1005 storage {path}: cannot {action}: {source}")]
+    Mdbx {
+        /// The directory.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// libmdbx's error.
+        source: libmdbx::Error,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn mdbx(
+        path: &std::path::Path,
+        action: &'static str,
+        source: libmdbx::Error,
+    ) -> Self {
+        Self::Mdbx {
+            path: path.to_owned(),
+            action,
+            source,
+        }
+    }
+
+    /// Stored bytes under `path` that do not decode (`what` names them).
+    pub fn corrupt(path: &std::path::Path, what: &'static str) -> Self {
+        Self::Corrupt {
+            path: path.to_owned(),
+            what,
+        }
+    }
+
+    /// A failed file operation on `path`.
+    pub fn io(path: &std::path::Path, action: &'static str, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_owned(),
+            action,
+            source,
+        }
+    }
+
+    /// True when only the operator can fix it (restarting will not help).
+    pub fn needs_operator(&self) -> bool {
+        !matches!(self, Self::Mdbx { .. } | Self::Poisoned { .. })
+    }
+}

@@ -1,0 +1,378 @@
+//! The MDBX bucket store. Only the engine opens it; SQL functions never do.
+//!
+//! This stage holds the environment, its directory discipline and the store's identity
+//! (format and id). Bucket tables arrive with the snapshot stage.
+#![warn(missing_docs)]
+
+pub mod checksum;
+mod codec;
+mod compress;
+mod dir;
+mod error;
+mod identity;
+mod layout;
+mod lookup_read;
+mod meta;
+mod op;
+mod op_blocks;
+mod prepared;
+mod reader;
+mod record;
+mod stored_row;
+mod tables;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, ReadWriteOptions, SyncMode};
+
+use metrics::ReadTracker;
+
+pub use checksum::remove_checksum;
+pub use dir::{
+    advance_generation, next_generation, remove_store_files, set_next_generation, STORE_FILES,
+};
+pub use error::StoreError;
+pub use identity::identity_key;
+pub use layout::{
+    active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active,
+};
+pub use meta::{stage_record_of_any_format, StoreIdentity, FORMAT};
+pub use op::{BucketState, OpKind};
+pub use prepared::{PreparedRow, RowCodec, RowPacker};
+pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
+pub use writer::{LookupPut, RowPut, Stash, WriteTxn};
+
+/// Named tables the environment reserves slots for.
+const MAX_TABLES: u64 = 32;
+/// Address space reserved for the map; disk is only used as data grows.
+const MAX_MAP_BYTES: isize = 1 << 40;
+/// File growth step: the file is at most this much larger than the pages in use (64 MiB
+/// made a 30 MB store a 64 MiB file).
+const GROWTH_STEP: isize = 16 << 20;
+/// Dirty pages a write transaction keeps in memory before libmdbx spills them to the file
+/// (64 MiB of 4 KiB pages): a transaction of millions of changes stays within it. The
+/// environment writes through buffers, not a writable map: writing a shared map cost the
+/// snapshot page faults and cross-CPU TLB flushes at every writeback.
+const TXN_DIRTY_PAGES: u64 = 16384;
+
+/// Lowers libmdbx's own logging to warnings. libmdbx's fork handler logs a debug line in
+/// every child of a process that loaded it (each PostgreSQL backend): call this once where
+/// the library is loaded, before any fork.
+pub fn quiet_library_logging() {
+    // SAFETY: sets libmdbx's global log level; no logger pointer is dereferenced by us.
+    unsafe {
+        mdbx_sys::mdbx_setup_debug(mdbx_sys::MDBX_LOG_WARN, mdbx_sys::MDBX_DBG_DONTCHANGE, None);
+    }
+}
+
+/// An open store. Dropping it closes the environment.
+pub struct Store {
+    db: Database<NoWriteMap>,
+    dir: PathBuf,
+    identity: StoreIdentity,
+    created: bool,
+    poisoned: AtomicBool,
+    /// How row records are packed; replaced once a dictionary is trained.
+    codec: parking_lot::RwLock<std::sync::Arc<compress::RecordCodec>>,
+    /// Read transactions open now and started so far (for `/metrics`).
+    reads: ReadTracker,
+}
+
+/// A consistent point clients can sync to: every op up to `op_id` is committed, and the
+/// source is applied up to `lsn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Checkpoint {
+    /// Last op id committed.
+    pub op_id: u64,
+    /// Source LSN applied.
+    pub lsn: u64,
+}
+
+impl Checkpoint {
+    fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
+        out[8..].copy_from_slice(&self.lsn.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        Some(Self {
+            op_id: u64::from_le_bytes(codec::fixed(bytes, 0, "checkpoint").ok()?),
+            lsn: u64::from_le_bytes(codec::fixed(bytes, 8, "checkpoint").ok()?),
+        })
+    }
+}
+
+impl Store {
+    /// Opens the store in `dir`, creating the directory (mode 0700) and a fresh store when
+    /// they do not exist. Refuses directories with foreign content, group/world access or
+    /// another owner, and stores of another format.
+    ///
+    /// libmdbx starts a thread here: call it from a thread with all signals blocked.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let fresh = dir::prepare(dir)?;
+        let options = DatabaseOptions {
+            max_tables: Some(MAX_TABLES),
+            mode: Mode::ReadWrite(ReadWriteOptions {
+                // Commits do not fsync by themselves; `write` syncs explicitly before it
+                // returns, `write_unsynced` leaves that to the next durable write.
+                sync_mode: SyncMode::SafeNoSync,
+                max_size: Some(MAX_MAP_BYTES),
+                growth_step: Some(GROWTH_STEP),
+                // Give back space beyond the last used page (the file grows in steps
+                // ahead of the pages written).
+                shrink_threshold: Some(2 * GROWTH_STEP),
+                ..Default::default()
+            }),
+            // New stores only (an existing store keeps its own): a full op block fills
+            // one large page of this size.
+            page_size: Some(libmdbx::PageSize::Set(op_blocks::PAGE_BYTES)),
+            permissions: Some(0o600),
+            txn_dp_limit: Some(TXN_DIRTY_PAGES),
+            ..Default::default()
+        };
+        let db = Database::<NoWriteMap>::open_with_options(dir, options)
+            .map_err(|e| StoreError::mdbx(dir, "open the environment", e))?;
+        let (identity, created) = meta::load_or_init(&db, dir, fresh)?;
+        if created {
+            db.sync(true)
+                .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
+        }
+        let codec = writer::load_codec(&db, dir)?;
+        Ok(Self {
+            db,
+            dir: dir.to_owned(),
+            identity,
+            created,
+            poisoned: AtomicBool::new(false),
+            codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
+            reads: ReadTracker::default(),
+        })
+    }
+
+    /// The directory the environment lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Format and id of this store.
+    pub fn identity(&self) -> &StoreIdentity {
+        &self.identity
+    }
+
+    /// True when this open created the store (empty storage at start).
+    pub fn was_created(&self) -> bool {
+        self.created
+    }
+
+    /// Bytes of the data file in use (pages up to the last allocated one); the file itself
+    /// grows in steps and may be larger.
+    pub fn used_bytes(&self) -> u64 {
+        let page = self.db.stat().map_or(0, |s| u64::from(s.page_size()));
+        self.db
+            .info()
+            .map_or(0, |i| (i.last_pgno() as u64 + 1) * page)
+    }
+
+    /// Read transactions open now and started since the store opened.
+    pub fn reads(&self) -> &ReadTracker {
+        &self.reads
+    }
+
+    /// Per table: name, entries and bytes of its pages (for status and the benchmark).
+    pub fn table_sizes(&self) -> Result<Vec<(&'static str, u64, u64)>, StoreError> {
+        let _read = self.reads.start();
+        let txn = self
+            .db
+            .begin_ro_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let mut out = Vec::new();
+        for (name, _) in tables::TABLES {
+            let table = txn
+                .open_table(Some(name))
+                .map_err(|e| StoreError::mdbx(&self.dir, "open a table", e))?;
+            let stat = txn
+                .table_stat(&table)
+                .map_err(|e| StoreError::mdbx(&self.dir, "read table statistics", e))?;
+            out.push((*name, stat.entries() as u64, stat.total_size()));
+        }
+        Ok(out)
+    }
+
+    /// Bytes the data file occupies on disk.
+    pub fn file_bytes(&self) -> u64 {
+        std::fs::metadata(self.dir.join(dir::DATA_FILE)).map_or(0, |m| m.len())
+    }
+
+    /// Applies `changes` in one read-write transaction and commits it durably with the
+    /// checkpoint `(last op id, lsn)`. An error from `changes` aborts the transaction; a
+    /// failed commit poisons the store (every later write fails and the worker restarts).
+    pub fn write<R>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<(R, Checkpoint), StoreError> {
+        self.write_with(lsn, changes)
+    }
+
+    /// [`write`](Self::write) for changes that can fail with errors of their own
+    /// (evaluation, a closed source stream): any error aborts the transaction.
+    pub fn write_with<R, E: From<StoreError>>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
+    ) -> Result<(R, Checkpoint), E> {
+        let result = self.commit(lsn, changes)?;
+        self.sync()?;
+        Ok(result)
+    }
+
+    /// Like [`write`](Self::write) but without waiting for the disk: a crash of the
+    /// machine may lose this commit (never corrupt the store). For batches whose loss is
+    /// harmless because a later durable write decides (the snapshot's batches, made
+    /// durable by the commit that completes it).
+    pub fn write_unsynced<R>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<(R, Checkpoint), StoreError> {
+        self.commit(lsn, changes)
+    }
+
+    /// One read-write transaction: `changes`, then the accumulators, counters and
+    /// checkpoint, then the commit (not synced).
+    fn commit<R, E: From<StoreError>>(
+        &self,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
+    ) -> Result<(R, Checkpoint), E> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            }
+            .into());
+        }
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        let codec = self.codec.read().clone();
+        let (result, (checkpoint, trained)) = {
+            let tables = tables::Tables::open(&txn, &self.dir)?;
+            let mut write = WriteTxn::begin(&txn, &tables, &self.dir, &codec)?;
+            let result = changes(&mut write)?;
+            (result, write.finish(lsn)?)
+        };
+        if let Err(e) = txn.commit() {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(StoreError::mdbx(&self.dir, "commit", e).into());
+        }
+        if let Some(dictionary) = trained {
+            *self.codec.write() =
+                std::sync::Arc::new(compress::RecordCodec::with_dictionary(&dictionary));
+        }
+        Ok((result, checkpoint))
+    }
+
+    /// Flushes every commit to disk; failure poisons the store.
+    fn sync(&self) -> Result<(), StoreError> {
+        self.db.sync(true).map(|_| ()).map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StoreError::mdbx(&self.dir, "sync to disk", e)
+        })
+    }
+
+    /// Empties every data table and the counters, checkpoint and bootstrap record, keeping
+    /// the store's identity (an interrupted bootstrap starts over with this).
+    pub fn clear_data(&self) -> Result<(), StoreError> {
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        {
+            let t = tables::Tables::open(&txn, &self.dir)?;
+            for table in [
+                &t.buckets,
+                &t.bucket_names,
+                &t.ops,
+                &t.rows,
+                &t.row_keys,
+                &t.tombstones,
+                &t.lookups,
+            ] {
+                txn.clear_table(table)
+                    .map_err(|e| StoreError::mdbx(&self.dir, "clear a table", e))?;
+            }
+            for key in writer::DATA_META_KEYS {
+                txn.del(&t.meta, key, None)
+                    .map_err(|e| StoreError::mdbx(&self.dir, "clear metadata", e))?;
+            }
+        }
+        txn.commit().map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StoreError::mdbx(&self.dir, "commit", e)
+        })?;
+        *self.codec.write() = std::sync::Arc::new(compress::RecordCodec::raw());
+        self.sync()
+    }
+
+    /// Writes one engine stage's record durably in its own transaction, leaving the data,
+    /// counters and checkpoint untouched (for records kept outside the replication
+    /// stream, such as write-checkpoint requests). Waits for a running write to finish.
+    pub fn put_stage_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.put_stage_records(&[(key.to_owned(), value.to_vec())])
+    }
+
+    /// [`Self::put_stage_record`] for several records in one durable transaction.
+    pub fn put_stage_records(&self, records: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        {
+            let tables = tables::Tables::open(&txn, &self.dir)?;
+            for (key, value) in records {
+                txn.put(
+                    &tables.meta,
+                    format!("stage.{key}").as_bytes(),
+                    value,
+                    libmdbx::WriteFlags::UPSERT,
+                )
+                .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
+            }
+        }
+        if let Err(e) = txn.commit() {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        self.sync()
+    }
+
+    /// Runs `read` in a short read-only transaction (a consistent view).
+    pub fn read<R>(
+        &self,
+        read: impl FnOnce(&ReadTxn<'_, '_>) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        // Declared first, dropped last: the slot is freed after the transaction ends.
+        let _read = self.reads.start();
+        let txn = self
+            .db
+            .begin_ro_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let tables = tables::Tables::open(&txn, &self.dir)?;
+        let codec = self.codec.read().clone();
+        let view = ReadTxn::new(&txn, &tables, &self.dir, &codec);
+        read(&view)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,266 @@
+//! The read side: short read-only transactions that answer checkpoints, bucket
+//! accumulators and pages of ops after a client's position.
+
+use std::path::Path;
+
+use libmdbx::{NoWriteMap, Transaction, RO};
+
+use super::compress::RecordCodec;
+use super::op::{BucketState, OpKind, StoredOp};
+use super::op_blocks::{block_error, BlockCursor};
+use super::record::{subkey, Tombstone};
+use super::stored_row;
+use super::tables::Tables;
+use super::writer::KEY_CHECKPOINT;
+use super::{Checkpoint, StoreError};
+
+/// An op as a client receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpRead {
+    /// Global op id.
+    pub op_id: u64,
+    /// PUT, REMOVE, MOVE or CLEAR.
+    pub kind: OpKind,
+    /// The op's checksum.
+    pub checksum: u32,
+    /// PUT and REMOVE: what the op is about.
+    pub object: Option<ObjectRead>,
+}
+
+/// The row side of a PUT or REMOVE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRead {
+    /// Output table name.
+    pub object_type: String,
+    /// Row id text.
+    pub object_id: String,
+    /// The source row's subkey.
+    pub subkey: String,
+    /// PUT: the data JSON.
+    pub data: Option<String>,
+}
+
+/// A page of a bucket's ops.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OpsPage {
+    /// Ops with `after < op_id ≤ until`, ascending.
+    pub ops: Vec<OpRead>,
+    /// More ops ≤ `until` follow.
+    pub has_more: bool,
+    /// The largest MOVE/CLEAR target among the ops: above the checkpoint being served,
+    /// the page reflects changes newer than it, and that checkpoint must not complete.
+    pub max_target: u64,
+}
+
+/// An open read. Build it with [`super::Store::read`].
+pub struct ReadTxn<'t, 'db> {
+    pub(super) txn: &'t Transaction<'db, RO, NoWriteMap>,
+    pub(super) tables: &'t Tables<'t>,
+    pub(super) dir: &'t Path,
+    codec: &'t RecordCodec,
+}
+
+impl<'t, 'db> ReadTxn<'t, 'db> {
+    /// The error for bytes read from this store that do not decode (`what` names them).
+    pub fn corrupt(&self, what: &'static str) -> StoreError {
+        StoreError::corrupt(self.dir, what)
+    }
+
+    pub(super) fn new(
+        txn: &'t Transaction<'db, RO, NoWriteMap>,
+        tables: &'t Tables<'t>,
+        dir: &'t Path,
+        codec: &'t RecordCodec,
+    ) -> Self {
+        Self {
+            txn,
+            tables,
+            dir,
+            codec,
+        }
+    }
+
+    /// The store's directory (for error messages).
+    pub fn dir(&self) -> &Path {
+        self.dir
+    }
+
+    fn mdbx(&self, action: &'static str) -> impl Fn(libmdbx::Error) -> StoreError + '_ {
+        move |e| StoreError::mdbx(self.dir, action, e)
+    }
+
+    /// The last committed checkpoint (op id 0 and LSN 0 for an empty store).
+    pub fn checkpoint(&self) -> Result<Checkpoint, StoreError> {
+        let bytes: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.meta, KEY_CHECKPOINT)
+            .map_err(self.mdbx("read the checkpoint"))?;
+        match bytes {
+            None => Ok(Checkpoint::default()),
+            Some(bytes) => Checkpoint::decode(&bytes)
+                .ok_or_else(|| StoreError::corrupt(self.dir, "checkpoint")),
+        }
+    }
+
+    /// An engine stage's record (see [`super::WriteTxn::put_stage_record`]).
+    pub fn stage_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = format!("stage.{key}");
+        self.txn
+            .get(&self.tables.meta, key.as_bytes())
+            .map_err(self.mdbx("read a stage record"))
+    }
+
+    /// Every stage record whose key starts with `prefix`, in key order (the meta table is
+    /// small: a handful of records plus one per write-checkpoint key).
+    pub fn stage_records(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let full = format!("stage.{prefix}");
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.meta)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut out = Vec::new();
+        for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
+            let (key, value) = item.map_err(self.mdbx("read stage records"))?;
+            if let Some(rest) = key.strip_prefix(b"stage.".as_slice()) {
+                if key.starts_with(full.as_bytes()) {
+                    let key = String::from_utf8(rest.to_vec())
+                        .map_err(|_| StoreError::corrupt(self.dir, "stage record key"))?;
+                    out.push((key, value));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A bucket's accumulators; `None` for a bucket that never had an op.
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketState>, StoreError> {
+        let bytes: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.buckets, name.as_bytes())
+            .map_err(self.mdbx("read a bucket"))?;
+        bytes
+            .map(|b| BucketState::decode(&b).map_err(|c| StoreError::corrupt(self.dir, c.what)))
+            .transpose()
+    }
+
+    /// Every bucket that ever had an op: `(id, name)` in id order (for status, support
+    /// functions and tests; a bucket with only REMOVEs left still counts).
+    pub fn bucket_names(&self) -> Result<Vec<(u32, String)>, StoreError> {
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.bucket_names)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut out = Vec::new();
+        for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
+            let (id, name) = item.map_err(self.mdbx("read bucket names"))?;
+            let id = super::codec::fixed::<4>(&id, 0, "bucket id")
+                .map(u32::from_ne_bytes)
+                .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+            let name = String::from_utf8(name)
+                .map_err(|_| StoreError::corrupt(self.dir, "bucket name"))?;
+            out.push((id, name));
+        }
+        Ok(out)
+    }
+
+    /// Every bucket that ever had an op with its accumulators, in name order (for the
+    /// `powersync_mdbx.buckets()` support function).
+    pub fn bucket_states(&self) -> Result<Vec<(String, BucketState)>, StoreError> {
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.buckets)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut out = Vec::new();
+        for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
+            let (name, state) = item.map_err(self.mdbx("read buckets"))?;
+            let name = String::from_utf8(name)
+                .map_err(|_| StoreError::corrupt(self.dir, "bucket name"))?;
+            let state =
+                BucketState::decode(&state).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+            out.push((name, state));
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` ops of bucket `bucket_id` with `after < op_id ≤ until`.
+    pub fn ops(
+        &self,
+        bucket_id: u32,
+        after: u64,
+        until: u64,
+        limit: usize,
+    ) -> Result<OpsPage, StoreError> {
+        let mut page = OpsPage::default();
+        if after >= until {
+            return Ok(page);
+        }
+        let mut blocks = BlockCursor::seek(
+            self.txn,
+            &self.tables.ops,
+            bucket_id,
+            after.saturating_add(1),
+        )
+        .map_err(|e| block_error(self.dir, "seek ops", e))?;
+        while let Some(block) = blocks
+            .next_block()
+            .map_err(|e| block_error(self.dir, "read ops", e))?
+        {
+            for op in block.ops.iter().filter(|op| op.op_id > after) {
+                if op.op_id > until {
+                    return Ok(page);
+                }
+                if page.ops.len() == limit {
+                    page.has_more = true;
+                    return Ok(page);
+                }
+                page.ops.push(self.resolve(op)?);
+                if matches!(op.kind, OpKind::Move | OpKind::Clear) {
+                    page.max_target = page.max_target.max(op.reference);
+                }
+            }
+        }
+        Ok(page)
+    }
+
+    fn resolve(&self, op: &StoredOp) -> Result<OpRead, StoreError> {
+        let object = match op.kind {
+            OpKind::Put => {
+                let bytes: Vec<u8> = self
+                    .txn
+                    .get(&self.tables.rows, op.reference.to_ne_bytes())
+                    .map_err(self.mdbx("read a row"))?
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "row of a PUT"))?;
+                let (table_id, output) = stored_row::output(self.codec, &bytes, op.output)
+                    .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                Some(ObjectRead {
+                    object_type: output.object_type,
+                    object_id: output.object_id,
+                    subkey: subkey(table_id, op.reference),
+                    data: Some(output.data),
+                })
+            }
+            OpKind::Remove => {
+                let bytes: Vec<u8> = self
+                    .txn
+                    .get(&self.tables.tombstones, op.op_id.to_ne_bytes())
+                    .map_err(self.mdbx("read a tombstone"))?
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "tombstone of a REMOVE"))?;
+                let t =
+                    Tombstone::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                Some(ObjectRead {
+                    object_type: t.object_type,
+                    object_id: t.object_id,
+                    subkey: t.subkey,
+                    data: None,
+                })
+            }
+            OpKind::Move | OpKind::Clear => None,
+        };
+        Ok(OpRead {
+            op_id: op.op_id,
+            kind: op.kind,
+            checksum: op.checksum,
+            object,
+        })
+    }
+}

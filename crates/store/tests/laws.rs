@@ -1,0 +1,418 @@
+//! Storage laws as properties: for random row changes across buckets, a client at any
+//! earlier position that downloads the ops after it up to the current checkpoint ends
+//! with exactly the current rows and the announced checksum and count.
+use std::collections::BTreeMap;
+
+use store::{OpKind, RowPut, Store};
+
+const BUCKETS: [&str; 5] = ["b0", "b1", "b2[\"x\"]", "b3", "b4"];
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What a client holds per bucket.
+#[derive(Clone, Default)]
+struct Client {
+    after: BTreeMap<&'static str, u64>,
+    checksum: BTreeMap<&'static str, u32>,
+    rows: BTreeMap<&'static str, BTreeMap<String, String>>,
+}
+
+impl Client {
+    /// Downloads everything after its positions up to the store's checkpoint, in pages.
+    fn sync(&mut self, store: &Store, truth: &BTreeMap<&'static str, BTreeMap<String, String>>) {
+        store
+            .read(|view| {
+                let cp = view.checkpoint()?.op_id;
+                for bucket in BUCKETS {
+                    let Some(state) = view.bucket(bucket)? else {
+                        continue;
+                    };
+                    let mut after = *self.after.get(bucket).unwrap_or(&0);
+                    loop {
+                        let page = view.ops(state.id, after, cp, 3)?;
+                        assert!(page.max_target <= cp, "a single read view is consistent");
+                        for op in &page.ops {
+                            assert!(op.op_id > after && op.op_id <= cp);
+                            let sum = self.checksum.entry(bucket).or_default();
+                            *sum = sum.wrapping_add(op.checksum);
+                            let rows = self.rows.entry(bucket).or_default();
+                            match op.kind {
+                                OpKind::Put => {
+                                    let o = op.object.as_ref().unwrap();
+                                    rows.insert(o.object_id.clone(), o.data.clone().unwrap());
+                                }
+                                OpKind::Remove => {
+                                    rows.remove(&op.object.as_ref().unwrap().object_id);
+                                }
+                                OpKind::Move => assert!(op.object.is_none()),
+                                OpKind::Clear => {
+                                    // Everything before it is replaced: start over.
+                                    assert!(op.object.is_none());
+                                    rows.clear();
+                                    *sum = op.checksum;
+                                }
+                            }
+                            after = op.op_id;
+                        }
+                        if !page.has_more {
+                            break;
+                        }
+                    }
+                    self.after.insert(bucket, cp);
+                    assert_eq!(
+                        self.checksum.get(bucket).copied().unwrap_or(0),
+                        state.checksum,
+                        "checksum of {bucket}"
+                    );
+                    let empty = BTreeMap::new();
+                    assert_eq!(
+                        self.rows.get(bucket).unwrap_or(&empty),
+                        truth.get(bucket).unwrap_or(&empty),
+                        "rows of {bucket}"
+                    );
+                    // Count: every op ever added and still stored.
+                    let all = view.ops(state.id, 0, cp, usize::MAX)?;
+                    assert_eq!(all.ops.len() as u64, state.count, "count of {bucket}");
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+fn checksum_of(data: &str) -> u32 {
+    data.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// How many commits of how many row changes, over how many rows.
+struct Shape {
+    commits: u64,
+    max_changes: u64,
+    rows: u64,
+}
+
+/// Few rows changed often: most ops are superseded within a few commits.
+const SMALL: Shape = Shape {
+    commits: 60,
+    max_changes: 5,
+    rows: 16,
+};
+
+/// Runs one random history; returns the largest number of ops a bucket holds at the end.
+fn run(seed: u64, shape: &Shape) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let mut rng = Rng(seed);
+    // row → (buckets, data)
+    let mut model: BTreeMap<u64, (Vec<&'static str>, String)> = BTreeMap::new();
+    let mut clients: Vec<Client> = vec![Client::default()];
+    let mut last_cp = 0;
+    let mut compacted = 0;
+    let last_commit = shape.commits - 1;
+    for commit in 0..shape.commits {
+        let lsn = 100 + commit;
+        let (_, cp) = store
+            .write(lsn, |w| {
+                for _ in 0..=rng.below(shape.max_changes - 1) {
+                    let row = rng.below(shape.rows);
+                    let identity = row.to_be_bytes();
+                    if rng.below(5) == 0 {
+                        let was = model.remove(&row).is_some();
+                        assert_eq!(w.delete_row(1, &identity)?, was);
+                    } else {
+                        let buckets: Vec<&'static str> = BUCKETS
+                            .iter()
+                            .copied()
+                            .filter(|_| rng.below(3) == 0)
+                            .collect();
+                        let data = format!("{{\"id\":\"r{row}\",\"v\":{}}}", rng.below(1000));
+                        let object_id = format!("r{row}");
+                        let puts: Vec<RowPut<'_>> = buckets
+                            .iter()
+                            .map(|b| RowPut {
+                                bucket: b,
+                                object_type: "items",
+                                object_id: &object_id,
+                                data: &data,
+                                checksum: checksum_of(&data),
+                            })
+                            .collect();
+                        w.upsert_row(1, &identity, &puts, &[])?;
+                        if buckets.is_empty() {
+                            model.remove(&row);
+                        } else {
+                            model.insert(row, (buckets, data));
+                        }
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        // Now and then, CLEAR-compact every bucket (clients stay wherever they are).
+        if rng.below(4) == 0 {
+            let ids: Vec<u32> = store
+                .read(|v| {
+                    Ok(BUCKETS
+                        .iter()
+                        .filter_map(|b| v.bucket(b).ok().flatten().map(|s| s.id))
+                        .collect())
+                })
+                .unwrap();
+            let (removed, _) = store
+                .write(lsn, |w| {
+                    let mut removed = 0;
+                    for id in &ids {
+                        removed += w.compact_bucket(*id)?;
+                    }
+                    Ok(removed)
+                })
+                .unwrap();
+            compacted += removed;
+        }
+        assert!(cp.op_id >= last_cp, "checkpoints never go back");
+        assert_eq!(cp.lsn, lsn);
+        last_cp = cp.op_id;
+        let mut truth: BTreeMap<&'static str, BTreeMap<String, String>> = BTreeMap::new();
+        for (row, (buckets, data)) in &model {
+            for b in buckets {
+                truth
+                    .entry(b)
+                    .or_default()
+                    .insert(format!("r{row}"), data.clone());
+            }
+        }
+        // Some clients sync at this checkpoint, some stay behind; a new client joins.
+        for client in clients.iter_mut() {
+            if rng.below(3) != 0 {
+                client.sync(&store, &truth);
+            }
+        }
+        if commit % 7 == 0 {
+            clients.push(Client::default());
+        }
+        if commit == last_commit {
+            for client in clients.iter_mut() {
+                client.sync(&store, &truth);
+            }
+            let mut fresh = Client::default();
+            fresh.sync(&store, &truth);
+        }
+    }
+    assert!(compacted > 0, "compaction never ran on seed {seed}");
+    let largest = store
+        .read(|v| {
+            let mut largest = 0;
+            for b in BUCKETS {
+                largest = largest.max(v.bucket(b)?.map_or(0, |s| s.count));
+            }
+            Ok(largest)
+        })
+        .unwrap();
+    drop(store);
+    // Reopened, the store serves the same state.
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    assert_eq!(store.read(|v| v.checkpoint()).unwrap().op_id, last_cp);
+    largest
+}
+
+#[test]
+fn every_position_syncs_to_the_current_checkpoint() {
+    for seed in [1, 7, 42, 1234, 99991, 0x5eed_f00d] {
+        run(seed, &SMALL);
+    }
+}
+
+/// Buckets of thousands of ops, so ops are superseded in earlier blocks of a bucket and
+/// compaction folds prefixes that end inside a block (a block holds 169 ops).
+#[test]
+fn every_position_syncs_across_op_blocks() {
+    let large = Shape {
+        commits: 120,
+        max_changes: 60,
+        rows: 400,
+    };
+    for seed in [3, 2024] {
+        let ops = run(seed, &large);
+        assert!(
+            ops > 3 * 169,
+            "seed {seed}: the largest bucket holds only {ops} ops"
+        );
+    }
+}
+
+#[test]
+fn unchanged_memberships_keep_a_single_copy_of_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let data = "{\"id\":\"t1\",\"title\":\"x\"}";
+    let puts: Vec<RowPut<'_>> = BUCKETS[..3]
+        .iter()
+        .map(|b| RowPut {
+            bucket: b,
+            object_type: "tasks",
+            object_id: "t1",
+            data,
+            checksum: 5,
+        })
+        .collect();
+    let (_, cp) = store
+        .write(1, |w| w.upsert_row(9, b"t1", &puts, &[]))
+        .unwrap();
+    assert_eq!(cp.op_id, 3);
+    store
+        .read(|v| {
+            for b in &BUCKETS[..3] {
+                let state = v.bucket(b)?.unwrap();
+                assert_eq!(
+                    (state.count, state.checksum, state.last_op),
+                    (1, 5, state.last_op)
+                );
+                let page = v.ops(state.id, 0, cp.op_id, 10)?;
+                assert_eq!(
+                    page.ops[0].object.as_ref().unwrap().data.as_deref(),
+                    Some(data)
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    // The delete removes it from all three; a redelivered delete is a no-op.
+    let (removed, cp) = store.write(2, |w| w.delete_row(9, b"t1")).unwrap();
+    assert!(removed);
+    assert_eq!(cp.op_id, 6);
+    let (again, cp2) = store.write(3, |w| w.delete_row(9, b"t1")).unwrap();
+    assert!(!again);
+    assert_eq!(cp2.op_id, 6);
+    assert_eq!(cp2.lsn, 3);
+    store
+        .read(|v| {
+            let state = v.bucket(BUCKETS[0])?.unwrap();
+            let page = v.ops(state.id, 0, cp.op_id, 10)?;
+            assert_eq!(
+                page.ops.iter().map(|o| o.kind).collect::<Vec<_>>(),
+                vec![OpKind::Move, OpKind::Remove]
+            );
+            assert_eq!(page.max_target, page.ops[1].op_id);
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn snapshot_inserts_merge_identical_identities_and_skip_empty_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let put = |data: &'static str| RowPut {
+        bucket: "all",
+        object_type: "t",
+        object_id: "1",
+        data,
+        checksum: 7,
+    };
+    store
+        .write(1, |w| {
+            w.insert_row(1, b"same", &[put("{\"v\":1}")], &[])?;
+            // A second row with the same identity (REPLICA IDENTITY FULL duplicates).
+            w.insert_row(1, b"same", &[put("{\"v\":1}")], &[])?;
+            w.insert_row(1, b"nothing", &[], &[])
+        })
+        .unwrap();
+    let (removed, _) = store.write(2, |w| w.delete_row(1, b"nothing")).unwrap();
+    assert!(!removed, "a row without buckets or lookups is not stored");
+    store
+        .read(|v| {
+            let state = v.bucket("all")?.unwrap();
+            let page = v.ops(state.id, 0, 10, 10)?;
+            assert_eq!(
+                page.ops.iter().map(|o| o.kind).collect::<Vec<_>>(),
+                vec![OpKind::Move, OpKind::Put]
+            );
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn records_compress_once_a_dictionary_is_trained_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let store = Store::open(&path).unwrap();
+    let data = |i: u32| {
+        format!("{{\"id\":\"task-{i:06}\",\"title\":\"Task {i}\",\"status\":\"todo\",\"summary\":\"{}\"}}", "ab".repeat(40))
+    };
+    let write = |range: std::ops::Range<u32>| {
+        store
+            .write(1, |w| {
+                for i in range {
+                    let (id, d) = (format!("task-{i:06}"), data(i));
+                    let put = RowPut {
+                        bucket: "all",
+                        object_type: "tasks",
+                        object_id: &id,
+                        data: &d,
+                        checksum: i,
+                    };
+                    w.insert_row(1, id.as_bytes(), &[put], &[])?;
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    write(0..3000); // raw, and trains the dictionary
+    let raw_bytes = store
+        .table_sizes()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.0 == "rows")
+        .unwrap()
+        .2;
+    write(3000..6000); // compressed
+    let all_bytes = store
+        .table_sizes()
+        .unwrap()
+        .into_iter()
+        .find(|t| t.0 == "rows")
+        .unwrap()
+        .2;
+    assert!(
+        all_bytes - raw_bytes < raw_bytes / 2,
+        "compressed half {} vs raw half {raw_bytes}",
+        all_bytes - raw_bytes
+    );
+    drop(store);
+    // Reopened (dictionary loaded from the store), every record reads back exactly.
+    let store = Store::open(&path).unwrap();
+    store
+        .read(|v| {
+            let state = v.bucket("all")?.unwrap();
+            let page = v.ops(state.id, 0, u64::MAX, usize::MAX)?;
+            assert_eq!(page.ops.len(), 6000);
+            for (i, op) in page.ops.iter().enumerate() {
+                assert_eq!(
+                    op.object.as_ref().unwrap().data.as_deref(),
+                    Some(data(i as u32).as_str())
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Updates of compressed rows still find and supersede them.
+    store
+        .write(2, |w| w.delete_row(1, b"task-004000"))
+        .map(|(removed, _)| assert!(removed))
+        .unwrap();
+}

@@ -1,0 +1,6 @@
+//! The integration tests of this crate, one test binary (`cargo test -p powersync-mdbx-store`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+extern crate powersync_mdbx_store as store;
+
+mod laws;

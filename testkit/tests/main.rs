@@ -1,0 +1,12 @@
+//! The live tests: real PostgreSQL clusters, the extension, the official SDK; one test
+//! binary (`cargo test -p powersync-mdbx-testkit`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+extern crate powersync_mdbx_testkit as testkit;
+
+mod e2e_sdk;
+mod many_streams;
+mod sql_functions;
+mod stream_faults;
+mod stream_tls;
+mod worker_lifecycle;
