@@ -79,6 +79,8 @@ impl Shared {
     }
 }
 
+// SAFETY: one static under a name no other lock uses; `init` attaches it to shared
+// memory with `pg_shmem_init!` in `_PG_init`, before anything locks it.
 static SHARED: PgLwLock<Shared> = unsafe { PgLwLock::new(c"powersync_mdbx_shared") };
 
 /// Requests the shared block. Only from `_PG_init` during `shared_preload_libraries`.

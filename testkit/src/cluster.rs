@@ -349,6 +349,7 @@ impl Drop for Cluster {
         }
         // SAFETY: as above; last resort so no server outlives the test.
         if unsafe { libc::kill(pid, 0) } == 0 {
+            // SAFETY: the same process, still there after 20 s: it cannot outlive the test.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }

@@ -79,6 +79,7 @@ struct Dictionary {
 // states (LZ4_attach_dictionary takes it as const), and nothing frees it while a packer
 // borrows the codec.
 unsafe impl Send for Dictionary {}
+// SAFETY: as for Send: shared references only read the indexed state.
 unsafe impl Sync for Dictionary {}
 
 impl Dictionary {
