@@ -36,7 +36,7 @@ pub(crate) fn require_preloaded() {
 }
 
 /// The worker's status: phase, pid, configuration file, storage, listen addresses, the
-/// last error, and what later stages add.
+/// last error, replication and deploy progress (`docs/operations.md`).
 #[pg_extern]
 fn status() -> JsonB {
     require_preloaded();

@@ -1,5 +1,5 @@
-//! The HTTP server on the configured port: probes, `/metrics`, `/sync/stream` and
-//! `/write-checkpoint2.json`.
+//! The HTTP adapter over the sync service, on the configured port: probes, `/metrics`,
+//! `/sync/stream` and `/write-checkpoint2.json`.
 #![warn(missing_docs)]
 
 mod accept;
@@ -17,5 +17,5 @@ mod write_checkpoint;
 pub use error::ApiError;
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 
-/// The body type every handler answers with (streaming bodies join it later).
+/// The body type every handler answers with, whole or streamed.
 pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;

@@ -79,7 +79,7 @@ pub async fn bind(
 }
 
 /// Serves every listener until `shutdown` turns true, then drains open connections for
-/// at most [`DRAIN_TIMEOUT`].
+/// at most `DRAIN_TIMEOUT`.
 pub async fn serve(
     listeners: Vec<TcpListener>,
     state: HttpState,

@@ -3,8 +3,8 @@
 //!
 //! The values live beside what they count, one instance per engine: the stream's in
 //! `replication::StreamProgress`, the HTTP ones in `service::SyncService`,
-//! open reads in `store::Store` (this crate depends on none of them). An engine restart starts them at zero again,
-//! which Prometheus treats as a counter reset.
+//! open reads in `store::Store` (this crate depends on none of them). An engine restart
+//! starts them at zero again, which Prometheus treats as a counter reset.
 #![warn(missing_docs)]
 
 mod counts;

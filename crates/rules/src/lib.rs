@@ -1,4 +1,5 @@
-//! Sync rules: the YAML front end, the SQL subset compiler and the row evaluator.
+//! Sync rules: the YAML front end, the SQL subset compiler and the row and request
+//! evaluators. It depends on no other crate of the project.
 //!
 //! Flow: [`SyncRules::parse`] checks the YAML (`yaml`), parses every query with a real SQL
 //! parser (`sql`) and compiles it (`compile`) into per-table [`TablePlan`]s (replication

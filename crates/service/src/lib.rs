@@ -1,6 +1,8 @@
-//! The PowerSync sync protocol (`/sync/stream` without HTTP and auth): the request body,
-//! the streamed lines and their encodings, and the per-connection session that turns store
-//! checkpoints into lines. See `docs/protocol.md`.
+//! The sync service without a transport: the request body, the streamed lines and their
+//! encodings, the per-connection session that turns store checkpoints into lines, the
+//! registry of open streams, write checkpoints, and the generation being served
+//! ([`SyncService`]). HTTP and the admin socket are adapters over it. See
+//! `docs/protocol.md`.
 #![warn(missing_docs)]
 
 mod checkpoint_state;

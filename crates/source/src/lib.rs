@@ -1,6 +1,6 @@
 //! The replication source: the primary PostgreSQL server.
 //!
-//! Ordinary connections (validation, snapshot COPY, later write checkpoints) use
+//! Ordinary connections (validation, snapshot COPY, write checkpoints) use
 //! `tokio-postgres` with rustls; the replication connection (slot, pgoutput stream) uses
 //! `pg_walstream`. Both follow the configured `sslmode`, and a certificate that fails
 //! verification is a configuration error, never retried.

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use store::StoreIdentity;
 
-/// Where the worker is in its life. Later stages add their own phases.
+/// Where the worker is in its life (`docs/architecture.md`, "Engine life cycle").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {

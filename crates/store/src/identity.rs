@@ -7,7 +7,7 @@ use super::codec::Writer;
 const MAX_PLAIN_IDENTITY: usize = 480;
 
 /// The replica identity of a row as a key: each identity column's text, length-prefixed
-/// (NULL distinct from empty). Longer than [`MAX_PLAIN_IDENTITY`], it becomes `0xFF` +
+/// (NULL distinct from empty). Longer than `MAX_PLAIN_IDENTITY`, it becomes `0xFF` +
 /// SHA-256 of that encoding (33 bytes; a plain key starting with `0xFF` is longer than 128).
 pub fn identity_key<'a>(values: impl IntoIterator<Item = Option<&'a [u8]>>) -> Vec<u8> {
     let mut w = Writer::with_capacity(32);

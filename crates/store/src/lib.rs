@@ -1,7 +1,10 @@
 //! The MDBX bucket store. Only the engine opens it; SQL functions never do.
 //!
-//! This stage holds the environment, its directory discipline and the store's identity
-//! (format and id). Bucket tables arrive with the snapshot stage.
+//! It holds the environment and its directory discipline, the store's identity (format and
+//! id), and the replicated data: ops in per-bucket blocks, row records, parameter lookups,
+//! bucket accumulators and the checkpoint (`docs/storage.md`). One writer ([`WriteTxn`],
+//! [`PreparedRow`] for the snapshot's evaluator threads), short readers ([`ReadTxn`]). Its
+//! inputs are its own types: it knows nothing of the rules that produce them.
 #![warn(missing_docs)]
 
 pub mod checksum;
