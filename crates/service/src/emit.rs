@@ -2,8 +2,6 @@
 //! documents back to back). Lines are written field by field straight into a reusable
 //! buffer, without building a JSON or BSON tree per op.
 
-use super::lines::Encoding;
-
 /// BSON element type bytes.
 const BSON_STRING: u8 = 0x02;
 const BSON_DOCUMENT: u8 = 0x03;
@@ -12,6 +10,25 @@ const BSON_BOOL: u8 = 0x08;
 const BSON_NULL: u8 = 0x0A;
 const BSON_INT32: u8 = 0x10;
 const BSON_INT64: u8 = 0x12;
+
+/// How lines are framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/x-ndjson`: one JSON object and `\n` per line.
+    Ndjson,
+    /// `application/vnd.powersync.bson-stream`: BSON documents back to back.
+    Bson,
+}
+
+impl Encoding {
+    /// The exact `Content-Type` (the JS SDK compares it byte for byte: no parameters).
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Ndjson => "application/x-ndjson",
+            Self::Bson => "application/vnd.powersync.bson-stream",
+        }
+    }
+}
 
 /// A key of the element being written: a field name, or the next array element.
 #[derive(Clone, Copy)]

@@ -18,10 +18,11 @@ mod service;
 pub mod session;
 pub mod write_checkpoint;
 
+pub use emit::Encoding;
 pub use error::SyncError;
 pub use lines::{
-    BucketChecksum, CheckpointDiffLine, CheckpointLine, DataLine, Encoding, StreamDescription,
-    StreamError, SyncLine,
+    BucketChecksum, CheckpointDiffLine, CheckpointLine, DataLine, StreamDescription, StreamError,
+    SyncLine,
 };
 pub use paging::Budgets;
 pub use registry::{Registration, StreamInfo, StreamRegistry};

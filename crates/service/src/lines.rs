@@ -5,28 +5,9 @@
 //! the service's signed i32 form; `data` as a JSON string; MOVE/CLEAR carry only op id, op
 //! and checksum; REMOVE carries the PUT's subkey and no data.
 
-use super::emit::{Emitter, Key};
+use super::emit::{Emitter, Encoding, Key};
 use rules::BucketReason;
 use store::{OpKind, OpRead};
-
-/// How lines are framed on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
-    /// `application/x-ndjson`: one JSON object and `\n` per line.
-    Ndjson,
-    /// `application/vnd.powersync.bson-stream`: BSON documents back to back.
-    Bson,
-}
-
-impl Encoding {
-    /// The exact `Content-Type` (the JS SDK compares it byte for byte: no parameters).
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Self::Ndjson => "application/x-ndjson",
-            Self::Bson => "application/vnd.powersync.bson-stream",
-        }
-    }
-}
 
 /// One bucket's entry in `checkpoint.buckets` / `checkpoint_diff.updated_buckets`.
 #[derive(Debug, Clone, PartialEq, Eq)]

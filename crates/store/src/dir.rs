@@ -1,9 +1,11 @@
-//! The storage directory: created private, and refused when it holds anything else.
+//! The storage directory: the names of its entries (store files, the generation counter,
+//! `active`, generation subdirectories), created private, and refused when it holds
+//! anything else. `layout` decides which store serves from them.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use super::{layout, StoreError};
+use super::StoreError;
 
 /// The libmdbx data file.
 pub(super) const DATA_FILE: &str = "mdbx.dat";
@@ -14,6 +16,16 @@ pub const STORE_FILES: &[&str] = &[DATA_FILE, "mdbx.lck"];
 /// only [`STORE_FILES`].
 const GENERATION_FILE: &str = "generation";
 const GENERATION_TMP: &str = "generation.tmp";
+
+/// Names the serving store's subdirectory; absent while the directory's own store serves.
+pub(super) const ACTIVE_FILE: &str = "active";
+pub(super) const ACTIVE_TMP: &str = "active.tmp";
+
+/// True for the name of a generation subdirectory (`g` and digits).
+pub(super) fn is_generation_dir_name(name: &str) -> bool {
+    name.strip_prefix('g')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
 
 /// Creates `dir` (0700) if absent, otherwise checks it is private, owned by this user and
 /// holds only store files (and the layout's own entries: the generation and active files,
@@ -44,9 +56,9 @@ pub(super) fn prepare(dir: &Path) -> Result<bool, StoreError> {
         has_data |= name == DATA_FILE;
         let layout_entry = name == GENERATION_FILE
             || name == GENERATION_TMP
-            || name == layout::ACTIVE_FILE
-            || name == layout::ACTIVE_TMP
-            || (layout::is_generation_dir_name(&name) && entry.path().is_dir());
+            || name == ACTIVE_FILE
+            || name == ACTIVE_TMP
+            || (is_generation_dir_name(&name) && entry.path().is_dir());
         if !STORE_FILES.contains(&name.as_str()) && !layout_entry {
             foreign.push(name);
         }

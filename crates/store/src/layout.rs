@@ -5,18 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::dir::{self, DATA_FILE};
+use super::dir::{self, is_generation_dir_name, ACTIVE_FILE, ACTIVE_TMP, DATA_FILE};
 use super::StoreError;
-
-/// Names the serving store's subdirectory; absent while the directory's own store serves.
-pub(super) const ACTIVE_FILE: &str = "active";
-pub(super) const ACTIVE_TMP: &str = "active.tmp";
-
-/// True for the name of a generation subdirectory (`g` and digits).
-pub(super) fn is_generation_dir_name(name: &str) -> bool {
-    name.strip_prefix('g')
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
 
 /// The subdirectory a store of bucket `generation` is built in beside a serving one.
 pub fn build_dir(root: &Path, generation: u64) -> PathBuf {
