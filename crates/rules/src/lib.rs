@@ -15,6 +15,7 @@ pub mod error;
 pub(crate) mod eval;
 pub(crate) mod expr;
 pub(crate) mod functions;
+pub(crate) mod js_number;
 pub mod json;
 pub mod lookup_bytes;
 pub mod options;
