@@ -40,8 +40,9 @@ pub use request::{
     BucketReason, InMemoryLookups, LookupReader, RequestContext, Resolution, ResolvedBucket,
     Subscription, SubscriptionError,
 };
-pub use row::{OwnedSourceRow, PgType, SourceColumn, SourceRow};
+pub use row::{OwnedSourceRow, SourceColumn, SourceRow};
 pub use sync_rules::{
     BucketSource, SourceKind, SyncRules, TableUsage, DEFAULT_MAX_BUCKETS, DEFAULT_PRIORITY,
 };
+pub use types::PgType;
 pub use value::{OwnedValue, Value};
