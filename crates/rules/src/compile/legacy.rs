@@ -7,8 +7,9 @@ use crate::options::Compatibility;
 use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
 use crate::request::{BucketResolver, ParamSource};
 use crate::sql::filter::{classify, Cond, Filter, LinkTarget};
-use crate::sql::lower::{fix_in_precedence, RequestStyle, Scope};
+use crate::sql::lower::fix_in_precedence;
 use crate::sql::parse::parse_select;
+use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::QueryCtx;
 use crate::yaml::RawDefinition;
 

@@ -10,7 +10,8 @@ use crate::expr::Expr;
 use crate::plan::{LookupBranch, LookupCreator, TableRef};
 use crate::request::{LookupGroup, RequestBranch};
 use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
-use crate::sql::lower::{fix_in_precedence, lower, lower_side, RequestStyle, Scope, Side};
+use crate::sql::lower::{fix_in_precedence, lower, lower_side, Side};
+use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::{ident_name, QueryCtx};
 
 /// A compiled parameter/lookup query (legacy parameter query, stream CTE or subquery).

@@ -12,7 +12,8 @@ use sqlparser::ast::{Expr as Ast, ObjectNamePart, Select, SelectItem, Spanned, T
 use super::error::RulesError;
 use super::expr::Expr;
 use super::plan::{key_json, Projection, TableRef};
-use super::sql::lower::{fix_in_precedence, lower, Scope};
+use super::sql::lower::{fix_in_precedence, lower};
+use super::sql::scope::Scope;
 use super::sql::{ident_name, QueryCtx};
 
 /// Most DNF branches one query may expand to; more is almost certainly a mistake.

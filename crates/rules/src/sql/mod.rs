@@ -5,6 +5,7 @@ pub mod filter;
 pub mod lower;
 pub mod parse;
 pub mod request_fn;
+pub mod scope;
 
 use sqlparser::tokenizer::Span;
 
