@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod bucket;
+pub(crate) mod cast;
 pub mod checksum;
 pub(crate) mod compile;
 pub mod error;

@@ -12,8 +12,9 @@ use sqlparser::tokenizer::Span;
 
 use super::scope::{RequestStyle, Scope};
 use super::{ident_name, QueryCtx};
+use crate::cast::CastType;
 use crate::error::RulesError;
-use crate::expr::{BinOp, CastType, Expr, RequestRef};
+use crate::expr::{BinOp, Expr, RequestRef};
 use crate::functions;
 use crate::value::Value;
 
