@@ -1,6 +1,7 @@
 //! `bucket_definitions` → data evaluators, lookup creators and request-side resolvers.
 
-use super::{data_projection, from_items, lookup_query};
+use super::select_list::data_projection;
+use super::{from_items, lookup_query};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::options::Compatibility;

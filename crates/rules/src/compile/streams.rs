@@ -8,7 +8,8 @@
 
 use sqlparser::ast::{SetExpr, Spanned};
 
-use super::{data_projection, from_items, lookup_query, LookupQuery, MAX_BRANCHES};
+use super::select_list::data_projection;
+use super::{from_items, lookup_query, LookupQuery, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::expr::Expr;
