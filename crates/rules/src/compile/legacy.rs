@@ -14,6 +14,9 @@ use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::QueryCtx;
 use crate::yaml::RawDefinition;
 
+/// What errors call a bucket definition.
+const KIND: &str = "bucket definition";
+
 /// A compiled bucket definition.
 pub(crate) struct CompiledDefinition {
     pub resolvers: Vec<BucketResolver>,
@@ -44,13 +47,7 @@ pub(crate) fn compile(
     };
     let mut first = true;
     for (i, sql) in queries.iter().enumerate() {
-        let ctx = QueryCtx {
-            kind: "bucket definition",
-            rule: &def.name,
-            label: format!("parameters[{i}]"),
-            sql,
-            compat,
-        };
+        let ctx = QueryCtx::new(KIND, &def.name, format!("parameters[{i}]"), sql, compat);
         let q = if def.parameters.is_empty() {
             super::LookupQuery {
                 creator: None,
@@ -112,13 +109,7 @@ pub(crate) fn compile(
         });
     }
     for (j, sql) in def.data.iter().enumerate() {
-        let ctx = QueryCtx {
-            kind: "bucket definition",
-            rule: &def.name,
-            label: format!("data[{j}]"),
-            sql,
-            compat,
-        };
+        let ctx = QueryCtx::new(KIND, &def.name, format!("data[{j}]"), sql, compat);
         out.data.push(data_query(&ctx, sql, &prefix, &out.params)?);
     }
     Ok(out)

@@ -24,6 +24,9 @@ use crate::sql::QueryCtx;
 use crate::value::Value;
 use crate::yaml::RawStream;
 
+/// What errors call a stream.
+const KIND: &str = "stream";
+
 /// A compiled stream.
 pub(crate) struct CompiledStream {
     pub resolvers: Vec<BucketResolver>,
@@ -44,17 +47,12 @@ pub(crate) fn compile(
         lookups: Vec::new(),
     };
     for (k, sql) in s.queries.iter().enumerate() {
-        let ctx = QueryCtx {
-            kind: "stream",
-            rule: &s.name,
-            label: if s.uses_queries_key {
-                format!("queries[{k}]")
-            } else {
-                "query".to_string()
-            },
-            sql,
-            compat,
+        let label = if s.uses_queries_key {
+            format!("queries[{k}]")
+        } else {
+            "query".to_string()
         };
+        let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
         let prefix = version.prefix(&format!("{}|{k}", s.name));
         query(&ctx, s, k, global_with, prefix, &mut out)?;
     }
@@ -73,13 +71,7 @@ fn cte_lookup(
         let (_, q) = global_with.iter().find(|(n, _)| n == name)?;
         ("$with".to_string(), q)
     };
-    let ctx = QueryCtx {
-        kind: "stream",
-        rule: &s.name,
-        label: format!("with.{name}"),
-        sql,
-        compat,
-    };
+    let ctx = QueryCtx::new(KIND, &s.name, format!("with.{name}"), sql, compat);
     Some(parse_select(&ctx, sql).and_then(|sel| {
         lookup_query(
             &ctx,
