@@ -1,59 +1,19 @@
 //! Numbers as JavaScript writes them (`Number.prototype.toString`): the official service
 //! writes REAL values in row data, bucket names and lookup keys this way, so checksums
-//! depend on these bytes.
-
-use std::fmt::Write as _;
+//! depend on these bytes. The digits come from `ryu-js`, which follows the ECMAScript
+//! algorithm, ties included (the shortest digits closest to the value, the even one when
+//! two are equally close).
 
 /// Format a double the way JavaScript's `Number.prototype.toString` does
 /// (`3.0` → `3`, `1e21` → `1e+21`, `1e-7` → `1e-7`). NaN and infinities print as JS does;
 /// callers that write JSON must map them to `null` first.
 pub fn js_number(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "Infinity" } else { "-Infinity" }.into();
-    }
-    if f == 0.0 {
-        return "0".into();
-    }
-    // Shortest round-trip digits and decimal exponent from Rust's `{:e}`.
-    let sci = format!("{:e}", f.abs());
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let k = digits.len() as i32;
-    let n = exp + 1; // position of the decimal point relative to the digits
-    let mut out = String::new();
-    if f < 0.0 {
-        out.push('-');
-    }
-    if k <= n && n <= 21 {
-        out.push_str(&digits);
-        for _ in 0..(n - k) {
-            out.push('0');
-        }
-    } else if 0 < n && n <= 21 {
-        out.push_str(&digits[..n as usize]);
-        out.push('.');
-        out.push_str(&digits[n as usize..]);
-    } else if -6 < n && n <= 0 {
-        out.push_str("0.");
-        for _ in 0..(-n) {
-            out.push('0');
-        }
-        out.push_str(&digits);
-    } else {
-        out.push_str(&digits[..1]);
-        if k > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        out.push('e');
-        out.push(if n > 0 { '+' } else { '-' });
-        let _ = write!(out, "{}", (n - 1).abs());
-    }
-    out
+    ryu_js::Buffer::new().format(f).to_owned()
+}
+
+/// Append [`js_number`]`(f)` to `out` without an intermediate `String`.
+pub fn push_js_number(out: &mut String, f: f64) {
+    out.push_str(ryu_js::Buffer::new().format(f));
 }
 
 #[cfg(test)]
@@ -75,5 +35,31 @@ mod tests {
         ] {
             assert_eq!(js_number(f), s, "{f}");
         }
+    }
+
+    /// Values exactly halfway between two shortest candidates (written as exact sums and
+    /// powers): JavaScript (node 20) takes the even last digit, where Rust's `{:e}` rounds
+    /// up.
+    #[test]
+    fn ties_take_the_even_digit_as_javascript_does() {
+        for (f, s) in [
+            (1658206780088562.0 + 0.25, "1658206780088562.2"),
+            (-1052730259603333.0 - 0.25, "-1052730259603333.2"),
+            (0.5f64.powi(25), "2.9802322387695312e-8"),
+        ] {
+            assert_eq!(js_number(f), s, "{f:e}");
+            let mut out = String::from("x");
+            push_js_number(&mut out, f);
+            assert_eq!(out, format!("x{s}"));
+        }
+    }
+
+    #[test]
+    fn non_finite_and_zero_print_as_javascript_does() {
+        assert_eq!(js_number(f64::NAN), "NaN");
+        assert_eq!(js_number(f64::INFINITY), "Infinity");
+        assert_eq!(js_number(f64::NEG_INFINITY), "-Infinity");
+        assert_eq!(js_number(0.0), "0");
+        assert_eq!(js_number(-0.0), "0");
     }
 }

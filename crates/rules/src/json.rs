@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 pub use super::js_number::js_number;
+use super::js_number::push_js_number;
 use super::value::Value;
 
 /// Append `s` as a JSON string literal: `"`, `\` and control characters escaped, non-ASCII
@@ -94,9 +95,10 @@ fn write_real(out: &mut String, f: f64) {
     if !f.is_finite() {
         out.push_str("null");
     } else if f.fract() == 0.0 && f.abs() < 1e21 {
-        let _ = write!(out, "{}.0", js_number(f));
+        push_js_number(out, f);
+        out.push_str(".0");
     } else {
-        out.push_str(&js_number(f));
+        push_js_number(out, f);
     }
 }
 
@@ -107,7 +109,7 @@ pub fn write_key_value(out: &mut String, v: &Value<'_>) -> bool {
     match v {
         Value::Null => out.push_str("null"),
         Value::Integer(i) => out.push_str(itoa::Buffer::new().format(*i)),
-        Value::Real(f) if f.is_finite() => out.push_str(&js_number(*f)),
+        Value::Real(f) if f.is_finite() => push_js_number(out, *f),
         Value::Real(_) => out.push_str("null"),
         Value::Text(t) => write_json_string(out, t),
         Value::Blob(_) => return false,
