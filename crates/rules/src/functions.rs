@@ -6,6 +6,9 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
 use super::cast::{bool_value, cast, CastType};
 use super::json::{follow, json_to_value, parse_dollar_path};
 use super::value::Value;
@@ -142,7 +145,7 @@ pub fn call<'e>(f: Func, args: &impl FunctionArgs<'e>) -> Value<'e> {
         Func::Base64 => {
             let v = args.value(0);
             Value::Text(Cow::Owned(
-                bytes_of(&v).map(|b| base64(&b)).unwrap_or_default(),
+                bytes_of(&v).map(|b| STANDARD.encode(b)).unwrap_or_default(),
             ))
         }
         Func::IfNull => {
@@ -248,26 +251,4 @@ fn substring<'e>(v: &Value<'e>, start: &Value<'_>, len: Option<&Value<'_>>) -> V
     Value::Text(Cow::Owned(String::from_utf16_lossy(
         units.get(a..b).unwrap_or_default(),
     )))
-}
-
-/// Standard base64 with padding.
-pub fn base64(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk.first().copied().unwrap_or(0),
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
