@@ -1,7 +1,8 @@
 //! Bucket naming (spec §7.6): `<prefix>` + the JSON array of bucket parameter values.
 //!
 //! The data side (values from a row) and the parameter side (values from a token or a
-//! lookup) both go through [`bucket_name`], so equal values always give byte-identical names.
+//! lookup) both go through [`bucket_name`], so equal values always give byte-identical names,
+//! and both build their parameter tuples with `bucket_values` and `cross_product`.
 
 use super::json::write_key_value;
 use super::value::Value;
@@ -51,6 +52,28 @@ pub fn bucket_name(prefix: &str, values: &[Value<'_>]) -> Option<String> {
     }
     out.push(']');
     Some(out)
+}
+
+/// The values a bucket parameter can take: NULL and blobs never name a bucket.
+pub(crate) fn bucket_values<'a>(values: impl IntoIterator<Item = Value<'a>>) -> Vec<Value<'a>> {
+    values
+        .into_iter()
+        .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
+        .collect()
+}
+
+/// Every tuple extended by every value (one more bucket parameter).
+pub(crate) fn cross_product<T: Clone>(tuples: &[Vec<T>], values: &[T]) -> Vec<Vec<T>> {
+    let mut next = Vec::with_capacity(tuples.len() * values.len());
+    for t in tuples {
+        for v in values {
+            let mut extended = Vec::with_capacity(t.len() + 1);
+            extended.extend_from_slice(t);
+            extended.push(v.clone());
+            next.push(extended);
+        }
+    }
+    next
 }
 
 #[cfg(test)]

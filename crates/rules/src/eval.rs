@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::bucket::bucket_name;
+use super::bucket::{bucket_name, bucket_values, cross_product};
 use super::checksum::put_checksum;
 use super::error::RulesError;
 use super::expr::{json_array_values, Env};
@@ -476,26 +476,4 @@ fn evaluate_lookup(
             }
         }
     }
-}
-
-/// The values a bucket parameter can take: NULL and blobs never name a bucket.
-pub(crate) fn bucket_values<'a>(values: impl IntoIterator<Item = Value<'a>>) -> Vec<Value<'a>> {
-    values
-        .into_iter()
-        .filter(|v| !matches!(v, Value::Null | Value::Blob(_)))
-        .collect()
-}
-
-/// Every tuple extended by every value (one more bucket parameter).
-pub(crate) fn cross_product<T: Clone>(tuples: &[Vec<T>], values: &[T]) -> Vec<Vec<T>> {
-    let mut next = Vec::with_capacity(tuples.len() * values.len());
-    for t in tuples {
-        for v in values {
-            let mut extended = Vec::with_capacity(t.len() + 1);
-            extended.extend_from_slice(t);
-            extended.push(v.clone());
-            next.push(extended);
-        }
-    }
-    next
 }

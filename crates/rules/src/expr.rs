@@ -7,10 +7,10 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-use super::functions::{self, Func};
+use super::cast::{bool_value, cast, to_number, CastType};
+use super::functions::{self, Func, FunctionArgs};
 use super::json::{follow, json_to_value, parse_dollar_path, PathStep};
-use super::request::RequestData;
-use super::value::{js_parse_bigint, js_parse_numeric, numeric_prefix, OwnedValue, Value};
+use super::value::{OwnedValue, Value};
 
 /// Binary operators of the supported subset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,21 +41,6 @@ pub enum BinOp {
     And,
     /// `OR`
     Or,
-}
-
-/// `CAST` targets (the SQLite type names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CastType {
-    /// `text`
-    Text,
-    /// `numeric`
-    Numeric,
-    /// `integer`
-    Integer,
-    /// `real`
-    Real,
-    /// `blob`
-    Blob,
 }
 
 /// A value that comes from the sync request, not from a row.
@@ -117,13 +102,20 @@ pub enum Expr {
     Cast(Box<Expr>, CastType),
 }
 
+/// Where an expression reads [`Expr::Request`] values: the sync request, prepared by
+/// whoever evaluates on the request side. The evaluator knows nothing else of requests.
+pub trait RequestValues {
+    /// The value `r` refers to (NULL when the request lacks it).
+    fn value(&self, r: &RequestRef) -> Value<'_>;
+}
+
 /// What an expression is evaluated against.
 #[derive(Clone, Copy)]
 pub struct Env<'e> {
     /// Converted source-row values by plan slot (empty on the request side).
     pub row: &'e [Value<'e>],
-    /// The request, on the request side.
-    pub request: Option<&'e RequestData>,
+    /// The request's values, on the request side.
+    pub request: Option<&'e dyn RequestValues>,
 }
 
 impl Expr {
@@ -194,7 +186,7 @@ impl Expr {
                 as_text,
                 fixed,
             } => json_arrow(&value.eval(env), &path.eval(env), *as_text, *fixed),
-            Expr::Func(f, args) => functions::call(*f, args, env),
+            Expr::Func(f, args) => functions::call(*f, &CallArgs { args, env }),
             Expr::Cast(x, t) => cast(x.eval(env), *t),
         }
     }
@@ -252,11 +244,6 @@ impl Expr {
     }
 }
 
-/// `1` or `0`, SQLite's booleans.
-pub fn bool_value(b: bool) -> Value<'static> {
-    Value::Integer(i64::from(b))
-}
-
 fn binary<'e>(op: BinOp, a: &'e Expr, b: &'e Expr, env: Env<'e>) -> Value<'e> {
     match op {
         // Two-valued like the official evaluator (`sqliteBool(a) && sqliteBool(b)`).
@@ -293,6 +280,25 @@ fn cmp_value(x: &Value<'_>, y: &Value<'_>, f: impl Fn(Ordering) -> bool) -> Valu
     }
 }
 
+/// The arguments of one function call, evaluated only when the function reads them.
+struct CallArgs<'e> {
+    args: &'e [Expr],
+    env: Env<'e>,
+}
+
+impl<'e> FunctionArgs<'e> for CallArgs<'e> {
+    fn count(&self) -> usize {
+        self.args.len()
+    }
+
+    fn value(&self, i: usize) -> Value<'e> {
+        self.args
+            .get(i)
+            .map(|a| a.eval(self.env))
+            .unwrap_or(Value::Null)
+    }
+}
+
 /// SQLite ordering: NULL is incomparable; numbers < text < blob; numbers compare by value.
 pub fn compare(x: &Value<'_>, y: &Value<'_>) -> Option<Ordering> {
     fn class(v: &Value<'_>) -> u8 {
@@ -312,18 +318,6 @@ pub fn compare(x: &Value<'_>, y: &Value<'_>) -> Option<Ordering> {
         (Value::Text(a), Value::Text(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
         (Value::Blob(a), Value::Blob(b)) => Some(a.as_ref().cmp(b.as_ref())),
         _ => Some(class(x).cmp(&class(y))),
-    }
-}
-
-/// A value as a number (`CAST(x AS numeric)`, used by arithmetic): text by the official
-/// evaluator's unsigned-prefix rule (or 0), NULL stays NULL.
-pub fn to_number(v: &Value<'_>) -> Value<'static> {
-    match v {
-        Value::Null => Value::Null,
-        Value::Integer(i) => Value::Integer(*i),
-        Value::Real(f) => Value::Real(*f),
-        Value::Text(t) => js_parse_numeric(t),
-        Value::Blob(b) => js_parse_numeric(&String::from_utf8_lossy(b)),
     }
 }
 
@@ -410,44 +404,5 @@ fn json_arrow<'e>(v: &Value<'_>, path: &Value<'_>, as_text: bool, fixed: bool) -
         None => Value::Null,
         Some(found) if as_text => json_to_value(found),
         Some(found) => Value::Text(Cow::Owned(found.to_string())),
-    }
-}
-
-/// `CAST(x AS t)` with SQLite's conversions.
-pub fn cast(v: Value<'_>, t: CastType) -> Value<'_> {
-    if v.is_null() {
-        return Value::Null;
-    }
-    match t {
-        CastType::Text => match v {
-            Value::Text(s) => Value::Text(s),
-            other => Value::Text(Cow::Owned(other.to_text().unwrap_or_default().into_owned())),
-        },
-        CastType::Blob => match v {
-            Value::Blob(b) => Value::Blob(b),
-            Value::Text(s) => Value::Blob(Cow::Owned(s.as_bytes().to_vec())),
-            other => Value::Blob(Cow::Owned(
-                other.to_text().unwrap_or_default().as_bytes().to_vec(),
-            )),
-        },
-        // The official casts: integer takes leading digits of text and floors reals; real
-        // parses a float prefix (0.0 when none); numeric keeps numbers as they are.
-        CastType::Integer => match v {
-            Value::Integer(i) => Value::Integer(i),
-            Value::Real(f) => Value::Integer(f.floor() as i64),
-            Value::Text(t) => js_parse_bigint(&t),
-            Value::Blob(b) => js_parse_bigint(&String::from_utf8_lossy(&b)),
-            Value::Null => Value::Null,
-        },
-        CastType::Real => match v {
-            Value::Integer(i) => Value::Real(i as f64),
-            Value::Real(f) => Value::Real(f),
-            other => match numeric_prefix(&other.to_text().unwrap_or_default()) {
-                Some(Value::Integer(i)) => Value::Real(i as f64),
-                Some(Value::Real(f)) => Value::Real(f),
-                _ => Value::Real(0.0),
-            },
-        },
-        CastType::Numeric => to_number(&v),
     }
 }

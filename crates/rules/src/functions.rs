@@ -6,7 +6,10 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use super::expr::{bool_value, Env, Expr};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+
+use super::cast::{bool_value, cast, CastType};
 use super::json::{follow, json_to_value, parse_dollar_path};
 use super::value::Value;
 
@@ -77,8 +80,13 @@ pub fn supported_list() -> String {
     names.join(", ")
 }
 
-fn arg<'e>(args: &'e [Expr], i: usize, env: Env<'e>) -> Value<'e> {
-    args.get(i).map(|a| a.eval(env)).unwrap_or(Value::Null)
+/// The arguments of one call, as [`call`] reads them: each is evaluated when read, so
+/// `iif` and `ifnull` evaluate only the branch they return.
+pub trait FunctionArgs<'e> {
+    /// How many arguments the call has.
+    fn count(&self) -> usize;
+    /// Argument `i` (0-based); NULL past the last.
+    fn value(&self, i: usize) -> Value<'e>;
 }
 
 fn bytes_of<'v>(v: &'v Value<'_>) -> Option<Cow<'v, [u8]>> {
@@ -93,10 +101,10 @@ fn bytes_of<'v>(v: &'v Value<'_>) -> Option<Cow<'v, [u8]>> {
 }
 
 /// Call `f` with already-checked argument count.
-pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
+pub fn call<'e>(f: Func, args: &impl FunctionArgs<'e>) -> Value<'e> {
     match f {
         Func::Upper | Func::Lower => {
-            let v = arg(args, 0, env);
+            let v = args.value(0);
             match v.to_text() {
                 None => Value::Null,
                 Some(t) => Value::Text(Cow::Owned(if f == Func::Upper {
@@ -107,7 +115,7 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             }
         }
         // JavaScript string length (UTF-16 units), as the official evaluator counts.
-        Func::Length => match arg(args, 0, env) {
+        Func::Length => match args.value(0) {
             Value::Null => Value::Null,
             Value::Blob(b) => Value::Integer(b.len() as i64),
             other => {
@@ -115,17 +123,17 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             }
         },
         Func::Substring => {
-            let v = arg(args, 0, env);
-            let start = arg(args, 1, env);
-            let len = if args.len() > 2 {
-                Some(arg(args, 2, env))
+            let v = args.value(0);
+            let start = args.value(1);
+            let len = if args.count() > 2 {
+                Some(args.value(2))
             } else {
                 None
             };
             substring(&v, &start, len.as_ref())
         }
         Func::Hex => {
-            let v = arg(args, 0, env);
+            let v = args.value(0);
             let mut out = String::new();
             if let Some(b) = bytes_of(&v) {
                 for byte in b.iter() {
@@ -135,29 +143,29 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             Value::Text(Cow::Owned(out))
         }
         Func::Base64 => {
-            let v = arg(args, 0, env);
+            let v = args.value(0);
             Value::Text(Cow::Owned(
-                bytes_of(&v).map(|b| base64(&b)).unwrap_or_default(),
+                bytes_of(&v).map(|b| STANDARD.encode(b)).unwrap_or_default(),
             ))
         }
         Func::IfNull => {
-            let a = arg(args, 0, env);
+            let a = args.value(0);
             if a.is_null() {
-                arg(args, 1, env)
+                args.value(1)
             } else {
                 a
             }
         }
         Func::Iif => {
-            if arg(args, 0, env).is_truthy() {
-                arg(args, 1, env)
+            if args.value(0).is_truthy() {
+                args.value(1)
             } else {
-                arg(args, 2, env)
+                args.value(2)
             }
         }
-        Func::TypeOf => Value::text(arg(args, 0, env).type_name()),
+        Func::TypeOf => Value::text(args.value(0).type_name()),
         Func::Instr => {
-            let (hay, needle) = (arg(args, 0, env), arg(args, 1, env));
+            let (hay, needle) = (args.value(0), args.value(1));
             match (hay.to_text(), needle.to_text()) {
                 (Some(h), Some(n)) => Value::Integer(
                     h.find(n.as_ref())
@@ -168,9 +176,9 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             }
         }
         Func::JsonExtract | Func::JsonArrayLength | Func::JsonKeys => {
-            let doc = arg(args, 0, env);
-            let path = if args.len() > 1 {
-                arg(args, 1, env)
+            let doc = args.value(0);
+            let path = if args.count() > 1 {
+                args.value(1)
             } else {
                 Value::text("$")
             };
@@ -196,7 +204,7 @@ pub fn call<'e>(f: Func, args: &'e [Expr], env: Env<'e>) -> Value<'e> {
             }
         }
         Func::JsonValid => {
-            let v = arg(args, 0, env);
+            let v = args.value(0);
             let text = v.to_text();
             bool_value(text.is_some_and(|t| serde_json::from_str::<serde_json::Value>(&t).is_ok()))
         }
@@ -211,8 +219,7 @@ fn substring<'e>(v: &Value<'e>, start: &Value<'_>, len: Option<&Value<'_>>) -> V
     let Some(text) = v.to_text() else {
         return Value::Null;
     };
-    let Value::Integer(start) = super::expr::cast(start.borrowed(), super::expr::CastType::Integer)
-    else {
+    let Value::Integer(start) = cast(start.borrowed(), CastType::Integer) else {
         return Value::Null;
     };
     let units: Vec<u16> = text.encode_utf16().collect();
@@ -220,7 +227,7 @@ fn substring<'e>(v: &Value<'e>, start: &Value<'_>, len: Option<&Value<'_>>) -> V
     let mut length = match len {
         None => n + 1,
         Some(Value::Null) => return Value::Null,
-        Some(l) => match super::expr::cast(l.borrowed(), super::expr::CastType::Integer) {
+        Some(l) => match cast(l.borrowed(), CastType::Integer) {
             Value::Integer(i) => i,
             _ => return Value::Null,
         },
@@ -244,26 +251,4 @@ fn substring<'e>(v: &Value<'e>, start: &Value<'_>, len: Option<&Value<'_>>) -> V
     Value::Text(Cow::Owned(String::from_utf16_lossy(
         units.get(a..b).unwrap_or_default(),
     )))
-}
-
-/// Standard base64 with padding.
-pub fn base64(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk.first().copied().unwrap_or(0),
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }

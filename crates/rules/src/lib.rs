@@ -10,12 +10,14 @@
 #![warn(missing_docs)]
 
 pub mod bucket;
+pub(crate) mod cast;
 pub mod checksum;
 pub(crate) mod compile;
 pub mod error;
 pub(crate) mod eval;
 pub(crate) mod expr;
 pub(crate) mod functions;
+pub(crate) mod js_number;
 pub mod json;
 pub mod lookup_bytes;
 pub mod options;
@@ -40,8 +42,9 @@ pub use request::{
     BucketReason, InMemoryLookups, LookupReader, RequestContext, Resolution, ResolvedBucket,
     Subscription, SubscriptionError,
 };
-pub use row::{OwnedSourceRow, PgType, SourceColumn, SourceRow};
+pub use row::{OwnedSourceRow, SourceColumn, SourceRow};
 pub use sync_rules::{
     BucketSource, SourceKind, SyncRules, TableUsage, DEFAULT_MAX_BUCKETS, DEFAULT_PRIORITY,
 };
+pub use types::PgType;
 pub use value::{OwnedValue, Value};

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::{OwnedValue, Value};
+use crate::value::{OwnedValue, Value};
 
 /// Encodes a lookup entry's output values.
 pub fn encode_lookup_outputs(values: &[OwnedValue]) -> Vec<u8> {

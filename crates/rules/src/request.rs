@@ -8,10 +8,9 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::bucket::bucket_name;
+use super::bucket::{bucket_name, bucket_values, cross_product};
 use super::error::RulesError;
-use super::eval::{bucket_values, cross_product};
-use super::expr::{json_array_values, Env, Expr, RequestRef};
+use super::expr::{json_array_values, Env, Expr, RequestRef, RequestValues};
 use super::json::{json_to_value, write_key_value};
 use super::plan::{lookup_key, LookupEntry, LookupKey};
 use super::value::{OwnedValue, Value};
@@ -102,9 +101,10 @@ impl RequestData {
             sub_params,
         }
     }
+}
 
-    /// The value of a request reference.
-    pub fn value(&self, r: &RequestRef) -> Value<'_> {
+impl RequestValues for RequestData {
+    fn value(&self, r: &RequestRef) -> Value<'_> {
         let member =
             |obj: &serde_json::Value, k: &str| obj.get(k).map(json_to_value).unwrap_or(Value::Null);
         match r {

@@ -4,31 +4,7 @@
 //! and the text representation or NULL. The row borrows all of that, so the replication
 //! source can feed rows without building a string per column.
 
-/// The PostgreSQL type of a column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PgType {
-    /// The type OID (`pg_type.oid`), as pgoutput's Relation message gives it.
-    pub oid: u32,
-    /// For array types, the element type OID. [`PgType::from_oid`] fills it for built-in
-    /// array types; the source must fill it for arrays of other types (`typelem`).
-    pub element: Option<u32>,
-}
-
-impl PgType {
-    /// A type from its OID; built-in array types get their element type.
-    pub fn from_oid(oid: u32) -> Self {
-        PgType {
-            oid,
-            element: super::types::builtin_array_element(oid),
-        }
-    }
-
-    /// A type from a PostgreSQL type name (`int8`, `bigint`, `text[]`, `_int4`,
-    /// `timestamptz`, ...); used by the CLI and tests. `None` for unknown names.
-    pub fn from_name(name: &str) -> Option<Self> {
-        super::types::type_from_name(name)
-    }
-}
+pub use super::types::PgType;
 
 /// One column of a source row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,8 @@
 
 use std::borrow::Cow;
 
+use super::js_number::js_number;
+
 /// One SQLite-style value, borrowed from the source row when possible.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value<'a> {
@@ -86,7 +88,7 @@ impl<'a> Value<'a> {
         match self {
             Value::Null => None,
             Value::Integer(i) => Some(Cow::Owned(i.to_string())),
-            Value::Real(f) => Some(Cow::Owned(crate::json::js_number(*f))),
+            Value::Real(f) => Some(Cow::Owned(js_number(*f))),
             Value::Text(t) => Some(Cow::Borrowed(t.as_ref())),
             Value::Blob(b) => Some(String::from_utf8_lossy(b)),
         }

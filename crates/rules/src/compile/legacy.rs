@@ -1,16 +1,21 @@
 //! `bucket_definitions` → data evaluators, lookup creators and request-side resolvers.
 
-use super::{data_projection, from_items, lookup_query};
+use super::select_list::data_projection;
+use super::{from_items, lookup_query};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::options::Compatibility;
 use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
 use crate::request::{BucketResolver, ParamSource};
 use crate::sql::filter::{classify, Cond, Filter, LinkTarget};
-use crate::sql::lower::{fix_in_precedence, RequestStyle, Scope};
+use crate::sql::lower::fix_in_precedence;
 use crate::sql::parse::parse_select;
+use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::QueryCtx;
 use crate::yaml::RawDefinition;
+
+/// What errors call a bucket definition.
+const KIND: &str = "bucket definition";
 
 /// A compiled bucket definition.
 pub(crate) struct CompiledDefinition {
@@ -42,13 +47,7 @@ pub(crate) fn compile(
     };
     let mut first = true;
     for (i, sql) in queries.iter().enumerate() {
-        let ctx = QueryCtx {
-            kind: "bucket definition",
-            rule: &def.name,
-            label: format!("parameters[{i}]"),
-            sql,
-            compat,
-        };
+        let ctx = QueryCtx::new(KIND, &def.name, format!("parameters[{i}]"), sql, compat);
         let q = if def.parameters.is_empty() {
             super::LookupQuery {
                 creator: None,
@@ -110,13 +109,7 @@ pub(crate) fn compile(
         });
     }
     for (j, sql) in def.data.iter().enumerate() {
-        let ctx = QueryCtx {
-            kind: "bucket definition",
-            rule: &def.name,
-            label: format!("data[{j}]"),
-            sql,
-            compat,
-        };
+        let ctx = QueryCtx::new(KIND, &def.name, format!("data[{j}]"), sql, compat);
         out.data.push(data_query(&ctx, sql, &prefix, &out.params)?);
     }
     Ok(out)

@@ -4,13 +4,15 @@
 
 use sqlparser::ast::{Expr as Ast, Select, SelectItem, Spanned};
 
-use super::{from_items, implicit_name, MAX_BRANCHES};
+use super::select_list::{select_output, SelectOutput, UnsupportedItem, UNSUPPORTED_ITEM};
+use super::{from_items, MAX_BRANCHES};
 use crate::error::RulesError;
 use crate::expr::Expr;
 use crate::plan::{LookupBranch, LookupCreator, TableRef};
 use crate::request::{LookupGroup, RequestBranch};
 use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
-use crate::sql::lower::{fix_in_precedence, lower, lower_side, RequestStyle, Scope, Side};
+use crate::sql::lower::{fix_in_precedence, lower, lower_side, Side};
+use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::{ident_name, QueryCtx};
 
 /// A compiled parameter/lookup query (legacy parameter query, stream CTE or subquery).
@@ -68,38 +70,15 @@ pub(crate) fn lookup_query(
     let mut row_outputs: Vec<(String, Expr)> = Vec::new();
     let mut req_outputs: Vec<(String, Expr)> = Vec::new();
     let mut priority = None;
+    let star = (
+        "`*` is not allowed in a parameter query",
+        "list the parameter columns explicitly",
+    );
     for item in &select.projection {
-        let (e, name) = match item {
-            SelectItem::UnnamedExpr(e) => match implicit_name(e) {
-                Some(n) => (e, n),
-                None => {
-                    return Err(ctx.err(
-                        e.span(),
-                        format!("expression `{e}` needs a name"),
-                        format!("`{e} AS <name>`"),
-                    ))
-                }
-            },
-            SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
-            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                return Err(ctx.err(
-                    item.span(),
-                    "`*` is not allowed in a parameter query",
-                    "list the parameter columns explicitly",
-                ))
-            }
-            other => {
-                return Err(ctx.err(
-                    other.span(),
-                    "this SELECT item form is not supported",
-                    "`expr AS name`",
-                ))
-            }
-        };
-        if name == "_priority" {
-            priority = Some(priority_literal(ctx, e, priority)?);
+        let Some((e, name)) = parameter_output(ctx, item, UNSUPPORTED_ITEM, star, &mut priority)?
+        else {
             continue;
-        }
+        };
         if row_outputs
             .iter()
             .chain(&req_outputs)
@@ -298,31 +277,16 @@ fn json_each(
     let mut names = Vec::new();
     let mut outputs = Vec::new();
     let mut priority = None;
+    // `*` is just another form json_each does not support.
+    let unsupported = (
+        "this SELECT item form is not supported here",
+        "`value AS <name>`",
+    );
     for item in &select.projection {
-        let (e, name) = match item {
-            SelectItem::UnnamedExpr(e) => match implicit_name(e) {
-                Some(n) => (e, n),
-                None => {
-                    return Err(ctx.err(
-                        e.span(),
-                        format!("expression `{e}` needs a name"),
-                        format!("`{e} AS <name>`"),
-                    ))
-                }
-            },
-            SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
-            other => {
-                return Err(ctx.err(
-                    other.span(),
-                    "this SELECT item form is not supported here",
-                    "`value AS <name>`",
-                ))
-            }
-        };
-        if name == "_priority" {
-            priority = Some(priority_literal(ctx, e, priority)?);
+        let Some((e, name)) = parameter_output(ctx, item, unsupported, unsupported, &mut priority)?
+        else {
             continue;
-        }
+        };
         outputs.push(lower(ctx, &mut scope, &fix_in_precedence(e))?);
         names.push(name);
     }
@@ -347,6 +311,29 @@ fn json_each(
         outputs: names,
         priority,
     }))
+}
+
+/// Read one SELECT list item of a parameter query: its output expression and name, or
+/// `None` when it sets `_priority` (recorded in `priority`). `star` is the error for `*`,
+/// `unsupported` the one for other item forms.
+fn parameter_output<'a>(
+    ctx: &QueryCtx<'_>,
+    item: &'a SelectItem,
+    unsupported: UnsupportedItem,
+    star: UnsupportedItem,
+    priority: &mut Option<u8>,
+) -> Result<Option<(&'a Ast, String)>, RulesError> {
+    let (e, name) = match select_output(ctx, item, unsupported)? {
+        SelectOutput::Named(e, name) => (e, name),
+        SelectOutput::Star(_) | SelectOutput::QualifiedStar(_) => {
+            return Err(ctx.err(item.span(), star.0, star.1))
+        }
+    };
+    if name == "_priority" {
+        *priority = Some(priority_literal(ctx, e, *priority)?);
+        return Ok(None);
+    }
+    Ok(Some((e, name)))
 }
 
 /// `_priority`: an integer literal 0..3, set once.

@@ -1,18 +1,18 @@
-//! Compiling checked YAML into plans: shared pieces (FROM, projections, parameter/lookup
-//! queries). `legacy` handles `bucket_definitions`, `streams` handles sync streams.
+//! Compiling checked YAML into plans: shared pieces (FROM here, SELECT lists in
+//! `select_list`, parameter/lookup queries in `lookup`). `legacy` handles
+//! `bucket_definitions`, `streams` handles sync streams.
 
 pub mod legacy;
 pub mod lookup;
+pub mod select_list;
 pub mod streams;
 
 pub(crate) use lookup::{lookup_query, LookupQuery};
 
-use sqlparser::ast::{Expr as Ast, ObjectNamePart, Select, SelectItem, Spanned, TableFactor};
+use sqlparser::ast::{ObjectNamePart, Select, Spanned, TableFactor};
 
 use super::error::RulesError;
-use super::expr::Expr;
-use super::plan::{key_json, Projection, TableRef};
-use super::sql::lower::{fix_in_precedence, lower, Scope};
+use super::plan::TableRef;
 use super::sql::{ident_name, QueryCtx};
 
 /// Most DNF branches one query may expand to; more is almost certainly a mistake.
@@ -111,126 +111,4 @@ pub(crate) fn from_items(ctx: &QueryCtx<'_>, select: &Select) -> Result<Vec<From
         }
     }
     Ok(out)
-}
-
-/// The output name of a projection item without alias: a bare column keeps its name.
-fn implicit_name(e: &Ast) -> Option<String> {
-    match e {
-        Ast::Identifier(id) => Some(ident_name(id)),
-        Ast::CompoundIdentifier(parts) if parts.len() == 2 => parts.last().map(ident_name),
-        _ => None,
-    }
-}
-
-/// A data query's projection: output columns and the `id` value.
-pub(crate) struct Shape {
-    pub projection: Vec<Projection>,
-    pub explicit: Vec<String>,
-    pub id: Option<Expr>,
-}
-
-/// Compile a data query's SELECT list (`*`, columns, `expr AS name`) and check `id`.
-pub(crate) fn data_projection(
-    ctx: &QueryCtx<'_>,
-    scope: &mut Scope,
-    select: &Select,
-) -> Result<Shape, RulesError> {
-    let mut shape = Shape {
-        projection: Vec::new(),
-        explicit: Vec::new(),
-        id: None,
-    };
-    let mut has_star = false;
-    for item in &select.projection {
-        let (e, name) = match item {
-            SelectItem::Wildcard(opts) => {
-                if opts.opt_exclude.is_some()
-                    || opts.opt_except.is_some()
-                    || opts.opt_replace.is_some()
-                    || opts.opt_rename.is_some()
-                {
-                    return Err(ctx.err(
-                        item.span(),
-                        "`*` options are not supported",
-                        "`*` or explicit columns",
-                    ));
-                }
-                has_star = true;
-                shape.projection.push(Projection::Star);
-                continue;
-            }
-            SelectItem::QualifiedWildcard(kind, _) => {
-                let q = match kind {
-                    sqlparser::ast::SelectItemQualifiedWildcardKind::ObjectName(n) => {
-                        match n.0.as_slice() {
-                            [ObjectNamePart::Identifier(id)] => ident_name(id),
-                            _ => n.to_string(),
-                        }
-                    }
-                    other => other.to_string(),
-                };
-                if !scope.table_qualifiers.contains(&q) {
-                    return Err(ctx.err(
-                        item.span(),
-                        format!("`{q}.*` does not name the source table"),
-                        "`*` or `<table>.*`",
-                    ));
-                }
-                has_star = true;
-                shape.projection.push(Projection::Star);
-                continue;
-            }
-            SelectItem::UnnamedExpr(e) => match implicit_name(e) {
-                Some(n) => (e, n),
-                None => {
-                    return Err(ctx.err(
-                        e.span(),
-                        format!("expression `{e}` needs a name"),
-                        format!("`{e} AS <name>`"),
-                    ))
-                }
-            },
-            SelectItem::ExprWithAlias { expr, alias } => (expr, ident_name(alias)),
-            other => {
-                return Err(ctx.err(
-                    other.span(),
-                    "this SELECT item form is not supported",
-                    "`expr AS name`",
-                ))
-            }
-        };
-        let fixed = fix_in_precedence(e);
-        let lowered = lower(ctx, scope, &fixed)?;
-        if lowered.uses_request() {
-            return Err(ctx.err(
-                e.span(),
-                "data queries cannot output request values",
-                "output row columns only",
-            ));
-        }
-        if shape.explicit.contains(&name) {
-            return Err(ctx.err(
-                e.span(),
-                format!("output column `{name}` appears twice"),
-                "give each output column a unique name",
-            ));
-        }
-        if name == "id" {
-            shape.id = Some(lowered.clone());
-        }
-        shape.explicit.push(name.clone());
-        shape.projection.push(Projection::Column {
-            key_json: key_json(&name),
-            name,
-            expr: lowered,
-        });
-    }
-    if shape.id.is_none() && !has_star {
-        return Err(ctx.err(
-            select.select_token.0.span,
-            "query must return an \"id\" column",
-            "add `id` (or `<expr> AS id`) to the SELECT list",
-        ));
-    }
-    Ok(shape)
 }

@@ -8,7 +8,8 @@
 
 use sqlparser::ast::{SetExpr, Spanned};
 
-use super::{data_projection, from_items, lookup_query, LookupQuery, MAX_BRANCHES};
+use super::select_list::data_projection;
+use super::{from_items, lookup_query, LookupQuery, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::expr::Expr;
@@ -16,11 +17,15 @@ use crate::options::Compatibility;
 use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
 use crate::request::{BucketResolver, ParamSource};
 use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
-use crate::sql::lower::{fix_in_precedence, RequestStyle, Scope};
+use crate::sql::lower::fix_in_precedence;
 use crate::sql::parse::parse_select;
+use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::QueryCtx;
 use crate::value::Value;
 use crate::yaml::RawStream;
+
+/// What errors call a stream.
+const KIND: &str = "stream";
 
 /// A compiled stream.
 pub(crate) struct CompiledStream {
@@ -42,17 +47,12 @@ pub(crate) fn compile(
         lookups: Vec::new(),
     };
     for (k, sql) in s.queries.iter().enumerate() {
-        let ctx = QueryCtx {
-            kind: "stream",
-            rule: &s.name,
-            label: if s.uses_queries_key {
-                format!("queries[{k}]")
-            } else {
-                "query".to_string()
-            },
-            sql,
-            compat,
+        let label = if s.uses_queries_key {
+            format!("queries[{k}]")
+        } else {
+            "query".to_string()
         };
+        let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
         let prefix = version.prefix(&format!("{}|{k}", s.name));
         query(&ctx, s, k, global_with, prefix, &mut out)?;
     }
@@ -71,13 +71,7 @@ fn cte_lookup(
         let (_, q) = global_with.iter().find(|(n, _)| n == name)?;
         ("$with".to_string(), q)
     };
-    let ctx = QueryCtx {
-        kind: "stream",
-        rule: &s.name,
-        label: format!("with.{name}"),
-        sql,
-        compat,
-    };
+    let ctx = QueryCtx::new(KIND, &s.name, format!("with.{name}"), sql, compat);
     Some(parse_select(&ctx, sql).and_then(|sel| {
         lookup_query(
             &ctx,

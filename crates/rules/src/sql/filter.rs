@@ -8,7 +8,8 @@
 use sqlparser::ast::{BinaryOperator, Expr as Ast, InTarget, Query, Spanned};
 use sqlparser::tokenizer::Span;
 
-use super::lower::{lower_side, Scope, Side};
+use super::lower::{lower_side, Side};
+use super::scope::Scope;
 use super::QueryCtx;
 use crate::error::RulesError;
 use crate::expr::{BinOp, Expr};

@@ -10,48 +10,13 @@ use sqlparser::ast::{
 };
 use sqlparser::tokenizer::Span;
 
+use super::scope::{RequestStyle, Scope};
 use super::{ident_name, QueryCtx};
+use crate::cast::CastType;
 use crate::error::RulesError;
-use crate::expr::{BinOp, CastType, Expr, RequestRef};
+use crate::expr::{BinOp, Expr, RequestRef};
 use crate::functions;
 use crate::value::Value;
-
-/// Which request functions a query may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestStyle {
-    /// Legacy data queries: no request values at all.
-    Forbidden,
-    /// Legacy parameter queries: `request.*()`, `token_parameters.*`, `user_parameters.*`.
-    Legacy,
-    /// Streams: `auth.*`, `subscription.*`, `connection.*`.
-    Streams,
-}
-
-/// Name resolution for one query.
-#[derive(Debug, Clone)]
-pub struct Scope {
-    /// Qualifiers that name the source table (its name and alias).
-    pub table_qualifiers: Vec<String>,
-    /// Whether the query has a source table (static parameter queries do not).
-    pub has_table: bool,
-    /// Qualifiers of parameter references (`bucket`, CTE aliases).
-    pub ref_qualifiers: Vec<String>,
-    /// Allowed request functions.
-    pub request: RequestStyle,
-    /// Source columns read, by slot.
-    pub slots: Vec<String>,
-}
-
-impl Scope {
-    /// The slot of a column, adding it on first use.
-    pub fn slot(&mut self, name: &str) -> usize {
-        if let Some(i) = self.slots.iter().position(|s| s == name) {
-            return i;
-        }
-        self.slots.push(name.to_string());
-        self.slots.len() - 1
-    }
-}
 
 /// One operand of a condition, classified by where its values come from.
 #[derive(Debug, Clone)]
@@ -520,7 +485,7 @@ fn lower_function(
             }
             Ok(Expr::Func(func, lowered))
         }
-        [ns, name] => super::request_fn::request_function(ctx, scope, ast, ns, name, &args),
+        [ns, name] => super::request_fn::request_function(ctx, scope.request, ast, ns, name, &args),
         _ => Err(unsupported(
             ctx,
             ast,

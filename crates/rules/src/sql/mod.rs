@@ -5,6 +5,7 @@ pub mod filter;
 pub mod lower;
 pub mod parse;
 pub mod request_fn;
+pub mod scope;
 
 use sqlparser::tokenizer::Span;
 
@@ -26,7 +27,24 @@ pub struct QueryCtx<'a> {
     pub compat: Compatibility,
 }
 
-impl QueryCtx<'_> {
+impl<'a> QueryCtx<'a> {
+    /// The context of one query: `sql`, found at `label` of the `kind` named `rule`.
+    pub fn new(
+        kind: &'static str,
+        rule: &'a str,
+        label: String,
+        sql: &'a str,
+        compat: Compatibility,
+    ) -> Self {
+        QueryCtx {
+            kind,
+            rule,
+            label,
+            sql,
+            compat,
+        }
+    }
+
     /// An error at a parser span (line/column 0 when the span is empty).
     pub fn err(
         &self,

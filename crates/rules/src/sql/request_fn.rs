@@ -3,7 +3,7 @@
 
 use sqlparser::ast::{Expr as Ast, Spanned, Value as AstValue};
 
-use super::lower::{RequestStyle, Scope};
+use super::scope::RequestStyle;
 use super::QueryCtx;
 use crate::error::RulesError;
 use crate::expr::{Expr, RequestRef};
@@ -12,13 +12,12 @@ use crate::functions;
 /// Lower `ns.name(args)` to a request reference, or explain where it is allowed.
 pub(crate) fn request_function(
     ctx: &QueryCtx<'_>,
-    _scope: &mut Scope,
+    style: RequestStyle,
     ast: &Ast,
     ns: &str,
     name: &str,
     args: &[&Ast],
 ) -> Result<Expr, RulesError> {
-    let style = _scope.request;
     let key_arg = |args: &[&Ast]| -> Result<String, RulesError> {
         match args {
             [Ast::Value(v)] => match &v.value {
