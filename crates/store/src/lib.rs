@@ -144,7 +144,7 @@ impl Store {
             db.sync(true)
                 .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
         }
-        let codec = writer::load_codec(&db, dir)?;
+        let codec = writer::packing::load_codec(&db, dir)?;
         Ok(Self {
             db,
             dir: dir.to_owned(),

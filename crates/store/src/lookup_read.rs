@@ -6,7 +6,7 @@
 use super::reader::ReadTxn;
 use super::StoreError;
 
-/// Bytes of the row id in front of each lookup dup value (see `writer::lookup_value`).
+/// Bytes of the row id in front of each lookup dup value (see `writer::lookups::lookup_value`).
 const ROW_ID_BYTES: usize = 8;
 
 impl ReadTxn<'_, '_> {

@@ -1,0 +1,163 @@
+//! Bucket state: a bucket's accumulators and id, the ops appended to it, a PUT
+//! superseded by a MOVE, and a row's membership ended by a REMOVE.
+
+use libmdbx::WriteFlags;
+
+use super::WriteTxn;
+use crate::checksum::remove_checksum;
+use crate::op::{BucketState, OpKind, StoredOp};
+use crate::op_blocks::{self, block_error};
+use crate::record::{subkey, Membership, RowRecord, Tombstone};
+use crate::StoreError;
+
+impl WriteTxn<'_, '_> {
+    /// Appends a PUT of row `row_id` (showing `output`) to bucket `name`.
+    pub(crate) fn put_op(
+        &mut self,
+        name: &str,
+        output: u8,
+        checksum: u32,
+        row_id: u64,
+    ) -> Result<Membership, StoreError> {
+        let (bucket_id, op_id) = self.append(name, OpKind::Put, output, checksum, row_id)?;
+        Ok(Membership {
+            bucket_id,
+            op_id,
+            output,
+        })
+    }
+
+    /// The accumulators of `name` in this transaction, created (with a new id) on first
+    /// use.
+    pub(super) fn bucket(&mut self, name: &str) -> Result<&mut BucketState, StoreError> {
+        if self.dirty.contains_key(name) {
+            return self
+                .dirty
+                .get_mut(name)
+                .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"));
+        }
+        let stored: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.buckets, name.as_bytes())
+            .map_err(self.mdbx("read a bucket"))?;
+        let state = match stored {
+            Some(bytes) => {
+                BucketState::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?
+            }
+            None => {
+                let id = self.counters.next_bucket;
+                self.counters.next_bucket = id
+                    .checked_add(1)
+                    .ok_or_else(|| StoreError::corrupt(self.dir, "bucket id space exhausted"))?;
+                self.new_names.push((id, name.to_owned()));
+                BucketState {
+                    id,
+                    ..BucketState::default()
+                }
+            }
+        };
+        Ok(self.dirty.entry(name.to_owned()).or_insert(state))
+    }
+
+    pub(super) fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
+        if let Some((_, name)) = self.new_names.iter().find(|(i, _)| *i == id) {
+            return Ok(name.clone());
+        }
+        let name: Vec<u8> = self
+            .txn
+            .get(&self.tables.bucket_names, id.to_ne_bytes())
+            .map_err(self.mdbx("read a bucket name"))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket name"))?;
+        String::from_utf8(name).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))
+    }
+
+    /// Appends an op with the next op id to bucket `name` and updates its accumulators.
+    /// Returns the bucket's id and the op id.
+    fn append(
+        &mut self,
+        name: &str,
+        kind: OpKind,
+        output: u8,
+        checksum: u32,
+        reference: u64,
+    ) -> Result<(u32, u64), StoreError> {
+        let op_id = self.counters.next_op;
+        // One lookup for a bucket this transaction has seen (every op but its first).
+        let bucket = match self.dirty.get_mut(name) {
+            Some(state) => state,
+            None => self.bucket(name)?,
+        };
+        bucket.add(op_id, checksum);
+        let bucket_id = bucket.id;
+        self.counters.next_op += 1;
+        let op = StoredOp {
+            op_id,
+            kind,
+            output,
+            checksum,
+            reference,
+        };
+        self.pending.entry(bucket_id).or_default().push(op);
+        self.pending_ops += 1;
+        Ok((bucket_id, op_id))
+    }
+
+    /// Turns op `op_id` of a bucket into a MOVE that points at `target`.
+    pub(super) fn supersede(
+        &mut self,
+        bucket_id: u32,
+        op_id: u64,
+        target: u64,
+    ) -> Result<(), StoreError> {
+        *self.compactable.entry(bucket_id).or_default() += 1;
+        if let Some(ops) = self.pending.get_mut(&bucket_id) {
+            if let Ok(i) = ops.binary_search_by_key(&op_id, |op| op.op_id) {
+                if let Some(op) = ops.get_mut(i) {
+                    *op = StoredOp {
+                        kind: OpKind::Move,
+                        output: 0,
+                        reference: target,
+                        ..*op
+                    };
+                    return Ok(());
+                }
+            }
+        }
+        let moved = |old: StoredOp| StoredOp {
+            kind: OpKind::Move,
+            output: 0,
+            reference: target,
+            ..old
+        };
+        op_blocks::rewrite(self.txn, &self.tables.ops, bucket_id, op_id, moved)
+            .map_err(|e| block_error(self.dir, "supersede an op", e))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "superseded op missing"))
+    }
+
+    pub(super) fn remove_membership(
+        &mut self,
+        old: &RowRecord,
+        membership: &Membership,
+        row_id: u64,
+    ) -> Result<(), StoreError> {
+        let output = old.output(membership);
+        let tombstone = Tombstone {
+            object_type: output.object_type.clone(),
+            object_id: output.object_id.clone(),
+            subkey: subkey(old.table_id, row_id),
+        };
+        let name = self.bucket_name(membership.bucket_id)?;
+        let checksum = remove_checksum(&tombstone.subkey);
+        let (_, op_id) = self.append(&name, OpKind::Remove, 0, checksum, row_id)?;
+        *self.compactable.entry(membership.bucket_id).or_default() += 1;
+        self.txn
+            .put(
+                &self.tables.tombstones,
+                op_id.to_ne_bytes(),
+                tombstone.encode(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write a tombstone"))?;
+        self.supersede(membership.bucket_id, membership.op_id, op_id)
+    }
+}

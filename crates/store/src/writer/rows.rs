@@ -1,0 +1,333 @@
+//! Row records: a source row's insert, update, delete, new identity and truncation,
+//! and the row ids its keys claim.
+
+use libmdbx::WriteFlags;
+
+use super::{LookupPut, RowPut, Stash, WriteTxn};
+use crate::codec::fixed;
+use crate::record::{Membership, Output, RowRecord};
+use crate::stored_row;
+use crate::tables::row_key;
+use crate::StoreError;
+
+impl WriteTxn<'_, '_> {
+    /// Applies an inserted or updated source row: a PUT in every bucket of `puts`,
+    /// a REMOVE in every bucket it left, and its lookup entries replaced.
+    pub fn upsert_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, Stash::new(), false)
+    }
+
+    /// [`Self::upsert_row`] that also keeps `stash` with the row (see [`Self::stash`]).
+    pub fn upsert_row_stashed(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, stash, false)
+    }
+
+    /// Adds a row known not to be stored yet (the initial snapshot into an empty store):
+    /// skips the lookup of an earlier version. A duplicate identity is an error.
+    pub fn insert_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, Stash::new(), true)
+    }
+
+    pub(crate) fn apply_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+        known_new: bool,
+    ) -> Result<(), StoreError> {
+        self.flush_if_full()?;
+        let key = row_key(table_id, identity);
+        if known_new && self.claim_row(&key)?.is_none() {
+            return self.apply_row(table_id, identity, puts, lookups, stash, false);
+        }
+        let existing = if known_new { None } else { self.row_id(&key)? };
+        let (row_id, old) = match existing {
+            Some(row_id) => (row_id, Some(self.load_row(row_id)?)),
+            None if known_new => (self.counters.next_row - 1, None),
+            None => {
+                let row_id = self.counters.next_row;
+                self.counters.next_row += 1;
+                (row_id, None)
+            }
+        };
+        let mut record = RowRecord {
+            table_id,
+            stash,
+            ..RowRecord::default()
+        };
+        for put in puts {
+            let output = record.output_index(put).ok_or_else(|| {
+                StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
+            })?;
+            let membership = self.put_op(put.bucket, output, put.checksum, row_id)?;
+            if let Some(previous) = old.as_ref().and_then(|old| {
+                old.membership_of(membership.bucket_id, put.object_type, put.object_id)
+            }) {
+                self.supersede(membership.bucket_id, previous.op_id, membership.op_id)?;
+            }
+            record.memberships.push(membership);
+        }
+        if let Some(old) = &old {
+            for gone in old.memberships.iter().filter(|m| {
+                let o = old.output(m);
+                record
+                    .membership_of(m.bucket_id, &o.object_type, &o.object_id)
+                    .is_none()
+            }) {
+                self.remove_membership(old, gone, row_id)?;
+            }
+        }
+        record.lookups = self.replace_lookups(row_id, old.as_ref(), lookups)?;
+        if record.memberships.is_empty() && record.lookups.is_empty() {
+            // The row feeds nothing now: forget it (its REMOVEs were written above).
+            if existing.is_some() || known_new {
+                self.forget_row(&key, row_id)?;
+            }
+            return Ok(());
+        }
+        // New rows get increasing ids: appending skips the search for their place.
+        let flags = if known_new {
+            WriteFlags::APPEND
+        } else {
+            WriteFlags::UPSERT
+        };
+        self.store_record(row_id, &record, flags)?;
+        if existing.is_none() && !known_new {
+            self.row_keys_end = None;
+            self.txn
+                .put(
+                    &self.tables.row_keys,
+                    &key,
+                    row_id.to_le_bytes(),
+                    WriteFlags::UPSERT,
+                )
+                .map_err(self.mdbx("write a row key"))?;
+        }
+        Ok(())
+    }
+
+    /// The source values stored with a row, `None` when the row is not stored.
+    pub fn stash(&self, table_id: u32, identity: &[u8]) -> Result<Option<Stash>, StoreError> {
+        let key = row_key(table_id, identity);
+        match self.row_id(&key)? {
+            Some(row_id) => Ok(Some(self.load_row(row_id)?.stash)),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves a row to a new replica identity (a FULL identity changes with every update,
+    /// a key update changes a DEFAULT one), keeping its row id and so its subkey.
+    /// Returns false when no row has `old`; an existing row at `new` is deleted first.
+    pub fn rekey_row(&mut self, table_id: u32, old: &[u8], new: &[u8]) -> Result<bool, StoreError> {
+        if old == new {
+            return Ok(true);
+        }
+        let old_key = row_key(table_id, old);
+        let Some(row_id) = self.row_id(&old_key)? else {
+            return Ok(false);
+        };
+        self.delete_row(table_id, new)?;
+        self.txn
+            .del(&self.tables.row_keys, &old_key, None)
+            .map_err(self.mdbx("remove a row key"))?;
+        self.row_keys_end = None;
+        self.txn
+            .put(
+                &self.tables.row_keys,
+                row_key(table_id, new),
+                row_id.to_le_bytes(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write a row key"))?;
+        Ok(true)
+    }
+
+    /// Applies a TRUNCATE: every stored row of the table is deleted (REMOVE ops).
+    /// Returns the number of rows removed.
+    pub fn truncate_table(&mut self, table_id: u32) -> Result<u64, StoreError> {
+        let prefix = table_id.to_be_bytes();
+        let mut removed = 0;
+        loop {
+            // Collect a slice of identities, then delete them (no cursor across writes).
+            let mut identities = Vec::new();
+            {
+                let mut cursor = self
+                    .txn
+                    .cursor(&self.tables.row_keys)
+                    .map_err(self.mdbx("open a cursor"))?;
+                let mut next: Option<(Vec<u8>, Vec<u8>)> = cursor
+                    .set_range(&prefix)
+                    .map_err(self.mdbx("seek row keys"))?;
+                while let Some((key, _)) = next {
+                    if !key.starts_with(&prefix) || identities.len() == 1024 {
+                        break;
+                    }
+                    identities.push(key[prefix.len()..].to_vec());
+                    next = cursor.next().map_err(self.mdbx("read row keys"))?;
+                }
+            }
+            if identities.is_empty() {
+                return Ok(removed);
+            }
+            for identity in &identities {
+                if self.delete_row(table_id, identity)? {
+                    removed += 1;
+                }
+            }
+        }
+    }
+
+    /// Applies a deleted source row: a REMOVE in each of its buckets, lookups dropped.
+    /// Returns false when the row was not stored (a redelivered delete).
+    pub fn delete_row(&mut self, table_id: u32, identity: &[u8]) -> Result<bool, StoreError> {
+        self.flush_if_full()?;
+        let key = row_key(table_id, identity);
+        let Some(row_id) = self.row_id(&key)? else {
+            return Ok(false);
+        };
+        let old = self.load_row(row_id)?;
+        for membership in &old.memberships {
+            self.remove_membership(&old, membership, row_id)?;
+        }
+        self.remove_lookups(&old.lookups)?;
+        self.forget_row(&key, row_id)?;
+        Ok(true)
+    }
+
+    /// Claims `key` for a new row and returns its row id; `None` when the key is taken
+    /// (identical rows of a REPLICA IDENTITY FULL table: the caller turns the insert into
+    /// an update of that row, as pgoutput would).
+    pub(crate) fn claim_row(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+        let row_id = self.counters.next_row;
+        // Rows copied in key order (a serial or time-ordered key, a table clustered on
+        // it) land past the tree's end: appending skips the search for their place.
+        let mut appending = key > self.row_keys_end()?;
+        let flags = if appending {
+            WriteFlags::APPEND
+        } else {
+            WriteFlags::NO_OVERWRITE
+        };
+        let (table, value) = (&self.tables.row_keys, row_id.to_le_bytes());
+        let mut claim = self.txn.put(table, key, value, flags);
+        if let Err(libmdbx::Error::KeyMismatch) = claim {
+            // Not past the end after all: place it by searching.
+            (appending, self.row_keys_end) = (false, None);
+            claim = self.txn.put(table, key, value, WriteFlags::NO_OVERWRITE);
+        }
+        match claim {
+            Ok(()) => {
+                self.counters.next_row += 1;
+                if let (true, Some(end)) = (appending, &mut self.row_keys_end) {
+                    end.clear();
+                    end.extend_from_slice(key);
+                }
+                Ok(Some(row_id))
+            }
+            Err(libmdbx::Error::KeyExist) => Ok(None),
+            Err(e) => Err(self.mdbx("write a row key")(e)),
+        }
+    }
+
+    /// The largest key in `row_keys`, empty when there is none (read once per
+    /// transaction, then kept by [`Self::claim_row`]).
+    fn row_keys_end(&mut self) -> Result<&[u8], StoreError> {
+        if self.row_keys_end.is_none() {
+            let last: Option<(Vec<u8>, ())> = self
+                .txn
+                .cursor(&self.tables.row_keys)
+                .and_then(|mut c| c.last())
+                .map_err(self.mdbx("read the last row key"))?;
+            self.row_keys_end = Some(last.map(|(key, ())| key).unwrap_or_default());
+        }
+        Ok(self.row_keys_end.as_deref().unwrap_or_default())
+    }
+
+    fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+        let value: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.row_keys, key)
+            .map_err(self.mdbx("read a row key"))?;
+        value
+            .map(|v| {
+                fixed::<8>(&v, 0, "row key")
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| StoreError::corrupt(self.dir, "row key"))
+            })
+            .transpose()
+    }
+
+    fn load_row(&self, row_id: u64) -> Result<RowRecord, StoreError> {
+        let bytes: Vec<u8> = self
+            .txn
+            .get(&self.tables.rows, row_id.to_ne_bytes())
+            .map_err(self.mdbx("read a row"))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "row (key without record)"))?;
+        stored_row::decode(self.codec, &bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
+    }
+
+    fn forget_row(&self, key: &[u8], row_id: u64) -> Result<(), StoreError> {
+        self.txn
+            .del(&self.tables.rows, row_id.to_ne_bytes(), None)
+            .map_err(self.mdbx("remove a row"))?;
+        self.txn
+            .del(&self.tables.row_keys, key, None)
+            .map_err(self.mdbx("remove a row key"))?;
+        Ok(())
+    }
+}
+
+impl RowRecord {
+    /// The index of `put`'s output, added if new (outputs are stored once per row).
+    fn output_index(&mut self, put: &RowPut<'_>) -> Option<u8> {
+        let position = self.outputs.iter().position(|o| {
+            o.object_type == put.object_type && o.object_id == put.object_id && o.data == put.data
+        });
+        let index = position.unwrap_or_else(|| {
+            self.outputs.push(Output {
+                object_type: put.object_type.to_owned(),
+                object_id: put.object_id.to_owned(),
+                data: put.data.to_owned(),
+            });
+            self.outputs.len() - 1
+        });
+        u8::try_from(index).ok()
+    }
+
+    pub(super) fn output(&self, membership: &Membership) -> &Output {
+        // Decoding guarantees the index is in range.
+        &self.outputs[usize::from(membership.output)]
+    }
+
+    fn membership_of(
+        &self,
+        bucket_id: u32,
+        object_type: &str,
+        object_id: &str,
+    ) -> Option<&Membership> {
+        self.memberships.iter().find(|m| {
+            let o = self.output(m);
+            m.bucket_id == bucket_id && o.object_type == object_type && o.object_id == object_id
+        })
+    }
+}
