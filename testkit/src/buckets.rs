@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use config::SourceConnection;
-use rules::{OwnedSourceRow, PgType, SyncRules};
+use rules::{BucketRow, OwnedSourceRow, PgType, SyncRules};
 use source::connect;
 use store::{OpKind, Store};
 
@@ -22,11 +22,15 @@ pub fn lsn(text: &str) -> u64 {
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
-/// Bucket → live rows, from the rows of `tables` (schema `public`) on the primary,
-/// evaluated with `rules`.
-pub async fn expected(conn: &SourceConnection, rules: &SyncRules, tables: &[&str]) -> Contents {
+/// Every bucket membership the rows of `tables` (schema `public`) on the primary produce,
+/// evaluated with `rules` independently of the engine (plain `SELECT *`, not COPY).
+pub async fn evaluate_primary_rows(
+    conn: &SourceConnection,
+    rules: &SyncRules,
+    tables: &[&str],
+) -> Vec<BucketRow> {
     let client = connect(conn).await.unwrap();
-    let mut out = Contents::new();
+    let mut out = Vec::new();
     for table in tables {
         let Some(plan) = rules.plan_for("public", table) else {
             continue;
@@ -47,13 +51,21 @@ pub async fn expected(conn: &SourceConnection, rules: &SyncRules, tables: &[&str
                 source = source.column(name, PgType::from_oid(*oid), row.get(i));
             }
             let columns = source.source_columns();
-            for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
-                out.entry(b.bucket.clone()).or_default().insert(
-                    (b.object_type.to_string(), b.object_id.to_string()),
-                    b.data.to_string(),
-                );
-            }
+            out.extend(plan.evaluate(&source.view(&columns)).unwrap().buckets);
         }
+    }
+    out
+}
+
+/// Bucket → live rows, from the rows of `tables` (schema `public`) on the primary,
+/// evaluated with `rules`.
+pub async fn expected(conn: &SourceConnection, rules: &SyncRules, tables: &[&str]) -> Contents {
+    let mut out = Contents::new();
+    for b in evaluate_primary_rows(conn, rules, tables).await {
+        out.entry(b.bucket.clone()).or_default().insert(
+            (b.object_type.to_string(), b.object_id.to_string()),
+            b.data.to_string(),
+        );
     }
     out
 }

@@ -9,10 +9,9 @@ use replication::{
     bootstrap, BootstrapIntent, BootstrapOutcome, BootstrapState, Progress, ReplicationError,
     SourcePlan,
 };
-use rules::{OwnedSourceRow, PgType, SyncRules};
-use source::connect;
+use rules::SyncRules;
 use store::Store;
-use testkit::{fixture_dir, Cluster, ClusterKind, PgInstall, TestDir, Waiting};
+use testkit::{buckets, fixture_dir, Cluster, ClusterKind, PgInstall, TestDir, Waiting};
 
 const SLOT: &str = "psm_bootstrap_test";
 
@@ -78,34 +77,11 @@ async fn expected_buckets(
     rules: &SyncRules,
     tables: &[&str],
 ) -> BTreeMap<String, (u64, u32)> {
-    let client = connect(&rig.plan().connection).await.unwrap();
     let mut buckets: BTreeMap<String, (u64, u32)> = BTreeMap::new();
-    for table in tables {
-        let sql = format!("SELECT * FROM {table}");
-        let statement = client.prepare(&sql).await.unwrap();
-        let types: Vec<(String, u32)> = statement
-            .columns()
-            .iter()
-            .map(|c| (c.name().to_owned(), c.type_().oid()))
-            .collect();
-        for message in client.simple_query(&sql).await.unwrap() {
-            let tokio_postgres::SimpleQueryMessage::Row(row) = message else {
-                continue;
-            };
-            let mut source = OwnedSourceRow::new("public", table);
-            for (i, (name, oid)) in types.iter().enumerate() {
-                source = source.column(name, PgType::from_oid(*oid), row.get(i));
-            }
-            let Some(plan) = rules.plan_for("public", table) else {
-                continue;
-            };
-            let columns = source.source_columns();
-            for b in plan.evaluate(&source.view(&columns)).unwrap().buckets {
-                let entry = buckets.entry(b.bucket.clone()).or_default();
-                entry.0 += 1;
-                entry.1 = entry.1.wrapping_add(b.checksum);
-            }
-        }
+    for b in buckets::evaluate_primary_rows(&rig.plan().connection, rules, tables).await {
+        let entry = buckets.entry(b.bucket.clone()).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.wrapping_add(b.checksum);
     }
     buckets
 }
