@@ -71,7 +71,10 @@ async fn user_buckets(claims: Value, request: Value, sync: &Arc<SyncService>) ->
     let ctx = parsed.context(claims);
     let served = sync.current();
     let (store, rules) = (served.store.clone(), served.rules.clone());
-    let resolved = tokio::task::spawn_blocking(move || request_buckets(&store, &rules, &ctx)).await;
+    let max_buckets = sync.limits.max_buckets_per_connection;
+    let resolved =
+        tokio::task::spawn_blocking(move || request_buckets(&store, &rules, &ctx, max_buckets))
+            .await;
     match resolved {
         Ok(Ok(r)) => AdminResponse::UserBuckets {
             op_id: r.op_id,

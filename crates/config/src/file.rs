@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_norway::Value;
 
+use super::api::{self, ApiLimits};
 use super::connection::{SourceConnection, SslMode};
 use super::env_tags;
 use super::error::ConfigError;
@@ -15,7 +16,7 @@ pub const DEFAULT_PORT: u16 = 8080;
 
 /// Top-level sections of the official file that this engine has no use for. They are
 /// accepted (so the same file works for both) and listed in `ignored`.
-const KNOWN_UNUSED: &[&str] = &["storage", "api", "telemetry", "migrations", "healthcheck"];
+const KNOWN_UNUSED: &[&str] = &["storage", "telemetry", "migrations", "healthcheck"];
 
 /// Where the sync rules come from, and their text.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -54,6 +55,8 @@ pub struct ServiceConfig {
     pub client_auth: ClientAuth,
     /// `port` for the sync protocol's HTTP server.
     pub port: u16,
+    /// `api.parameters`: the limits the file sets.
+    pub api: ApiLimits,
     /// Top-level keys present in the file that the engine does not use.
     pub ignored: Vec<String>,
 }
@@ -65,6 +68,7 @@ struct RawFile {
     sync_rules: Option<RawRules>,
     client_auth: Option<RawClientAuth>,
     port: Option<Value>,
+    api: Option<Value>,
     #[serde(flatten)]
     other: BTreeMap<String, Value>,
 }
@@ -170,7 +174,11 @@ impl ServiceConfig {
             None => DEFAULT_PORT,
             Some(v) => parse_port(&v).map_err(|m| invalid("port", m))?,
         };
-        let ignored = raw
+        let (api, api_ignored) = match &raw.api {
+            None => (ApiLimits::default(), Vec::new()),
+            Some(section) => api::parse(section).map_err(|(key, m)| invalid(&key, m))?,
+        };
+        let mut ignored: Vec<String> = raw
             .other
             .into_keys()
             .map(|key| {
@@ -181,12 +189,15 @@ impl ServiceConfig {
                 }
             })
             .collect();
+        ignored.extend(api_ignored);
+        ignored.sort();
         Ok(Self {
             path: path.to_owned(),
             source,
             rules,
             client_auth,
             port,
+            api,
             ignored,
         })
     }

@@ -2,15 +2,17 @@
 //!
 //! Operators reuse the file they already run the official service with; this module reads
 //! the subset the engine honours (`replication.connections[0]`, `sync_config`/`sync_rules`,
-//! `client_auth`, `port`), resolves `!env` tags and relative paths, and reports every other
+//! `client_auth`, `port`, the limits of `api.parameters`), resolves `!env` tags and relative paths, and reports every other
 //! top-level section as ignored so nothing changes behaviour silently.
 #![warn(missing_docs)]
 
+mod api;
 mod connection;
 mod env_tags;
 mod error;
 mod file;
 
+pub use api::ApiLimits;
 pub use connection::{SourceConnection, SslMode};
 pub use error::ConfigError;
 pub use file::{ClientAuth, RulesSource, ServiceConfig, DEFAULT_PORT};

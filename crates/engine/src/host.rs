@@ -309,6 +309,7 @@ impl Host {
             runtime_threads: self.settings.runtime_threads,
             slot_name: self.settings.slot_name.clone(),
             admin_socket: self.settings.admin_socket.clone(),
+            http_limits: None,
         })
     }
 

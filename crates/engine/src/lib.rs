@@ -41,6 +41,9 @@ pub struct EngineConfig {
     pub slot_name: String,
     /// Where to serve the admin socket (`None`: no admin socket).
     pub admin_socket: Option<PathBuf>,
+    /// The HTTP server's limits (`None`: derived from the descriptors the process may
+    /// hold, [`http::HttpLimits::for_open_files`]).
+    pub http_limits: Option<http::HttpLimits>,
 }
 
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.

@@ -13,7 +13,7 @@ use super::generation::{store_status, Generation};
 use super::{EngineConfig, EngineError};
 use auth::Authenticator;
 use http::HttpState;
-use service::SyncService;
+use service::{StreamLimits, SyncService};
 use source::{format_lsn, PrimaryHead};
 use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
 
@@ -136,12 +136,17 @@ async fn serve_generations(
     });
     drop(store);
     let auth = Authenticator::new(&config.service.client_auth)?;
+    let open_files = http::raise_open_files_limit();
+    let http_limits = config
+        .http_limits
+        .unwrap_or_else(|| http::HttpLimits::for_open_files(open_files));
     let sync = Arc::new(SyncService::new(
         status.clone(),
         generations.active.served(),
         auth,
         PrimaryHead::new(config.service.source.clone()),
         stop.clone(),
+        stream_limits(&config.service.api, &http_limits),
     ));
     let listeners = http::bind(&config.listen_addresses, config.service.port)
         .await
@@ -151,8 +156,13 @@ async fn serve_generations(
         .filter_map(|l| l.local_addr().ok())
         .map(|a| a.to_string())
         .collect();
-    let open_files = http::raise_open_files_limit();
-    tracing::info!(addresses = %listen.join(","), open_files, "HTTP server listening");
+    tracing::info!(
+        addresses = %listen.join(","),
+        open_files,
+        max_connections = http_limits.max_connections,
+        max_streams = sync.limits.max_streams,
+        "HTTP server listening"
+    );
     let admin = start_admin(config, &sync, status, stop);
     let server = tokio::spawn(http::serve(
         listeners,
@@ -161,6 +171,7 @@ async fn serve_generations(
             sync: sync.clone(),
         },
         stop.clone(),
+        http_limits,
     ));
     status.touch();
     let tables_total = generations.active.rules.tables().len() as u64;
@@ -284,5 +295,20 @@ fn start_admin(
             );
             None
         }
+    }
+}
+
+/// The streams' limits: the file's `api.parameters` where set, never more streams than
+/// connections.
+fn stream_limits(api: &config::ApiLimits, http: &http::HttpLimits) -> StreamLimits {
+    let defaults = StreamLimits::default();
+    StreamLimits {
+        max_streams: api
+            .max_concurrent_connections
+            .unwrap_or(defaults.max_streams)
+            .min(http.max_connections),
+        max_buckets_per_connection: api
+            .max_buckets_per_connection
+            .unwrap_or(defaults.max_buckets_per_connection),
     }
 }

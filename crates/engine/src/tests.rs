@@ -18,6 +18,7 @@ fn config(dir: &Path, port: u16) -> EngineConfig {
         runtime_threads: 1,
         slot_name: "powersync_mdbx_test".into(),
         admin_socket: None,
+        http_limits: None,
     }
 }
 

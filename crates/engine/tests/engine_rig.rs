@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use config::ServiceConfig;
 use engine::{Engine, EngineConfig, EngineHandle};
+use http::HttpLimits;
 use serde_json::json;
 use status::{Phase, StatusCell};
 use testkit::{
@@ -31,13 +32,26 @@ pub struct EngineRig {
 impl EngineRig {
     /// A primary with `schema`, and the engine streaming from it on slot `slot`.
     pub fn start(schema: &str, rules: &str, slot: &str) -> Self {
+        Self::start_with(schema, rules, slot, "", None)
+    }
+
+    /// [`Self::start`] with `extra_yaml` appended to the configuration file (top-level
+    /// sections such as `api:`) and the HTTP server's limits set.
+    pub fn start_with(
+        schema: &str,
+        rules: &str,
+        slot: &str,
+        extra_yaml: &str,
+        http_limits: Option<HttpLimits>,
+    ) -> Self {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
         primary.sql(schema);
         let store = tempfile::tempdir().unwrap();
         let port = free_port();
-        let config = engine_config(&primary, store.path(), port, rules, slot);
+        let mut config = engine_config(&primary, store.path(), port, rules, slot, extra_yaml);
+        config.http_limits = http_limits;
         let status = Arc::new(StatusCell::new(std::process::id()));
         let engine = Engine::start(config.clone(), status.clone()).unwrap();
         let rig = Self {
@@ -94,6 +108,7 @@ impl EngineRig {
             self.port,
             rules,
             &self.config.slot_name,
+            "",
         );
         self.engine = Some(Engine::start(self.config.clone(), self.status.clone()).unwrap());
     }
@@ -107,6 +122,7 @@ fn engine_config(
     port: u16,
     rules: &str,
     slot: &str,
+    extra_yaml: &str,
 ) -> EngineConfig {
     {
         let k = base64_url(SECRET);
@@ -114,7 +130,7 @@ fn engine_config(
             "replication:\n  connections:\n    - uri: {uri}\n      sslmode: disable\n\
              sync_rules:\n  content: |\n{rules}\n\
              client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{k}'}}\n\
-             port: {port}\n",
+             port: {port}\n{extra_yaml}",
             uri = primary.uri("postgres"),
             rules = rules
                 .lines()
@@ -130,6 +146,7 @@ fn engine_config(
             runtime_threads: 2,
             slot_name: slot.into(),
             admin_socket: None,
+            http_limits: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 extern crate powersync_mdbx_engine as engine;
 
 mod engine_rig;
+mod limits;
 mod metrics_http;
 mod rules_deploy;
 mod sync_client;

@@ -64,6 +64,16 @@ impl ApiError {
         }
     }
 
+    /// The server holds as many connections as it accepts.
+    pub fn too_many_connections() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSM_H1504",
+            name: "TooManyConnections",
+            description: "the server holds as many connections as it accepts; retry later".into(),
+        }
+    }
+
     /// A dependency (the primary, the store) cannot serve the request now.
     pub fn unavailable(description: String) -> Self {
         Self {
@@ -74,16 +84,26 @@ impl ApiError {
         }
     }
 
-    /// Renders the JSON response.
-    pub fn into_response(self) -> Response<Body> {
-        let body = serde_json::json!({
+    /// The JSON body of the answer.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
             "error": {
                 "code": self.code,
                 "name": self.name,
                 "description": self.description,
                 "status": self.status.as_u16(),
             }
-        });
+        })
+    }
+
+    /// The JSON body as bytes (for answers written without hyper).
+    pub fn json_body(&self) -> Vec<u8> {
+        self.json().to_string().into_bytes()
+    }
+
+    /// Renders the JSON response.
+    pub fn into_response(self) -> Response<Body> {
+        let body = self.json();
         let retry = matches!(
             self.status,
             StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS

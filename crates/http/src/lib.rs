@@ -7,6 +7,7 @@ mod authorization;
 mod compress;
 mod cors;
 mod error;
+mod limits;
 mod metrics;
 mod metrics_text;
 mod probes;
@@ -15,6 +16,7 @@ mod sync_stream;
 mod write_checkpoint;
 
 pub use error::ApiError;
+pub use limits::{HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DESCRIPTOR_RESERVE};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 
 /// The body type every handler answers with, whole or streamed.

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
 
 use super::error::ApiError;
+use super::limits::HttpLimits;
 use super::probes::{self, Probe};
 use super::Body;
 use super::{cors, metrics, sync_stream, write_checkpoint};
@@ -78,14 +80,20 @@ pub async fn bind(
     Ok(listeners)
 }
 
-/// Serves every listener until `shutdown` turns true, then drains open connections for
-/// at most `DRAIN_TIMEOUT`.
+/// Serves every listener under `limits` until `shutdown` turns true, then drains open
+/// connections for at most `DRAIN_TIMEOUT`.
 pub async fn serve(
     listeners: Vec<TcpListener>,
     state: HttpState,
     mut shutdown: watch::Receiver<bool>,
+    limits: HttpLimits,
 ) {
     let graceful = GracefulShutdown::new();
+    let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
     let (conn_tx, mut conn_rx) =
         tokio::sync::mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(64);
     let mut acceptors = tokio::task::JoinSet::new();
@@ -113,6 +121,10 @@ pub async fn serve(
             _ = shutdown.wait_for(|stop| *stop) => break,
             conn = conn_rx.recv() => {
                 let Some((stream, _peer)) = conn else { break };
+                let Ok(permit) = connections.clone().try_acquire_owned() else {
+                    tokio::spawn(refuse(stream));
+                    continue;
+                };
                 // Stream lines are small writes flushed one by one: with Nagle's algorithm a
                 // line waits for the ACK of the previous one, which the client delays by up
                 // to 40 ms.
@@ -124,13 +136,13 @@ pub async fn serve(
                     let state = state.clone();
                     async move { Ok::<_, std::convert::Infallible>(route(req, &state).await) }
                 });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service);
+                let conn = http1.serve_connection(TokioIo::new(stream), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!(error = %e, "HTTP connection ended with an error");
                     }
+                    drop(permit);
                 });
             }
         }
@@ -143,6 +155,32 @@ pub async fn serve(
         tracing::debug!("HTTP connections still open at shutdown were closed");
     }
 }
+
+/// Answers a connection over the cap with 503 and closes it, without reading its request:
+/// a bounded write (it gives up after [`REFUSAL_WRITE_TIMEOUT`]) on a task of its own.
+async fn refuse(mut stream: TcpStream) {
+    let error = ApiError::too_many_connections();
+    let body = error.json_body();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 5\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body).await?;
+        stream.shutdown().await
+    };
+    if tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, write)
+        .await
+        .is_err()
+    {
+        tracing::debug!("a refused connection did not take its 503 in time");
+    }
+}
+
+/// How long a refused connection gets to take its 503.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 async fn route(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
     let mut response = dispatch(req, state).await;

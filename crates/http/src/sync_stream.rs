@@ -74,7 +74,8 @@ async fn start(
     let request = SyncRequest::parse(&body).map_err(sync_error)?;
     let context = request.context(user.claims.clone());
     let served = service.current();
-    let session = SyncSession::new(served.rules.clone(), context, &request.buckets);
+    let session = SyncSession::new(served.rules.clone(), context, &request.buckets)
+        .with_max_buckets(service.limits.max_buckets_per_connection);
     let key = record_key(&user.user_id, request.client_id.as_deref());
     let expires = user
         .expires_at

@@ -33,15 +33,17 @@ pub(super) struct CheckpointState {
 }
 
 impl CheckpointState {
-    /// Resolves the request and reads the accumulators in `view` (one consistent read).
+    /// Resolves the request (at most `max_buckets` buckets) and reads the accumulators in
+    /// `view` (one consistent read).
     pub fn read(
         view: &ReadTxn<'_, '_>,
         rules: &SyncRules,
         ctx: &RequestContext,
+        max_buckets: usize,
     ) -> Result<Self, SyncError> {
         let op_id = view.checkpoint()?.op_id;
         let lookups = StoreLookups::new(view);
-        let resolved = rules.resolve_request(ctx, &lookups);
+        let resolved = rules.resolve_request_with_limit(ctx, &lookups, max_buckets);
         if let Some(failure) = lookups.take_failure() {
             return Err(failure.into());
         }

@@ -35,13 +35,15 @@ pub struct RequestBuckets {
     pub errors: Vec<(String, String)>,
 }
 
-/// Resolves `ctx` with `rules` at the store's current checkpoint, in one read.
+/// Resolves `ctx` with `rules` (at most `max_buckets` buckets) at the store's current
+/// checkpoint, in one read.
 pub fn request_buckets(
     store: &Store,
     rules: &SyncRules,
     ctx: &RequestContext,
+    max_buckets: usize,
 ) -> Result<RequestBuckets, SyncError> {
-    let state = store.read(|view| Ok(CheckpointState::read(view, rules, ctx)))??;
+    let state = store.read(|view| Ok(CheckpointState::read(view, rules, ctx, max_buckets)))??;
     let errors = state
         .streams
         .iter()

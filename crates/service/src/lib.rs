@@ -30,5 +30,5 @@ pub use request::{
     BucketPosition, StreamSubscription, SyncRequest, MAX_BODY_BYTES, MAX_BUCKET_POSITIONS,
     MAX_SUBSCRIPTIONS,
 };
-pub use service::{Served, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
+pub use service::{Served, StreamLimits, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
 pub use session::SyncSession;

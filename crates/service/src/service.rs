@@ -15,8 +15,28 @@ use source::PrimaryHead;
 use status::StatusCell;
 use store::{Checkpoint, Store, StoreError};
 
-/// Open `/sync/stream` connections at most; more are answered 429 with `Retry-After`.
+/// Open sync streams at most when nothing else limits them (the engine derives the real
+/// cap from the descriptors the process may hold); more are answered 429 with
+/// `Retry-After`.
 pub const MAX_STREAMS: usize = 20_000;
+
+/// The limits every stream is served under (`docs/operations.md`, "Limits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Sync streams open at once; more are refused with 429.
+    pub max_streams: usize,
+    /// Buckets one request may resolve to; more end the stream with `PSYNC_S2305`.
+    pub max_buckets_per_connection: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self {
+            max_streams: MAX_STREAMS,
+            max_buckets_per_connection: rules::DEFAULT_MAX_BUCKETS,
+        }
+    }
+}
 /// Store reads running at once for all streams (each one batch of at most 1,000 ops).
 pub const MAX_CONCURRENT_READS: usize = 8;
 
@@ -53,6 +73,8 @@ pub struct SyncService {
     pub head: PrimaryHead,
     /// Turns true when the engine stops: streams end.
     pub shutdown: watch::Receiver<bool>,
+    /// The limits streams are served under.
+    pub limits: StreamLimits,
     /// Open streams.
     pub streams: Arc<Semaphore>,
     /// Concurrent store reads.
@@ -66,13 +88,14 @@ pub struct SyncService {
 }
 
 impl SyncService {
-    /// A service with the default limits.
+    /// A service that serves `served` under `limits`.
     pub fn new(
         status: Arc<StatusCell>,
         served: Arc<Served>,
         auth: Authenticator,
         head: PrimaryHead,
         shutdown: watch::Receiver<bool>,
+        limits: StreamLimits,
     ) -> Self {
         Self {
             status,
@@ -81,7 +104,8 @@ impl SyncService {
             auth,
             head,
             shutdown,
-            streams: Arc::new(Semaphore::new(MAX_STREAMS)),
+            limits,
+            streams: Arc::new(Semaphore::new(limits.max_streams)),
             reads: Semaphore::new(MAX_CONCURRENT_READS),
             sync_responses: StatusCounts::default(),
             auth_failures: LabelCounts::new(AuthError::CODES),
@@ -128,7 +152,9 @@ impl SyncService {
 
     /// Streams open now (their permits are held until the stream's task ends).
     pub fn open_streams(&self) -> usize {
-        MAX_STREAMS.saturating_sub(self.streams.available_permits())
+        self.limits
+            .max_streams
+            .saturating_sub(self.streams.available_permits())
     }
 
     /// Verifies a request's `Authorization` value (whatever the transport carried it in);

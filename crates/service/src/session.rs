@@ -21,6 +21,8 @@ pub struct SyncSession {
     rules: Arc<SyncRules>,
     context: RequestContext,
     budgets: Budgets,
+    /// Buckets the request may resolve to (`PSYNC_S2305` over it).
+    max_buckets: usize,
     /// The client's `after` positions, until the first checkpoint claims them.
     requested: HashMap<String, u64>,
     /// Per bucket of the current set: the last op id sent (or held by the client).
@@ -43,6 +45,7 @@ impl SyncSession {
             rules,
             context,
             budgets: Budgets::default(),
+            max_buckets: rules::DEFAULT_MAX_BUCKETS,
             requested: positions
                 .iter()
                 .map(|p| (p.name.clone(), p.after))
@@ -60,6 +63,12 @@ impl SyncSession {
     pub fn switch_rules(&mut self, rules: Arc<SyncRules>) {
         self.rules = rules;
         self.download = None;
+    }
+
+    /// Limits the buckets the request may resolve to (`api.parameters.max_buckets_per_connection`).
+    pub fn with_max_buckets(mut self, max_buckets: usize) -> Self {
+        self.max_buckets = max_buckets;
+        self
     }
 
     /// Replaces the paging limits (tests use small ones to force paging).
@@ -88,8 +97,8 @@ impl SyncSession {
         store: &Store,
         write_checkpoint: Option<u64>,
     ) -> Result<Option<SyncLine>, SyncError> {
-        let (rules, context) = (&self.rules, &self.context);
-        let state = store.read(|view| Ok(CheckpointState::read(view, rules, context)))??;
+        let (rules, context, max) = (&self.rules, &self.context, self.max_buckets);
+        let state = store.read(|view| Ok(CheckpointState::read(view, rules, context, max)))??;
         let line = match &self.announced {
             None => {
                 let requested = std::mem::take(&mut self.requested);

@@ -1,0 +1,111 @@
+//! `api.parameters`: the official service's limits for sync connections, honoured when set.
+//! Every other key under `api` is listed as ignored.
+
+use serde_norway::Value;
+
+/// The limits `api.parameters` sets; `None` where the file leaves the engine's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ApiLimits {
+    /// `max_concurrent_connections`: sync streams open at once (over it: 429).
+    pub max_concurrent_connections: Option<usize>,
+    /// `max_buckets_per_connection`: buckets one stream may resolve to (over it:
+    /// `PSYNC_S2305`).
+    pub max_buckets_per_connection: Option<usize>,
+}
+
+/// The keys of `api.parameters` this engine honours.
+const HONOURED: &[&str] = &["max_concurrent_connections", "max_buckets_per_connection"];
+
+/// Reads the `api` section: its honoured limits, and every other key as a dotted path
+/// (`api.parameters.max_data_fetch_concurrency`) for `ignored`. An honoured key with a
+/// value that is not a positive integer is an error naming the key.
+pub(crate) fn parse(api: &Value) -> Result<(ApiLimits, Vec<String>), (String, String)> {
+    let mut limits = ApiLimits::default();
+    let mut ignored = Vec::new();
+    let Value::Mapping(api) = api else {
+        return Ok((limits, vec!["api".to_owned()]));
+    };
+    for (key, value) in api {
+        let key = key_text(key);
+        if key != "parameters" {
+            ignored.push(format!("api.{key}"));
+            continue;
+        }
+        let Value::Mapping(parameters) = value else {
+            ignored.push("api.parameters".to_owned());
+            continue;
+        };
+        for (name, value) in parameters {
+            let name = key_text(name);
+            let path = format!("api.parameters.{name}");
+            if !HONOURED.contains(&name.as_str()) {
+                ignored.push(path);
+                continue;
+            }
+            let limit = positive(value).map_err(|message| (path.clone(), message))?;
+            match name.as_str() {
+                "max_concurrent_connections" => limits.max_concurrent_connections = Some(limit),
+                _ => limits.max_buckets_per_connection = Some(limit),
+            }
+        }
+    }
+    Ok((limits, ignored))
+}
+
+fn key_text(key: &Value) -> String {
+    match key {
+        Value::String(s) => s.clone(),
+        other => serde_norway::to_string(other)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default(),
+    }
+}
+
+/// A positive integer, written as a number or as digits in a string (`!env` tags resolve
+/// to strings).
+fn positive(value: &Value) -> Result<usize, String> {
+    let parsed = match value {
+        Value::Number(n) => n.as_u64().and_then(|n| usize::try_from(n).ok()),
+        Value::String(s) => s.trim().parse::<usize>().ok(),
+        _ => None,
+    };
+    match parsed {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err("must be a positive integer".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(yaml: &str) -> Result<(ApiLimits, Vec<String>), (String, String)> {
+        parse(&serde_norway::from_str(yaml).unwrap())
+    }
+
+    #[test]
+    fn honoured_limits_are_read_and_the_rest_listed() {
+        let (limits, ignored) = api(
+            "parameters:\n  max_concurrent_connections: 500\n  max_buckets_per_connection: '20'\n  max_data_fetch_concurrency: 10\ntokens: [x]\n",
+        )
+        .unwrap();
+        assert_eq!(limits.max_concurrent_connections, Some(500));
+        assert_eq!(limits.max_buckets_per_connection, Some(20));
+        assert_eq!(
+            ignored,
+            ["api.parameters.max_data_fetch_concurrency", "api.tokens"]
+        );
+    }
+
+    #[test]
+    fn a_limit_that_is_not_a_positive_integer_names_its_key() {
+        for bad in ["0", "-3", "many", "1.5"] {
+            let (key, message) = api(&format!(
+                "parameters:\n  max_concurrent_connections: {bad}\n"
+            ))
+            .unwrap_err();
+            assert_eq!(key, "api.parameters.max_concurrent_connections");
+            assert!(message.contains("positive integer"), "{message}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The HTTP server's limits against clients that hold connections: half-sent headers and
+//! idle kept-alive connections are closed after the header timeout, connections over the
+//! cap are answered 503 and closed, and the official `api.parameters` limits apply to
+//! sync streams (429 past `max_concurrent_connections`, no bucket set past
+//! `max_buckets_per_connection`).
+use crate::engine_rig;
+use crate::sync_client;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use engine_rig::{token, EngineRig};
+use http::HttpLimits;
+use serde_json::json;
+use sync_client::post;
+use testkit::{wait_until, Patience};
+
+const SCHEMA: &str = "
+CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
+CREATE PUBLICATION powersync FOR TABLE lists;
+INSERT INTO lists VALUES ('l1', 'u1'), ('l2', 'u1');
+";
+
+const RULES: &str = "
+bucket_definitions:
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT * FROM lists WHERE id = bucket.list_id
+";
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn start(slot: &str, extra_yaml: &str, limits: HttpLimits) -> EngineRig {
+    EngineRig::start_with(SCHEMA, RULES, slot, extra_yaml, Some(limits))
+}
+
+/// Limits with the short header timeout and `max_connections`.
+fn limits(max_connections: usize) -> HttpLimits {
+    HttpLimits {
+        header_read_timeout: HEADER_TIMEOUT,
+        max_connections,
+    }
+}
+
+fn connect(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Patience::of_run().stall))
+        .unwrap();
+    stream
+}
+
+/// True once the server closed `stream` (a read returns end of file or a reset).
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 512];
+    let closed = loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+            Err(_) => break true,
+        }
+    };
+    stream.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// The whole answer on a connection the server closes after it.
+fn read_answer(stream: &mut TcpStream) -> String {
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn half_sent_headers_and_idle_connections_are_closed_after_the_header_timeout() {
+    let rig = start("psm_limits_timeout", "", limits(10_000));
+    let started = Instant::now();
+    let mut holders: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = connect(rig.port);
+            s.write_all(b"POST /sync/stream HTTP/1.1\r\nHost: x\r\nContent-Le")
+                .unwrap();
+            s
+        })
+        .collect();
+    // A kept-alive connection that was served once and then says nothing.
+    let mut idle = connect(rig.port);
+    idle.write_all(b"GET /probes/liveness HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    holders.push(idle);
+
+    wait_until(
+        "the server closed every connection that stopped sending",
+        || {
+            holders.retain_mut(|s| !closed_by_server(s));
+            holders.is_empty().then_some(())
+        },
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= HEADER_TIMEOUT,
+        "closed after {took:?}, before the header timeout of {HEADER_TIMEOUT:?}"
+    );
+    // The server still serves.
+    let mut probe = connect(rig.port);
+    probe
+        .write_all(b"GET /probes/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    assert!(read_answer(&mut probe).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn a_connection_over_the_cap_is_answered_503_and_closed() {
+    // A header timeout long enough that the held connections stay while the test runs.
+    let rig = start(
+        "psm_limits_cap",
+        "",
+        HttpLimits {
+            header_read_timeout: Patience::of_run().stall,
+            max_connections: 4,
+        },
+    );
+    // Four connections that are mid-request (the header timeout has not passed).
+    let holders: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = connect(rig.port);
+            s.write_all(b"GET /probes/liveness HTTP/1.1\r\n").unwrap();
+            s
+        })
+        .collect();
+    let mut over = connect(rig.port);
+    let answer = read_answer(&mut over);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("PSM_H1504"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 5"),
+        "{answer}"
+    );
+    // Once the held connections are gone, new ones are served again.
+    drop(holders);
+    wait_until("a new connection served once the others closed", || {
+        let mut probe = connect(rig.port);
+        probe
+            .write_all(b"GET /probes/liveness HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        read_answer(&mut probe)
+            .starts_with("HTTP/1.1 200")
+            .then_some(())
+    });
+}
+
+#[test]
+fn api_parameters_limit_streams_and_buckets() {
+    let api = "api:\n  parameters:\n    max_concurrent_connections: 2\n    max_buckets_per_connection: 1\n";
+    let rig = start("psm_limits_api", api, limits(10_000));
+    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
+
+    // u2 owns no list: no bucket, within the limit of one; its stream stays open.
+    let (status, mut first) = post(
+        rig.port,
+        Some(&token("u2", 600)),
+        "application/x-ndjson",
+        &body,
+    );
+    assert_eq!(status, 200);
+    first.until_complete();
+    // u1 owns two lists: two buckets, over the limit of one. The stream ends without a
+    // checkpoint (PSYNC_S2305 in the server log).
+    let (status, mut over_buckets) = post(
+        rig.port,
+        Some(&token("u1", 600)),
+        "application/x-ndjson",
+        &body,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        over_buckets.next(),
+        None,
+        "no checkpoint over the bucket limit"
+    );
+
+    let (status, mut second) = post(
+        rig.port,
+        Some(&token("u2", 600)),
+        "application/x-ndjson",
+        &body,
+    );
+    assert_eq!(status, 200);
+    second.until_complete();
+    // Two streams are open: a third is refused.
+    let (status, mut refused) = post(
+        rig.port,
+        Some(&token("u2", 600)),
+        "application/x-ndjson",
+        &body,
+    );
+    assert_eq!(status, 429);
+    let mut answer = String::new();
+    refused.reader.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("PSM_H1429"), "{answer}");
+}
