@@ -385,6 +385,34 @@ fn sync_end_to_end(rules: Rules) {
     wait_equal(&mut client, &rig, "a primary change after the upload");
 
     step("primary change after upload arrived");
+    // Bucket parameters of any length: projects whose ids are 3,000 characters and 100 KB
+    // long (an app user can type such a value) give the user buckets named by them; their
+    // rows arrive, with checksums the SDK accepts (no warning in the whole session, below).
+    // The snapshot path takes them too, at the reset() of step 7.
+    let long = [("x", 3_000), ("y", 100_000)];
+    let long_projects = long.map(|(c, n)| format!("project-long-{}", c.repeat(n)));
+    for (i, (c, n)) in long.iter().enumerate() {
+        // Built by the server: a 100 KB literal is longer than one psql argument may be.
+        let project = format!("'project-long-' || repeat('{c}', {n})");
+        rig.primary.sql(&format!(
+            "INSERT INTO user_project_access VALUES ('access-e2e-long-{i}', '{USER}', \
+             'org-001', {project}, 'member', '2026-02-04T00:00:00Z');
+             INSERT INTO tasks VALUES ('task-e2e-long-{i}', 'org-001', {project}, '{USER}', \
+             'In a project with a long id', 'todo', 1, '{USER}', 1, '2026-02-04T00:00:00Z', \
+             'long');"
+        ));
+    }
+    wait_equal(&mut client, &rig, "tasks of projects with long ids");
+    let answer = client.try_send(&json!({
+        "cmd": "wait_buckets",
+        "contains": long_projects.iter().map(|p| format!("{p}\"")).collect::<Vec<_>>(),
+    }));
+    assert!(
+        answer["ok"] == true,
+        "the buckets of the long project ids: {:.600}",
+        answer.to_string()
+    );
+    step("buckets named by 3,000-character and 100 KB parameters arrived");
     // 4. Disconnect, changes while offline, reconnect: the client catches up from its
     // positions.
     client.send(&json!({"cmd": "disconnect"}));

@@ -68,6 +68,18 @@ pub enum StoreError {
         /// Which record.
         what: &'static str,
     },
+    /// Two bucket names too long to be keys share a SHA-256 hash (`long_keys`): never
+    /// seen in practice; nothing is mixed up, the write or read stops.
+    #[error(
+        "PSM_S1008 storage {path}: the bucket name starting `{name_start}` shares its \
+         SHA-256 hash with another; please report it (nothing of either bucket was mixed up)"
+    )]
+    KeyCollision {
+        /// The directory.
+        path: PathBuf,
+        /// The first 80 characters of the name.
+        name_start: String,
+    },
     /// A commit failed earlier; the store refuses writes until the worker restarts.
     #[error(
         "PSM_S1007 storage {path}: an earlier commit failed, writes are refused until the \
@@ -90,6 +102,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    pub(crate) fn key_collision(path: &std::path::Path, name: &str) -> Self {
+        Self::KeyCollision {
+            path: path.to_owned(),
+            name_start: name.chars().take(80).collect(),
+        }
+    }
+
     pub(crate) fn mdbx(
         path: &std::path::Path,
         action: &'static str,

@@ -14,6 +14,7 @@ mod dir;
 mod error;
 mod identity;
 mod layout;
+pub mod long_keys;
 mod lookup_read;
 mod meta;
 mod op;

@@ -3,11 +3,9 @@
 //! parameter rows committed with the checkpoint it is served. Keys and outputs are the
 //! bytes the writer was given ([`super::LookupPut`]); the store does not interpret them.
 
+use super::long_keys::{stored_dup_key, ROW_ID_BYTES};
 use super::reader::ReadTxn;
 use super::StoreError;
-
-/// Bytes of the row id in front of each lookup dup value (see `writer::lookups::lookup_value`).
-const ROW_ID_BYTES: usize = 8;
 
 impl ReadTxn<'_, '_> {
     /// The encoded outputs stored under the encoded `key`, one per source row, in row-id
@@ -19,17 +17,38 @@ impl ReadTxn<'_, '_> {
             .cursor(&self.tables.lookups)
             .map_err(mdbx("open a cursor"))?;
         let mut rows = Vec::new();
-        let mut next: Option<Vec<u8>> = cursor.set(key).map_err(mdbx("seek a lookup"))?;
+        let stored = stored_dup_key(key);
+        let mut next: Option<Vec<u8>> = cursor.set(&stored).map_err(mdbx("seek a lookup"))?;
         while let Some(value) = next {
-            let outputs = value
-                .get(ROW_ID_BYTES..)
-                .ok_or_else(|| StoreError::corrupt(self.dir, "lookup entry"))?;
-            rows.push(outputs.to_vec());
+            if value.len() > ROW_ID_BYTES {
+                rows.push(value.get(ROW_ID_BYTES..).unwrap_or_default().to_vec());
+            } else if let Some(outputs) = self.lookup_outputs_of_row(&value, key)? {
+                rows.push(outputs);
+            }
             next = cursor
                 .next_dup::<(), Vec<u8>>()
                 .map_err(mdbx("read lookups"))?
                 .map(|(_, v)| v);
         }
         Ok(rows)
+    }
+
+    /// The outputs of the lookup entry `key` of the row `row_id` names, from the row's
+    /// record (for entries stored without them, `long_keys`); `None` when the row has no
+    /// such entry (another key with the same hash).
+    fn lookup_outputs_of_row(
+        &self,
+        row_id: &[u8],
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let row_id = <[u8; ROW_ID_BYTES]>::try_from(row_id)
+            .map(u64::from_be_bytes)
+            .map_err(|_| StoreError::corrupt(self.dir, "lookup entry"))?;
+        let record = self.row_record(row_id)?;
+        Ok(record
+            .lookups
+            .into_iter()
+            .find(|l| l.key == key)
+            .and_then(|l| l.value.get(ROW_ID_BYTES..).map(<[u8]>::to_vec)))
     }
 }

@@ -6,9 +6,10 @@ use std::path::Path;
 use libmdbx::{NoWriteMap, Transaction, RO};
 
 use super::compress::RecordCodec;
+use super::long_keys::{is_hashed, stored_key};
 use super::op::{BucketState, OpKind, StoredOp};
 use super::op_blocks::{block_error, BlockCursor};
-use super::record::{subkey, Tombstone};
+use super::record::{subkey, RowRecord, Tombstone};
 use super::stored_row;
 use super::tables::Tables;
 use super::writer::KEY_CHECKPOINT;
@@ -134,13 +135,40 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
 
     /// A bucket's accumulators; `None` for a bucket that never had an op.
     pub fn bucket(&self, name: &str) -> Result<Option<BucketState>, StoreError> {
+        let key = stored_key(name.as_bytes());
         let bytes: Option<Vec<u8>> = self
             .txn
-            .get(&self.tables.buckets, name.as_bytes())
+            .get(&self.tables.buckets, &key)
             .map_err(self.mdbx("read a bucket"))?;
-        bytes
-            .map(|b| BucketState::decode(&b).map_err(|c| StoreError::corrupt(self.dir, c.what)))
-            .transpose()
+        let Some(bytes) = bytes else {
+            return Ok(None);
+        };
+        let state =
+            BucketState::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+        if is_hashed(&key) && self.bucket_name(state.id)? != name {
+            return Err(StoreError::key_collision(self.dir, name));
+        }
+        Ok(Some(state))
+    }
+
+    /// The name of bucket `id`.
+    fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
+        let name: Vec<u8> = self
+            .txn
+            .get(&self.tables.bucket_names, id.to_ne_bytes())
+            .map_err(self.mdbx("read a bucket name"))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket name"))?;
+        String::from_utf8(name).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))
+    }
+
+    /// The record of row `row_id`.
+    pub(crate) fn row_record(&self, row_id: u64) -> Result<RowRecord, StoreError> {
+        let bytes: Vec<u8> = self
+            .txn
+            .get(&self.tables.rows, row_id.to_ne_bytes())
+            .map_err(self.mdbx("read a row"))?
+            .ok_or_else(|| StoreError::corrupt(self.dir, "row of a lookup entry"))?;
+        stored_row::decode(self.codec, &bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
     }
 
     /// Every bucket that ever had an op: `(id, name)` in id order (for status, support
@@ -171,13 +199,22 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
             .cursor(&self.tables.buckets)
             .map_err(self.mdbx("open a cursor"))?;
         let mut out = Vec::new();
+        let mut hashed = false;
         for item in cursor.iter::<Vec<u8>, Vec<u8>>() {
-            let (name, state) = item.map_err(self.mdbx("read buckets"))?;
-            let name = String::from_utf8(name)
-                .map_err(|_| StoreError::corrupt(self.dir, "bucket name"))?;
+            let (key, state) = item.map_err(self.mdbx("read buckets"))?;
             let state =
                 BucketState::decode(&state).map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+            let name = if is_hashed(&key) {
+                hashed = true;
+                self.bucket_name(state.id)?
+            } else {
+                String::from_utf8(key).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))?
+            };
             out.push((name, state));
+        }
+        if hashed {
+            // Hashed keys sort apart from the names they stand for.
+            out.sort_by(|a, b| a.0.cmp(&b.0));
         }
         Ok(out)
     }

@@ -28,6 +28,7 @@ use super::op::{BucketState, StoredOp};
 use super::op_blocks::{self, block_error};
 use super::tables::Tables;
 use super::{Checkpoint, StoreError};
+use crate::long_keys::stored_key;
 
 const KEY_COUNTERS: &[u8] = b"counters";
 pub(super) const KEY_CHECKPOINT: &[u8] = b"checkpoint";
@@ -220,7 +221,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             self.txn
                 .put(
                     &self.tables.buckets,
-                    name.as_bytes(),
+                    stored_key(name.as_bytes()),
                     state.encode(),
                     WriteFlags::UPSERT,
                 )

@@ -4,3 +4,4 @@
 extern crate powersync_mdbx_store as store;
 
 mod laws;
+mod long_keys;

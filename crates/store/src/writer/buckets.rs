@@ -5,6 +5,7 @@ use libmdbx::WriteFlags;
 
 use super::WriteTxn;
 use crate::checksum::remove_checksum;
+use crate::long_keys::{is_hashed, stored_key};
 use crate::op::{BucketState, OpKind, StoredOp};
 use crate::op_blocks::{self, block_error};
 use crate::record::{subkey, Membership, RowRecord, Tombstone};
@@ -36,13 +37,19 @@ impl WriteTxn<'_, '_> {
                 .get_mut(name)
                 .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"));
         }
+        let key = stored_key(name.as_bytes());
         let stored: Option<Vec<u8>> = self
             .txn
-            .get(&self.tables.buckets, name.as_bytes())
+            .get(&self.tables.buckets, &key)
             .map_err(self.mdbx("read a bucket"))?;
         let state = match stored {
             Some(bytes) => {
-                BucketState::decode(&bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))?
+                let state = BucketState::decode(&bytes)
+                    .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                if is_hashed(&key) && self.bucket_name(state.id)? != name {
+                    return Err(StoreError::key_collision(self.dir, name));
+                }
+                state
             }
             None => {
                 let id = self.counters.next_bucket;

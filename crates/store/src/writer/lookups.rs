@@ -3,6 +3,7 @@
 use libmdbx::WriteFlags;
 
 use super::{LookupPut, WriteTxn};
+use crate::long_keys::stored_lookup;
 use crate::record::{LookupRef, RowRecord};
 use crate::StoreError;
 
@@ -30,8 +31,9 @@ impl WriteTxn<'_, '_> {
                 if !lookups.iter().any(|l| {
                     l.key == stale.key.as_slice() && lookup_value(row_id, l.outputs) == stale.value
                 }) {
+                    let (key, value) = stored_lookup(&stale.key, &stale.value);
                     self.txn
-                        .del(&self.tables.lookups, &stale.key, Some(&stale.value))
+                        .del(&self.tables.lookups, &key, Some(value))
                         .map_err(self.mdbx("remove a lookup"))?;
                 }
             }
@@ -45,8 +47,9 @@ impl WriteTxn<'_, '_> {
                     .any(|l| l.key == lookup.key && l.value == value)
             });
             if !known {
+                let (key, stored) = stored_lookup(lookup.key, &value);
                 self.txn
-                    .put(&self.tables.lookups, lookup.key, &value, WriteFlags::UPSERT)
+                    .put(&self.tables.lookups, &key, stored, WriteFlags::UPSERT)
                     .map_err(self.mdbx("write a lookup"))?;
             }
             written.push(LookupRef {
@@ -60,8 +63,9 @@ impl WriteTxn<'_, '_> {
     /// Removes a row's lookup entries.
     pub(super) fn remove_lookups(&self, lookups: &[LookupRef]) -> Result<(), StoreError> {
         for lookup in lookups {
+            let (key, value) = stored_lookup(&lookup.key, &lookup.value);
             self.txn
-                .del(&self.tables.lookups, &lookup.key, Some(&lookup.value))
+                .del(&self.tables.lookups, &key, Some(value))
                 .map_err(self.mdbx("remove a lookup"))?;
         }
         Ok(())
