@@ -71,15 +71,20 @@ impl SourceConnection {
                 parsed.scheme()
             ));
         }
-        let decode =
-            |s: &str| percent_decode(s).ok_or_else(|| format!("invalid percent-encoding in `{s}`"));
+        // Names the part, never quotes it: the password must not reach a log or status().
+        let decode = |part: &str, s: &str| {
+            percent_decode(s).ok_or_else(|| format!("invalid percent-encoding in the {part}"))
+        };
         let mut host = parsed
             .host_str()
             .map(|h| h.trim_matches(['[', ']']).to_owned());
         let mut sslmode = None;
         let mut cacert = None;
-        let mut username = decode(parsed.username())?;
-        let mut password = parsed.password().map(decode).transpose()?;
+        let mut username = decode("user name", parsed.username())?;
+        let mut password = parsed
+            .password()
+            .map(|p| decode("password", p))
+            .transpose()?;
         let mut port = parsed.port();
         for (key, value) in parsed.query_pairs() {
             match key.as_ref() {
@@ -100,7 +105,7 @@ impl SourceConnection {
         let host = host
             .filter(|h| !h.is_empty())
             .ok_or("the URI names no host")?;
-        let database = decode(parsed.path().trim_start_matches('/'))?;
+        let database = decode("database name", parsed.path().trim_start_matches('/'))?;
         Self::build(host, port, database, username, password, sslmode, cacert)
     }
 
@@ -207,5 +212,9 @@ mod tests {
         assert!(err.contains("scheme"), "{err}");
         let err = SourceConnection::from_uri("postgresql://h/db").unwrap_err();
         assert!(err.contains("user"), "{err}");
+        // A broken password is named, never quoted.
+        let err = SourceConnection::from_uri("postgresql://u:s3cr%ZZet@h/db").unwrap_err();
+        assert!(err.contains("password"), "{err}");
+        assert!(!err.contains("s3cr"), "{err}");
     }
 }
