@@ -7,17 +7,28 @@
 //! the data it receives. LSNs only grow, so ids stay monotonic across worker restarts and
 //! storage resets, which a per-key counter would not.
 
+use sha2::{Digest, Sha256};
 use store::{ReadTxn, StoreError};
 
 /// The start of every request's stage-record key.
 pub const RECORD_PREFIX: &str = "write_checkpoint/";
 
-/// Stage-record key of a user's (and client's) latest request.
+/// Stage-record key of a user's (and client's) latest request: the prefix and the
+/// SHA-256 of the length-prefixed ids, in hex. Fixed in length whatever the token's `sub`
+/// and the request's `client_id` hold (a store key takes about 2 KB), and unambiguous
+/// (user `a/b` without a client is not user `a` with client `b`).
 pub fn record_key(user_id: &str, client_id: Option<&str>) -> String {
+    let mut hash = Sha256::new();
+    hash.update((user_id.len() as u64).to_le_bytes());
+    hash.update(user_id.as_bytes());
     match client_id {
-        Some(client) => format!("{RECORD_PREFIX}{user_id}/{client}"),
-        None => format!("{RECORD_PREFIX}{user_id}"),
+        Some(client) => {
+            hash.update([1]);
+            hash.update(client.as_bytes());
+        }
+        None => hash.update([0]),
     }
+    format!("{RECORD_PREFIX}{:x}", hash.finalize())
 }
 
 /// The LSN a user/client last asked for, if any.
@@ -49,6 +60,22 @@ pub fn to_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_unambiguous_and_any_id_is_recorded() {
+        assert_ne!(record_key("a/b", None), record_key("a", Some("b")));
+        assert_ne!(record_key("a", None), record_key("a", Some("")));
+        assert_eq!(record_key("u", Some("c")), record_key("u", Some("c")));
+        let long_user = "u".repeat(100_000);
+        let key = record_key(&long_user, Some(&"c".repeat(10_000)));
+        assert_eq!(key.len(), RECORD_PREFIX.len() + 64);
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = store::Store::open(&dir.path().join("store")).unwrap();
+        store.put_stage_record(&key, &42u64.to_le_bytes()).unwrap();
+        let got = store.read(|view| requested(view, &key)).unwrap();
+        assert_eq!(got, Some(42));
+    }
 
     #[test]
     fn a_request_is_reported_once_reached_and_never_retracted() {
