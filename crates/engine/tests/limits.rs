@@ -31,6 +31,7 @@ bucket_definitions:
 ";
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn start(slot: &str, extra_yaml: &str, limits: HttpLimits) -> EngineRig {
     EngineRig::start_with(SCHEMA, RULES, slot, extra_yaml, Some(limits))
@@ -41,6 +42,7 @@ fn limits(max_connections: usize) -> HttpLimits {
     HttpLimits {
         header_read_timeout: HEADER_TIMEOUT,
         max_connections,
+        write_timeout: WRITE_TIMEOUT,
     }
 }
 
@@ -125,6 +127,7 @@ fn a_connection_over_the_cap_is_answered_503_and_closed() {
         HttpLimits {
             header_read_timeout: Patience::of_run().stall,
             max_connections: 4,
+            write_timeout: WRITE_TIMEOUT,
         },
     );
     // Four connections that are mid-request (the header timeout has not passed).
@@ -205,4 +208,94 @@ fn api_parameters_limit_streams_and_buckets() {
     let mut answer = String::new();
     refused.reader.read_to_string(&mut answer).unwrap();
     assert!(answer.contains("PSM_H1429"), "{answer}");
+}
+
+/// 300 rows of 100 KB each in one bucket: far more than the socket buffers between the
+/// server and a client that does not read.
+const BIG_SCHEMA: &str = "
+CREATE TABLE big (id text PRIMARY KEY, body text NOT NULL);
+CREATE PUBLICATION powersync FOR TABLE big;
+INSERT INTO big SELECT 'b' || g, repeat(md5(g::text), 3125) FROM generate_series(1, 300) g;
+";
+
+const BIG_RULES: &str = "
+bucket_definitions:
+  everything:
+    data:
+      - SELECT * FROM big
+";
+
+/// `powersync_mdbx_sync_streams_open` from `GET /metrics`.
+fn streams_open(port: u16) -> Option<u64> {
+    let mut probe = connect(port);
+    probe
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    read_answer(&mut probe)
+        .lines()
+        .find_map(|l| l.strip_prefix("powersync_mdbx_sync_streams_open "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Opens a stream of everything for `user` with a token of `lifetime` seconds and reads
+/// nothing of its body; the caller holds the connection.
+fn open_and_stop_reading(rig: &EngineRig, lifetime: i64) -> sync_client::Lines {
+    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
+    let (status, lines) = post(
+        rig.port,
+        Some(&token("reader", lifetime)),
+        "application/x-ndjson",
+        &body,
+    );
+    assert_eq!(status, 200);
+    wait_until("the stream is open", || {
+        (streams_open(rig.port)? == 1).then_some(())
+    });
+    lines
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_off_after_the_write_timeout() {
+    let rig = EngineRig::start_with(
+        BIG_SCHEMA,
+        BIG_RULES,
+        "psm_limits_slow",
+        "",
+        Some(limits(10_000)),
+    );
+    let started = Instant::now();
+    let held = open_and_stop_reading(&rig, 600);
+    wait_until(
+        "the stream of the client that stopped reading ended",
+        || (streams_open(rig.port)? == 0).then_some(()),
+    );
+    assert!(
+        started.elapsed() >= WRITE_TIMEOUT,
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+}
+
+#[test]
+fn a_token_expiring_while_a_send_is_blocked_ends_the_stream() {
+    // A write timeout longer than the test: only the token can end the stream.
+    let rig = EngineRig::start_with(
+        BIG_SCHEMA,
+        BIG_RULES,
+        "psm_limits_expiry",
+        "",
+        Some(HttpLimits {
+            header_read_timeout: HEADER_TIMEOUT,
+            max_connections: 10_000,
+            write_timeout: Duration::from_secs(3600),
+        }),
+    );
+    let held = open_and_stop_reading(&rig, 5);
+    wait_until("the stream whose token expired ended", || {
+        (streams_open(rig.port)? == 0).then_some(())
+    });
+    drop(held);
 }

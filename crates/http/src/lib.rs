@@ -14,9 +14,12 @@ mod probes;
 mod server;
 mod sync_stream;
 mod write_checkpoint;
+mod write_timeout;
 
 pub use error::ApiError;
-pub use limits::{HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DESCRIPTOR_RESERVE};
+pub use limits::{
+    HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, DESCRIPTOR_RESERVE,
+};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 
 /// The body type every handler answers with, whole or streamed.

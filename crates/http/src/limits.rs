@@ -1,12 +1,16 @@
 //! The HTTP server's own limits: how long a client may take to send a request's headers
-//! (also how long a kept-alive connection may sit idle between requests), and how many
-//! connections it holds at once. Defaults in `docs/operations.md`, "Limits".
+//! (also how long a kept-alive connection may sit idle between requests), how long it may
+//! take nothing of what it is sent, and how many connections it holds at once. Defaults in `docs/operations.md`, "Limits".
 
 use std::time::Duration;
 
 /// How long a client gets to send a request's headers, and a kept-alive connection to
 /// start its next request, before the connection is closed.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may go without the client taking any of what it is sent
+/// before it is closed (a client that stopped reading).
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Descriptors kept for everything but client connections: the store's files, the
 /// connections to the primary, the admin socket, logs, PostgreSQL's own.
@@ -22,6 +26,8 @@ pub struct HttpLimits {
     pub header_read_timeout: Duration,
     /// Connections open at once; one more is answered 503 (`PSM_H1504`) and closed.
     pub max_connections: usize,
+    /// See [`DEFAULT_WRITE_TIMEOUT`].
+    pub write_timeout: Duration,
 }
 
 impl HttpLimits {
@@ -34,6 +40,7 @@ impl HttpLimits {
         Self {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: usize::try_from(connections).unwrap_or(usize::MAX),
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
     }
 }

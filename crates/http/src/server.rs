@@ -15,6 +15,7 @@ use tokio::sync::{watch, Semaphore};
 use super::error::ApiError;
 use super::limits::HttpLimits;
 use super::probes::{self, Probe};
+use super::write_timeout::WriteTimeout;
 use super::Body;
 use super::{cors, metrics, sync_stream, write_checkpoint};
 use service::SyncService;
@@ -136,7 +137,8 @@ pub async fn serve(
                     let state = state.clone();
                     async move { Ok::<_, std::convert::Infallible>(route(req, &state).await) }
                 });
-                let conn = http1.serve_connection(TokioIo::new(stream), service);
+                let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
+                let conn = http1.serve_connection(io, service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

@@ -17,7 +17,6 @@ use super::authorization::authenticate;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
 use super::Body;
-use auth::AuthenticatedUser;
 use service::write_checkpoint::{record_key, requested, to_report};
 use service::Registration;
 use service::SyncService;
@@ -87,6 +86,11 @@ async fn start(
             .register(&user.user_id, request.client_id.as_deref(), expires);
 
     let (tx, rx) = mpsc::channel::<Bytes>(SEND_QUEUE);
+    let expires_at = Instant::now()
+        + user
+            .expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
     let service = service.clone();
     tokio::spawn(async move {
         let _permit = permit;
@@ -100,8 +104,9 @@ async fn start(
             reported: None,
             registration,
             tx,
+            expires_at,
         };
-        match stream.run(&user).await {
+        match stream.run().await {
             Err(End::Failed(reason)) => tracing::warn!(%reason, "a sync stream failed"),
             Err(end) => tracing::debug!(reason = ?end, "sync stream ended"),
             Ok(()) => {}
@@ -179,15 +184,14 @@ struct Stream {
     /// This stream's entry in `streams()`.
     registration: Registration,
     tx: mpsc::Sender<Bytes>,
+    /// When the token expires: the stream ends then, even inside a send to a client that
+    /// stopped reading.
+    expires_at: Instant,
 }
 
 impl Stream {
-    async fn run(&mut self, user: &AuthenticatedUser) -> Result<(), End> {
-        let expires_at = Instant::now()
-            + user
-                .expires_at
-                .duration_since(SystemTime::now())
-                .unwrap_or_default();
+    async fn run(&mut self) -> Result<(), End> {
+        let expires_at = self.expires_at;
         if expires_at <= Instant::now() {
             // Still accepted thanks to the clock tolerance: tell the client to renew.
             return self.send_line(&SyncLine::TokenExpiresIn(0)).await;
@@ -339,10 +343,14 @@ impl Stream {
             .compressor
             .chunk(bytes)
             .map_err(|e| End::Failed(format!("compression: {e}")))?;
-        self.tx
-            .send(Bytes::from(bytes))
+        // A client that stops reading holds the send here; its token still ends the stream
+        // (and the connection's write timeout ends the connection).
+        match tokio::time::timeout_at(self.expires_at.into(), self.tx.send(Bytes::from(bytes)))
             .await
-            .map_err(|_| End::ClientGone)
+        {
+            Ok(sent) => sent.map_err(|_| End::ClientGone),
+            Err(_) => Err(End::TokenExpired),
+        }
     }
 }
 
