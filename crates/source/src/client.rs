@@ -11,6 +11,10 @@ use config::{SourceConnection, SslMode};
 
 const APPLICATION_NAME: &str = "powersync_mdbx";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection that sends nothing this long is probed by TCP keepalives, so a primary
+/// that vanished without closing the connection (a network that stops forwarding) is
+/// noticed instead of waited on forever.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 
 /// Opens an ordinary connection; its driver task runs on the current tokio runtime.
 pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
@@ -21,14 +25,16 @@ pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
         .user(&conn.username)
         .dbname(&conn.database)
         .application_name(APPLICATION_NAME)
-        .connect_timeout(CONNECT_TIMEOUT);
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE);
     if let Some(password) = &conn.password {
         config.password(password);
     }
     match tls::client_config(conn)? {
         None => {
             config.ssl_mode(PgSslMode::Disable);
-            let (client, connection) = config.connect(NoTls).await.map_err(connect_error)?;
+            let (client, connection) = bounded(config.connect(NoTls)).await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "primary connection closed");
@@ -39,7 +45,7 @@ pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
         Some(tls_config) => {
             config.ssl_mode(PgSslMode::Require);
             let tls = tokio_postgres_rustls::MakeRustlsConnect::new(tls_config);
-            let (client, connection) = config.connect(tls).await.map_err(connect_error)?;
+            let (client, connection) = bounded(config.connect(tls)).await?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(error = %e, "primary connection closed");
@@ -47,6 +53,21 @@ pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
             });
             Ok(client)
         }
+    }
+}
+
+/// A connection attempt, TLS and startup included, bounded by [`CONNECT_TIMEOUT`]
+/// (tokio-postgres bounds only the TCP connect: a server that accepts and then says
+/// nothing would hold the attempt forever).
+async fn bounded<T>(
+    attempt: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, SourceError> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(result) => result.map_err(connect_error),
+        Err(_) => Err(SourceError::Connection(format!(
+            "the primary did not complete the connection within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
     }
 }
 

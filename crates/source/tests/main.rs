@@ -3,4 +3,5 @@
 
 extern crate powersync_mdbx_source as source;
 
+mod silent_primary;
 mod validate;
