@@ -261,3 +261,57 @@ fn post_oversized(port: u16, token: &str, body: &str) -> u16 {
         Err(_) => 0,
     }
 }
+
+/// Only the sync endpoints are offered to browsers of other origins: probes, `/metrics`
+/// and unknown paths carry no CORS header.
+#[test]
+fn cors_is_offered_on_the_sync_endpoints_only() {
+    let rig = Rig::start();
+    let ask = |request: &str| {
+        let mut stream = TcpStream::connect(("127.0.0.1", rig.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Patience::of_run().stall))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let (head, _) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        let status: u16 = head[9..12].parse().unwrap();
+        let cors = head
+            .to_ascii_lowercase()
+            .contains("access-control-allow-origin: *");
+        (status, cors)
+    };
+    let origin = "Host: x\r\nOrigin: https://app.example\r\nConnection: close\r\n";
+    assert_eq!(
+        ask(&format!(
+            "OPTIONS /sync/stream HTTP/1.1\r\n{origin}Access-Control-Request-Method: POST\r\n\r\n"
+        )),
+        (204, true)
+    );
+    assert_eq!(
+        ask(&format!(
+            "POST /sync/stream HTTP/1.1\r\n{origin}Content-Length: 2\r\n\r\n{{}}"
+        )),
+        (401, true),
+        "a refused sync request stays readable to the page"
+    );
+    assert_eq!(
+        ask(&format!(
+            "GET /write-checkpoint2.json HTTP/1.1\r\n{origin}\r\n"
+        )),
+        (401, true)
+    );
+    assert_eq!(
+        ask(&format!("GET /probes/liveness HTTP/1.1\r\n{origin}\r\n")),
+        (200, false)
+    );
+    assert_eq!(
+        ask(&format!("GET /metrics HTTP/1.1\r\n{origin}\r\n")),
+        (200, false)
+    );
+    assert_eq!(
+        ask(&format!("GET /nope HTTP/1.1\r\n{origin}\r\n")),
+        (404, false)
+    );
+}

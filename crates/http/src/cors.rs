@@ -1,5 +1,6 @@
-//! CORS for browser clients (the web SDK calls the service from another origin): every
-//! answer allows any origin, and preflight requests are answered directly. Tokens travel
+//! CORS for browser clients (the web SDK calls the service from another origin): the sync
+//! endpoints' answers allow any origin, and their preflight requests are answered
+//! directly. Probes and `/metrics` are not for browsers and carry no CORS headers. Tokens travel
 //! in the `Authorization` header, never in cookies, so a wildcard origin is safe.
 
 use bytes::Bytes;
@@ -34,7 +35,7 @@ pub fn preflight(request: &HeaderMap) -> Response<Body> {
     response
 }
 
-/// Adds the origin header to any answer.
+/// Adds the origin header to an answer of a sync endpoint.
 pub fn allow_origin(response: &mut Response<Body>) {
     response.headers_mut().insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,

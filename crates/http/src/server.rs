@@ -184,9 +184,16 @@ async fn refuse(mut stream: TcpStream) {
 /// How long a refused connection gets to take its 503.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The endpoints browsers call from other origins (the web SDK); only their answers
+/// carry CORS headers.
+const SYNC_ENDPOINTS: [&str; 2] = ["/sync/stream", "/write-checkpoint2.json"];
+
 async fn route(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+    let cors = SYNC_ENDPOINTS.contains(&req.uri().path());
     let mut response = dispatch(req, state).await;
-    cors::allow_origin(&mut response);
+    if cors {
+        cors::allow_origin(&mut response);
+    }
     response
 }
 
@@ -207,7 +214,7 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
             ApiError::method_not_allowed(&method, &path).into_response()
         };
     }
-    let known = matches!(path.as_str(), "/sync/stream" | "/write-checkpoint2.json");
+    let known = SYNC_ENDPOINTS.contains(&path.as_str());
     match (method, path.as_str()) {
         (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
         (Method::POST, "/sync/stream") => sync_stream::handle(req, state.sync.clone()).await,
