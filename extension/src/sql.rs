@@ -99,6 +99,9 @@ extension_sql!(
     r#"
 REVOKE ALL ON FUNCTION reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION reload() FROM PUBLIC;
+REVOKE ALL ON FUNCTION status() FROM PUBLIC;
+GRANT USAGE ON SCHEMA powersync_mdbx TO pg_monitor;
+GRANT EXECUTE ON FUNCTION status() TO pg_monitor;
 COMMENT ON FUNCTION reload() IS 'Re-reads the configuration now; changed sync rules are built beside the served ones and switched to once caught up.';
 COMMENT ON FUNCTION status() IS 'Status of the powersync_mdbx background worker (jsonb).';
 COMMENT ON FUNCTION reset() IS 'Drops the worker''s replication state and storage and starts over.';
@@ -118,6 +121,8 @@ $$;
 REVOKE ALL ON FUNCTION buckets() FROM PUBLIC;
 REVOKE ALL ON FUNCTION user_buckets(jsonb, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION streams() FROM PUBLIC;
+REVOKE ALL ON FUNCTION replication() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION replication() TO pg_monitor;
 COMMENT ON FUNCTION validate_rules(text) IS 'Compiles sync-rules YAML; jsonb with the names it defines or its errors with locations.';
 COMMENT ON FUNCTION buckets() IS 'Every stored bucket with ops, checksum (signed, as sent to clients) and last op id at the current checkpoint.';
 COMMENT ON FUNCTION user_buckets(jsonb, jsonb) IS 'The bucket set a client with these JWT claims and /sync/stream body gets now.';

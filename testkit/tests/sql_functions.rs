@@ -248,12 +248,29 @@ fn sql_functions_answer_support_questions() {
         (replica.sql("SELECT count(*) FROM powersync_mdbx.streams()") == "0").then_some(())
     });
 
-    // Only superusers may read the engine's data.
-    replica.sql("CREATE ROLE app LOGIN");
-    let err = replica
-        .try_sql("SET ROLE app; SELECT * FROM powersync_mdbx.buckets()")
-        .unwrap_err();
-    assert!(err.contains("permission denied"), "{err}");
+    // Only superusers may read the engine's data; its status (configuration paths,
+    // errors, slot) only superusers and members of pg_monitor.
+    replica.sql("CREATE ROLE app LOGIN; CREATE ROLE monitor LOGIN IN ROLE pg_monitor");
+    for call in [
+        "SELECT * FROM powersync_mdbx.buckets()",
+        "SELECT powersync_mdbx.status()",
+        "SELECT * FROM powersync_mdbx.replication()",
+    ] {
+        let err = replica
+            .try_sql(&format!("SET ROLE app; {call}"))
+            .unwrap_err();
+        assert!(err.contains("permission denied"), "{call}: {err}");
+    }
+    for call in [
+        "SELECT powersync_mdbx.status() IS NOT NULL",
+        "SELECT count(*) >= 0 FROM powersync_mdbx.replication()",
+    ] {
+        assert_eq!(
+            replica.sql(&format!("SET ROLE monitor; {call}")),
+            "t",
+            "{call}"
+        );
+    }
 }
 
 #[test]
