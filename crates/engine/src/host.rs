@@ -16,6 +16,15 @@ use status::{ErrorReport, Phase, StatusCell};
 const RETRY_EVERY: Duration = Duration::from_secs(30);
 /// How long a stopping engine gets before the host gives up on joining it.
 pub const STOP_TIMEOUT: Duration = Duration::from_millis(900);
+/// After an engine failure a restart may fix (a failed commit, a panic), the engine starts
+/// again after this, doubled for each failure in a row, up to [`RESTART_BACKOFF_MAX`]: a
+/// fault that repeats (a full disk, a damaged file) is retried ever more slowly instead
+/// of in a tight loop, and one that clears (space freed) is recovered from by itself.
+pub const RESTART_BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two starts after failures.
+pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// An engine that ran this long before failing starts the count of failures again.
+const HEALTHY_RUN: Duration = Duration::from_secs(300);
 
 /// The host's settings (the extension reads them from GUCs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +48,9 @@ pub struct HostSettings {
 pub enum Tick {
     /// Keep looping.
     Continue,
-    /// Exit the process with this code so the supervisor (postmaster) restarts it.
+    /// Exit the process with this code so the supervisor (postmaster) restarts it (only
+    /// when engine threads would not stop: a new process is the only way to be rid of
+    /// them).
     Exit(i32),
 }
 
@@ -58,6 +69,10 @@ pub struct Host {
     /// Set when engine threads would not stop: only a new process is sure to be rid of
     /// them, so the next tick exits.
     exit_requested: bool,
+    /// Engine failures in a row that a restart may fix (see [`RESTART_BACKOFF_FIRST`]).
+    failures: u32,
+    /// When the running engine was started.
+    started_at: Option<Instant>,
 }
 
 impl Host {
@@ -79,6 +94,8 @@ impl Host {
             retry_at: None,
             last_error: None,
             exit_requested: false,
+            failures: 0,
+            started_at: None,
         }
     }
 
@@ -100,6 +117,8 @@ impl Host {
     /// ones and switches over when they have caught up; other changes restart the engine
     /// (which also builds changed rules beside the stored data). Returns what it did.
     pub fn reload(&mut self, settings: HostSettings) -> serde_json::Value {
+        // The operator acted: a fault seen before starts a fresh count.
+        self.failures = 0;
         let changed_settings = settings != self.settings;
         self.settings = settings;
         self.status.update(|s| {
@@ -158,8 +177,9 @@ impl Host {
         reload_result("engine_restarted", None)
     }
 
-    /// Checks the engine; call it from the host loop. Returns [`Tick::Exit`] when the
-    /// engine failed in a way a process restart may fix.
+    /// Checks the engine; call it from the host loop. An engine that failed in a way a
+    /// restart may fix is started again after a growing delay; [`Tick::Exit`] only when
+    /// engine threads would not stop.
     pub fn tick(&mut self) -> Tick {
         if self.exit_requested {
             return Tick::Exit(1);
@@ -170,11 +190,7 @@ impl Host {
             match result {
                 Ok(()) => {}
                 Err(e) if e.needs_operator() => self.wait_for_operator(Phase::Failed, &e),
-                Err(e) => {
-                    self.status
-                        .fail(Phase::Failed, ErrorReport::new(e.to_string(), false));
-                    return Tick::Exit(1);
-                }
+                Err(e) => self.restart_later(&e),
             }
         }
         if self.engine.is_none() && self.retry_at.is_some_and(|at| Instant::now() >= at) {
@@ -187,6 +203,7 @@ impl Host {
     /// for `powersync_mdbx.reset()`.
     pub fn reset(&mut self) -> serde_json::Value {
         tracing::info!("reset requested");
+        self.failures = 0;
         let was_running = self.engine.is_some();
         if !self.stop_engine() {
             // Removing the store under engine threads that still run could lose the
@@ -327,6 +344,7 @@ impl Host {
         match started {
             Some(Ok(handle)) => {
                 self.engine = Some(handle);
+                self.started_at = Some(Instant::now());
                 self.running_config = Some(config);
                 self.last_error = None;
             }
@@ -349,6 +367,28 @@ impl Host {
         }
     }
 
+    /// After a failure a restart may fix: report it and start the engine again after
+    /// the backoff.
+    fn restart_later(&mut self, error: &EngineError) {
+        if self.started_at.is_some_and(|t| t.elapsed() >= HEALTHY_RUN) {
+            self.failures = 0;
+        }
+        self.started_at = None;
+        self.failures = self.failures.saturating_add(1);
+        let delay = restart_backoff(self.failures);
+        let message = format!(
+            "{error}; the engine starts again in {} s (failure {} in a row; the wait \
+             doubles up to {} s while the fault repeats)",
+            delay.as_secs(),
+            self.failures,
+            RESTART_BACKOFF_MAX.as_secs()
+        );
+        tracing::error!("{message}");
+        self.status
+            .fail(Phase::Failed, ErrorReport::new(message, false));
+        self.retry_at = Some(Instant::now() + delay);
+    }
+
     fn wait_for_operator(&mut self, phase: Phase, error: &EngineError) {
         let report = ErrorReport::new(error.to_string(), true);
         self.log_once(&report.message);
@@ -365,6 +405,14 @@ impl Host {
             self.last_error = Some(message.to_owned());
         }
     }
+}
+
+/// The wait before start number `failures + 1` after `failures` failures in a row.
+fn restart_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RESTART_BACKOFF_FIRST
+        .saturating_mul(1 << doublings)
+        .min(RESTART_BACKOFF_MAX)
 }
 
 /// What a new configuration must pass before it replaces the running one: the sync

@@ -1,4 +1,5 @@
-//! The host's decisions: waiting on bad configuration, reloading, resetting.
+//! The host's decisions: waiting on bad configuration, reloading, resetting, retrying a
+//! repeating fault with growing waits.
 use super::*;
 use std::path::Path;
 
@@ -155,4 +156,63 @@ fn reset_recreates_the_store_and_reload_restarts_only_on_change() {
     wait_phase(&mut host, Phase::Validating);
     assert_eq!(host.status().snapshot().engine_starts, 3);
     assert!(host.shutdown());
+}
+
+#[test]
+fn a_repeating_fault_is_retried_ever_more_slowly_and_recovered_from_once_it_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(&dir.path().join("config.yaml"), free_port());
+    // A data file libmdbx cannot open (a directory where the file belongs): the store
+    // fails with an error a restart may fix, on every start, until it is removed.
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(store.join("mdbx.dat")).unwrap();
+    std::fs::set_permissions(&store, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+    host.start();
+
+    // Every failure is reported and retried in the same process (no exit), each wait
+    // twice the one before: starts at about 0, 1, 3 s.
+    let began = Instant::now();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        assert_eq!(
+            host.tick(),
+            Tick::Continue,
+            "a failure never exits the process"
+        );
+        let snap = host.status().snapshot();
+        if let Some(error) = snap.last_error.filter(|_| snap.phase == Phase::Failed) {
+            let attempt = format!("failure {} in a row", seen.len() + 1);
+            if error.message.contains(&attempt) {
+                assert!(error.code.starts_with("PSM_S"), "{error:?}");
+                assert!(!error.needs_operator, "{error:?}");
+                seen.push((began.elapsed(), error.message));
+            }
+        }
+        assert!(began.elapsed() < Duration::from_secs(30), "{seen:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(seen[0].1.contains("starts again in 1 s"), "{seen:?}");
+    assert!(seen[1].1.contains("starts again in 2 s"), "{seen:?}");
+    assert!(seen[2].1.contains("starts again in 4 s"), "{seen:?}");
+    let gap = seen[2].0 - seen[1].0;
+    assert!(
+        gap >= Duration::from_secs(2),
+        "the second wait took {gap:?}"
+    );
+
+    // The fault clears: the next start succeeds by itself.
+    std::fs::remove_dir(store.join("mdbx.dat")).unwrap();
+    wait_phase(&mut host, Phase::Validating);
+    assert!(host.status().snapshot().store.is_some());
+    assert!(host.shutdown());
+}
+
+#[test]
+fn the_backoff_doubles_up_to_its_limit() {
+    assert_eq!(restart_backoff(1), RESTART_BACKOFF_FIRST);
+    assert_eq!(restart_backoff(2), RESTART_BACKOFF_FIRST * 2);
+    assert_eq!(restart_backoff(3), RESTART_BACKOFF_FIRST * 4);
+    assert_eq!(restart_backoff(7), RESTART_BACKOFF_MAX);
+    assert_eq!(restart_backoff(u32::MAX), RESTART_BACKOFF_MAX);
 }
