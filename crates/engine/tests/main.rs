@@ -3,6 +3,7 @@
 
 extern crate powersync_mdbx_engine as engine;
 
+mod disk_full;
 mod engine_rig;
 mod limits;
 mod metrics_http;

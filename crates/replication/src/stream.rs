@@ -111,9 +111,13 @@ pub async fn follow_slot(
         // The library checks `cancel` only between messages (over TLS that can be the
         // primary's next keepalive, half of wal_sender_timeout away): race it here. A
         // message cut off by the stop is never applied.
+        // The applier ending (a failed commit, a full disk) must end the stream at once,
+        // not at the next change the primary happens to send: an idle source would leave a
+        // dead applier unnoticed, and nothing applied, indefinitely.
         let next = tokio::select! {
             biased;
             () = cancel.cancelled() => break Ok(()),
+            () = input.closed() => break Ok(()), // its error is reported below
             next = stream.next_event(&cancel) => next,
         };
         let event = match next {

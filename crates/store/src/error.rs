@@ -90,7 +90,11 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// libmdbx reported an error.
-    #[error("PSM_S1005 storage {path}: cannot {action}: {source}")]
+    #[error(
+        "PSM_S1005 storage {path}: cannot {action}: {source} ({space}); if it repeats, \
+         check the file system of the storage directory (free space, errors in the kernel \
+         log)"
+    )]
     Mdbx {
         /// The directory.
         path: PathBuf,
@@ -98,6 +102,9 @@ pub enum StoreError {
         action: &'static str,
         /// libmdbx's error.
         source: libmdbx::Error,
+        /// The file system's free space when it happened (a full disk shows as an I/O
+        /// error from libmdbx).
+        space: FreeSpace,
     },
 }
 
@@ -118,6 +125,7 @@ impl StoreError {
             path: path.to_owned(),
             action,
             source,
+            space: FreeSpace::of(path),
         }
     }
 
@@ -141,5 +149,35 @@ impl StoreError {
     /// True when only the operator can fix it (restarting will not help).
     pub fn needs_operator(&self) -> bool {
         !matches!(self, Self::Mdbx { .. } | Self::Poisoned { .. })
+    }
+}
+
+/// The free space of a file system, as an error message states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FreeSpace(Option<u64>);
+
+impl FreeSpace {
+    /// The space left to unprivileged writers on the file system holding `path`.
+    pub fn of(path: &std::path::Path) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+            return Self(None);
+        };
+        // SAFETY: statvfs fills the struct it is given; all zeroes is a valid value of it.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid NUL-terminated path and a pointer to a local struct.
+        if unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) } != 0 {
+            return Self(None);
+        }
+        Self(Some(stat.f_bavail.saturating_mul(stat.f_frsize)))
+    }
+}
+
+impl std::fmt::Display for FreeSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(bytes) => write!(f, "{} MiB free on its file system", bytes >> 20),
+            None => f.write_str("free space unknown"),
+        }
     }
 }

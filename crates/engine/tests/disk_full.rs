@@ -1,0 +1,188 @@
+//! A full disk under the store (a small tmpfs mounted as the storage directory's parent):
+//! the failed commit is reported with its code, the engine is started again inside the
+//! host with growing waits (no exit, no tight loop), and once space is freed it resumes by
+//! itself; afterwards the store holds exactly what the rules make of the primary's rows.
+//!
+//! Mounting needs root (the CI runs as root); without it the test fails and says so.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::SourceConnection;
+use engine::host::{Host, HostSettings, Tick};
+use rules::SyncRules;
+use status::{Phase, StatusCell};
+use store::Store;
+use testkit::{
+    buckets, free_port, wait_for, worker_progress, Cluster, ClusterKind, PgInstall, TestDir,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE notes (id text PRIMARY KEY, body text NOT NULL);
+CREATE PUBLICATION powersync FOR TABLE notes;
+INSERT INTO notes SELECT 'n' || g, 'small ' || g FROM generate_series(1, 50) g;
+";
+
+const RULES: &str = "bucket_definitions:\n  everything:\n    data:\n      - SELECT * FROM notes\n";
+
+/// A tmpfs mounted for the test's life.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test mounts a tmpfs as the store's disk and needs root (the CI runs as \
+             root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self(at.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the file system of `dir` with one file until it refuses more.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let block = vec![0xA5u8; 64 << 10];
+    while file.write_all(&block).is_ok() {}
+    let _ = file.sync_all();
+    path
+}
+
+fn tick_until<T>(host: &mut Host, what: &str, mut done: impl FnMut(&Host) -> Option<T>) -> T {
+    wait_for(what, || {
+        assert_eq!(
+            host.tick(),
+            Tick::Continue,
+            "the worker never exits on a full disk"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        done(host).ok_or_else(|| {
+            worker_progress(&serde_json::to_value(host.status().snapshot()).unwrap())
+        })
+    })
+}
+
+#[test]
+fn a_full_disk_is_reported_retried_and_recovered_from_without_loss() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(SCHEMA);
+    let root = tempfile::tempdir().unwrap();
+    let disk = Tmpfs::mount(&root.path().join("disk"), "160m");
+    let storage = disk.0.join("store");
+    let config_file = root.path().join("config.yaml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
+             sync_config:\n  content: |\n{}\nport: {}\n",
+            primary.uri("postgres"),
+            RULES
+                .lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let settings = HostSettings {
+        config_file: Some(config_file),
+        storage_dir: storage.clone(),
+        listen_addresses: vec!["127.0.0.1".into()],
+        runtime_threads: 2,
+        slot_name: "psm_disk_full".into(),
+        admin_socket: None,
+    };
+    let no_guard: fn(&mut dyn FnMut()) = |f| f();
+    let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
+    host.start();
+    tick_until(&mut host, "the engine streaming", |h| {
+        (h.status().snapshot().phase == Phase::Streaming).then_some(())
+    });
+
+    // The disk fills up; then 40 MB of rows arrive, more than the store can write. (The
+    // file system is larger than the store's file may grow to: libmdbx extends its file
+    // in steps, and a store whose file cannot fit the file system at all fails for good.)
+    let filler = fill(&disk.0);
+    primary.sql(
+        "INSERT INTO notes SELECT 'big' || g, repeat(md5(g::text), 3125) \
+         FROM generate_series(1, 400) g",
+    );
+    let error = tick_until(&mut host, "the full disk reported twice", |h| {
+        let snap = h.status().snapshot();
+        let error = snap.last_error?;
+        (snap.phase == Phase::Failed && error.message.contains("failure 2 in a row"))
+            .then_some(error)
+    });
+    assert!(error.code.starts_with("PSM_S100"), "{error:?}");
+    assert!(!error.needs_operator, "{error:?}");
+    assert!(
+        error.message.contains("(0 MiB free on its file system)"),
+        "the error says the disk is full: {error:?}"
+    );
+
+    // Space is freed: the worker resumes by itself and catches up.
+    std::fs::remove_file(&filler).unwrap();
+    let head = primary.sql("SELECT pg_current_wal_lsn()");
+    primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'disk freed')");
+    tick_until(
+        &mut host,
+        "the engine applied past the primary's head",
+        |h| {
+            let snap = serde_json::to_value(h.status().snapshot()).unwrap();
+            let applied = snap["replication"]["applied_lsn"].as_str()?;
+            (snap["phase"] == "streaming" && lsn(applied) >= lsn(&head)).then_some(())
+        },
+    );
+    assert!(host.shutdown());
+
+    // Nothing lost, nothing twice: the store equals the rules applied to the rows.
+    let conn = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
+    let rules = SyncRules::parse(RULES).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let expected = runtime.block_on(buckets::expected(&conn, &rules, &["notes"]));
+    let store = Store::open(&storage).unwrap();
+    let stored = buckets::stored(&store);
+    assert_eq!(
+        stored.values().map(|rows| rows.len()).sum::<usize>(),
+        450,
+        "every row"
+    );
+    let diff = buckets::diff(&stored, &expected);
+    assert!(diff.is_empty(), "{diff}");
+    drop(store);
+    drop(disk);
+}
+
+/// `X/Y` → a 64-bit LSN.
+fn lsn(text: &str) -> u64 {
+    let (hi, lo) = text.trim().split_once('/').unwrap();
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
