@@ -80,6 +80,19 @@ pub enum StoreError {
         /// The first 80 characters of the name.
         name_start: String,
     },
+    /// libmdbx refuses the data file as damaged (truncated, meta pages overwritten, not a
+    /// libmdbx file): nothing is served from it.
+    #[error(
+        "PSM_S1009 storage {path}: the data file is damaged ({source}); nothing is served \
+         from it; run SELECT powersync_mdbx.reset() to rebuild it from the primary, or \
+         restore the directory from a copy of a stopped replica"
+    )]
+    Damaged {
+        /// The directory.
+        path: PathBuf,
+        /// libmdbx's verdict.
+        source: libmdbx::Error,
+    },
     /// A commit failed earlier; the store refuses writes until the worker restarts.
     #[error(
         "PSM_S1007 storage {path}: an earlier commit failed, writes are refused until the \
@@ -116,11 +129,36 @@ impl StoreError {
         }
     }
 
+    /// An error opening the environment (as [`Self::mdbx`]; a fatal libmdbx state at
+    /// open also means a damaged file).
+    pub(crate) fn at_open(path: &std::path::Path, source: libmdbx::Error) -> Self {
+        match source {
+            libmdbx::Error::Panic => Self::Damaged {
+                path: path.to_owned(),
+                source,
+            },
+            other => Self::mdbx(path, "open the environment", other),
+        }
+    }
+
+    /// A libmdbx error while doing `action`: the ones that say the file is damaged
+    /// (corrupted, a page missing, not a libmdbx file) are [`Self::Damaged`], for the
+    /// operator; the others may pass with a restart.
     pub(crate) fn mdbx(
         path: &std::path::Path,
         action: &'static str,
         source: libmdbx::Error,
     ) -> Self {
+        use libmdbx::Error as E;
+        if matches!(
+            source,
+            E::Corrupted | E::Invalid | E::PageNotFound | E::VersionMismatch
+        ) {
+            return Self::Damaged {
+                path: path.to_owned(),
+                source,
+            };
+        }
         Self::Mdbx {
             path: path.to_owned(),
             action,

@@ -139,7 +139,7 @@ impl Store {
             ..Default::default()
         };
         let db = Database::<NoWriteMap>::open_with_options(dir, options)
-            .map_err(|e| StoreError::mdbx(dir, "open the environment", e))?;
+            .map_err(|e| StoreError::at_open(dir, e))?;
         let (identity, created) = meta::load_or_init(&db, dir, fresh)?;
         if created {
             db.sync(true)
