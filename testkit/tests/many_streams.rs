@@ -19,8 +19,9 @@ fn streams() -> usize {
 const SECRET: &[u8] = b"many-streams-secret-of-32-bytes!";
 const AUDIENCE: &str = "powersync-mdbx-test";
 
-fn token() -> String {
-    testkit::hs256_token(SECRET, AUDIENCE, "u1", 600)
+/// A token of user `n` (each stream its own user: one user may hold at most 1,000).
+fn token(n: usize) -> String {
+    testkit::hs256_token(SECRET, AUDIENCE, &format!("u{n}"), 600)
 }
 
 /// Opens a stream and reads until its first `checkpoint_complete`; returns the socket
@@ -101,13 +102,15 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
     let status = replica.wait_worker_phase("streaming");
     let worker = status["worker_pid"].as_i64().unwrap();
     let body = r#"{"buckets":[],"include_checksum":true,"raw_data":true}"#;
-    let request = format!(
-        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token {}\r\n\
-         Accept: application/x-ndjson\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
-        token(),
-        body.len()
-    );
+    let request = |n: usize| {
+        format!(
+            "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token {}\r\n\
+             Accept: application/x-ndjson\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            token(n),
+            body.len()
+        )
+    };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -120,8 +123,8 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
         // At most this many connections being set up at once (the listen backlog is
         // finite); an open stream no longer counts against it.
         let connecting = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
-        for _ in 0..streams {
-            let request = request.clone();
+        for n in 0..streams {
+            let request = request(n);
             let connecting = connecting.clone();
             opening.spawn(async move {
                 let _permit = connecting.acquire_owned().await.ok()?;

@@ -310,5 +310,6 @@ fn stream_limits(api: &config::ApiLimits, http: &http::HttpLimits) -> StreamLimi
         max_buckets_per_connection: api
             .max_buckets_per_connection
             .unwrap_or(defaults.max_buckets_per_connection),
+        max_streams_per_user: defaults.max_streams_per_user,
     }
 }

@@ -299,3 +299,36 @@ fn a_token_expiring_while_a_send_is_blocked_ends_the_stream() {
     });
     drop(held);
 }
+
+#[test]
+fn one_user_holds_at_most_its_limit_of_streams() {
+    let rig = start("psm_limits_user", "", limits(10_000));
+    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
+    let open = |user: &str| {
+        post(
+            rig.port,
+            Some(&token(user, 600)),
+            "application/x-ndjson",
+            &body,
+        )
+    };
+    let mut held: Vec<_> = (0..service::MAX_STREAMS_PER_USER)
+        .map(|_| {
+            let (status, lines) = open("u2");
+            assert_eq!(status, 200);
+            lines
+        })
+        .collect();
+    let (status, mut refused) = open("u2");
+    assert_eq!(status, 429);
+    let mut answer = String::new();
+    refused.reader.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("PSM_H1430"), "{answer}");
+    // Another user is not affected, and a stream that ends makes room again.
+    assert_eq!(open("u1").0, 200);
+    drop(held.pop());
+    wait_until("room for one more stream of the user", || {
+        let (status, lines) = open("u2");
+        (status == 200).then_some(lines)
+    });
+}

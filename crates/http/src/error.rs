@@ -64,6 +64,19 @@ impl ApiError {
         }
     }
 
+    /// The user already holds as many streams as one user may.
+    pub fn too_many_user_streams(max: usize) -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "PSM_H1430",
+            name: "TooManyStreamsForUser",
+            description: format!(
+                "this user already holds {max} sync streams, as many as one user may; close \
+                 some, or retry later"
+            ),
+        }
+    }
+
     /// The server holds as many connections as it accepts.
     pub fn too_many_connections() -> Self {
         Self {

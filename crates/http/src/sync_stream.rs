@@ -80,10 +80,15 @@ async fn start(
         .expires_at
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let registration =
-        service
-            .registry
-            .register(&user.user_id, request.client_id.as_deref(), expires);
+    let registration = service
+        .registry
+        .register(
+            &user.user_id,
+            request.client_id.as_deref(),
+            expires,
+            service.limits.max_streams_per_user,
+        )
+        .map_err(|full| ApiError::too_many_user_streams(full.max))?;
 
     let (tx, rx) = mpsc::channel::<Bytes>(SEND_QUEUE);
     let expires_at = Instant::now()

@@ -25,10 +25,12 @@ pub use lines::{
     SyncLine,
 };
 pub use paging::Budgets;
-pub use registry::{Registration, StreamInfo, StreamRegistry};
+pub use registry::{Registration, StreamInfo, StreamRegistry, UserStreamsFull};
 pub use request::{
     BucketPosition, StreamSubscription, SyncRequest, MAX_BODY_BYTES, MAX_BUCKET_POSITIONS,
     MAX_SUBSCRIPTIONS,
 };
-pub use service::{Served, StreamLimits, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS};
+pub use service::{
+    Served, StreamLimits, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS, MAX_STREAMS_PER_USER,
+};
 pub use session::SyncSession;

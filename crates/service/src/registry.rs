@@ -50,17 +50,33 @@ pub struct StreamInfo {
 #[derive(Debug, Default)]
 pub struct StreamRegistry {
     next_id: AtomicU64,
-    entries: Mutex<HashMap<u64, Arc<Entry>>>,
+    entries: Mutex<Streams>,
+}
+
+/// The open streams, and how many each user holds.
+#[derive(Debug, Default)]
+struct Streams {
+    by_id: HashMap<u64, Arc<Entry>>,
+    per_user: HashMap<String, usize>,
+}
+
+/// A user already holds as many streams as one user may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserStreamsFull {
+    /// The limit.
+    pub max: usize,
 }
 
 impl StreamRegistry {
-    /// Records a starting stream; it stays listed while the returned guard lives.
+    /// Records a starting stream of `user_id`, unless the user already holds
+    /// `max_per_user` streams; it stays listed while the returned guard lives.
     pub fn register(
         self: &Arc<Self>,
         user_id: &str,
         client_id: Option<&str>,
         token_expires_at: u64,
-    ) -> Registration {
+        max_per_user: usize,
+    ) -> Result<Registration, UserStreamsFull> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Arc::new(Entry {
             user_id: user_id.to_owned(),
@@ -71,12 +87,20 @@ impl StreamRegistry {
             last_checkpoint_at_ms: AtomicU64::new(0),
             buckets: AtomicU64::new(0),
         });
-        self.entries.lock().insert(id, entry.clone());
-        Registration {
+        {
+            let mut streams = self.entries.lock();
+            let held = streams.per_user.entry(user_id.to_owned()).or_insert(0);
+            if *held >= max_per_user {
+                return Err(UserStreamsFull { max: max_per_user });
+            }
+            *held += 1;
+            streams.by_id.insert(id, entry.clone());
+        }
+        Ok(Registration {
             registry: self.clone(),
             id,
             entry,
-        }
+        })
     }
 
     /// The open streams, oldest first.
@@ -84,6 +108,7 @@ impl StreamRegistry {
         let mut out: Vec<StreamInfo> = self
             .entries
             .lock()
+            .by_id
             .iter()
             .map(|(id, e)| {
                 let last = e.last_op_id.load(Ordering::Relaxed);
@@ -126,7 +151,14 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.entries.lock().remove(&self.id);
+        let mut streams = self.registry.entries.lock();
+        streams.by_id.remove(&self.id);
+        if let Some(held) = streams.per_user.get_mut(&self.entry.user_id) {
+            *held -= 1;
+            if *held == 0 {
+                streams.per_user.remove(&self.entry.user_id);
+            }
+        }
     }
 }
 
@@ -137,8 +169,8 @@ mod tests {
     #[test]
     fn streams_are_listed_while_registered() {
         let registry = Arc::new(StreamRegistry::default());
-        let a = registry.register("u1", Some("c1"), 100);
-        let b = registry.register("u2", None, 200);
+        let a = registry.register("u1", Some("c1"), 100, 10).unwrap();
+        let b = registry.register("u2", None, 200, 10).unwrap();
         assert_eq!(registry.list().len(), 2);
         assert_eq!(registry.list()[0].last_op_id, None);
         a.checkpoint_sent(42, 3);
@@ -154,5 +186,20 @@ mod tests {
         assert_eq!(listed[0].user_id, "u2");
         drop(b);
         assert!(registry.list().is_empty());
+    }
+
+    #[test]
+    fn a_user_holds_at_most_its_limit_of_streams() {
+        let registry = Arc::new(StreamRegistry::default());
+        let first = registry.register("u1", None, 100, 2).unwrap();
+        let _second = registry.register("u1", None, 100, 2).unwrap();
+        assert_eq!(
+            registry.register("u1", None, 100, 2).unwrap_err(),
+            UserStreamsFull { max: 2 }
+        );
+        let _other = registry.register("u2", None, 100, 2).unwrap();
+        drop(first);
+        let _again = registry.register("u1", None, 100, 2).unwrap();
+        assert_eq!(registry.list().len(), 3);
     }
 }

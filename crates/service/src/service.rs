@@ -20,6 +20,10 @@ use store::{Checkpoint, Store, StoreError};
 /// `Retry-After`.
 pub const MAX_STREAMS: usize = 20_000;
 
+/// Sync streams one user may hold at once by default: far more than one user's devices
+/// and tabs, far fewer than would starve the others.
+pub const MAX_STREAMS_PER_USER: usize = 1_000;
+
 /// The limits every stream is served under (`docs/operations.md`, "Limits").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamLimits {
@@ -27,6 +31,8 @@ pub struct StreamLimits {
     pub max_streams: usize,
     /// Buckets one request may resolve to; more end the stream with `PSYNC_S2305`.
     pub max_buckets_per_connection: usize,
+    /// Sync streams one user (token `sub`) may hold at once; more are refused with 429.
+    pub max_streams_per_user: usize,
 }
 
 impl Default for StreamLimits {
@@ -34,6 +40,7 @@ impl Default for StreamLimits {
         Self {
             max_streams: MAX_STREAMS,
             max_buckets_per_connection: rules::DEFAULT_MAX_BUCKETS,
+            max_streams_per_user: MAX_STREAMS_PER_USER,
         }
     }
 }
