@@ -71,10 +71,9 @@ async fn user_buckets(claims: Value, request: Value, sync: &Arc<SyncService>) ->
     let ctx = parsed.context(claims);
     let served = sync.current();
     let (store, rules) = (served.store.clone(), served.rules.clone());
-    let max_buckets = sync.limits.max_buckets_per_connection;
+    let limits = sync.limits.request;
     let resolved =
-        tokio::task::spawn_blocking(move || request_buckets(&store, &rules, &ctx, max_buckets))
-            .await;
+        tokio::task::spawn_blocking(move || request_buckets(&store, &rules, &ctx, limits)).await;
     match resolved {
         Ok(Ok(r)) => AdminResponse::UserBuckets {
             op_id: r.op_id,

@@ -11,10 +11,17 @@ pub struct ApiLimits {
     /// `max_buckets_per_connection`: buckets one stream may resolve to (over it:
     /// `PSYNC_S2305`).
     pub max_buckets_per_connection: Option<usize>,
+    /// `max_parameter_query_results`: rows the parameter queries of one request may return
+    /// (over it: `PSYNC_S2305`).
+    pub max_parameter_query_results: Option<usize>,
 }
 
 /// The keys of `api.parameters` this engine honours.
-const HONOURED: &[&str] = &["max_concurrent_connections", "max_buckets_per_connection"];
+const HONOURED: &[&str] = &[
+    "max_concurrent_connections",
+    "max_buckets_per_connection",
+    "max_parameter_query_results",
+];
 
 /// Reads the `api` section: its honoured limits, and every other key as a dotted path
 /// (`api.parameters.max_data_fetch_concurrency`) for `ignored`. An honoured key with a
@@ -43,10 +50,12 @@ pub(crate) fn parse(api: &Value) -> Result<(ApiLimits, Vec<String>), (String, St
                 continue;
             }
             let limit = positive(value).map_err(|message| (path.clone(), message))?;
-            match name.as_str() {
-                "max_concurrent_connections" => limits.max_concurrent_connections = Some(limit),
-                _ => limits.max_buckets_per_connection = Some(limit),
-            }
+            let field = match name.as_str() {
+                "max_concurrent_connections" => &mut limits.max_concurrent_connections,
+                "max_buckets_per_connection" => &mut limits.max_buckets_per_connection,
+                _ => &mut limits.max_parameter_query_results,
+            };
+            *field = Some(limit);
         }
     }
     Ok((limits, ignored))
@@ -86,11 +95,12 @@ mod tests {
     #[test]
     fn honoured_limits_are_read_and_the_rest_listed() {
         let (limits, ignored) = api(
-            "parameters:\n  max_concurrent_connections: 500\n  max_buckets_per_connection: '20'\n  max_data_fetch_concurrency: 10\ntokens: [x]\n",
+            "parameters:\n  max_concurrent_connections: 500\n  max_buckets_per_connection: '20'\n  max_parameter_query_results: 7\n  max_data_fetch_concurrency: 10\ntokens: [x]\n",
         )
         .unwrap();
         assert_eq!(limits.max_concurrent_connections, Some(500));
         assert_eq!(limits.max_buckets_per_connection, Some(20));
+        assert_eq!(limits.max_parameter_query_results, Some(7));
         assert_eq!(
             ignored,
             ["api.parameters.max_data_fetch_concurrency", "api.tokens"]

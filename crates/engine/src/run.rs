@@ -13,7 +13,7 @@ use super::generation::{store_status, Generation};
 use super::{EngineConfig, EngineError};
 use auth::Authenticator;
 use http::HttpState;
-use service::{StreamLimits, SyncService};
+use service::{RequestLimits, StreamLimits, SyncService};
 use source::{format_lsn, PrimaryHead};
 use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
 
@@ -307,9 +307,14 @@ fn stream_limits(api: &config::ApiLimits, http: &http::HttpLimits) -> StreamLimi
             .max_concurrent_connections
             .unwrap_or(defaults.max_streams)
             .min(http.max_connections),
-        max_buckets_per_connection: api
-            .max_buckets_per_connection
-            .unwrap_or(defaults.max_buckets_per_connection),
         max_streams_per_user: defaults.max_streams_per_user,
+        request: RequestLimits {
+            max_buckets: api
+                .max_buckets_per_connection
+                .unwrap_or(defaults.request.max_buckets),
+            max_parameter_results: api
+                .max_parameter_query_results
+                .unwrap_or(defaults.request.max_parameter_results),
+        },
     }
 }

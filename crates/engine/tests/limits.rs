@@ -332,3 +332,31 @@ fn one_user_holds_at_most_its_limit_of_streams() {
         (status == 200).then_some(lines)
     });
 }
+
+#[test]
+fn parameter_query_results_are_limited() {
+    let api = "api:\n  parameters:\n    max_parameter_query_results: 1\n";
+    let rig = start("psm_limits_params", api, limits(10_000));
+    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
+    let open = |user: &str| {
+        post(
+            rig.port,
+            Some(&token(user, 600)),
+            "application/x-ndjson",
+            &body,
+        )
+    };
+    // u1's parameter query returns two rows (its two lists): over the limit of one, so
+    // the stream ends without a checkpoint (PSYNC_S2305 in the server log).
+    let (status, mut over) = open("u1");
+    assert_eq!(status, 200);
+    assert_eq!(
+        over.next(),
+        None,
+        "no checkpoint past the parameter result limit"
+    );
+    // u2's returns none: served.
+    let (status, mut within) = open("u2");
+    assert_eq!(status, 200);
+    within.until_complete();
+}

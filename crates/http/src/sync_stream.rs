@@ -74,7 +74,7 @@ async fn start(
     let context = request.context(user.claims.clone());
     let served = service.current();
     let session = SyncSession::new(served.rules.clone(), context, &request.buckets)
-        .with_max_buckets(service.limits.max_buckets_per_connection);
+        .with_limits(service.limits.request);
     let key = record_key(&user.user_id, request.client_id.as_deref());
     let expires = user
         .expires_at

@@ -22,6 +22,28 @@ pub(super) struct BucketAt {
 }
 
 /// The request's state at one store checkpoint, read in one transaction.
+/// What resolving one request may take (`api.parameters`); past either, the request's
+/// bucket set is refused (`PSYNC_S2305`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    /// Buckets the request may resolve to.
+    pub max_buckets: usize,
+    /// Rows its parameter queries may return, all lookups together.
+    pub max_parameter_results: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_buckets: rules::DEFAULT_MAX_BUCKETS,
+            max_parameter_results: DEFAULT_MAX_PARAMETER_RESULTS,
+        }
+    }
+}
+
+/// The official service's default for `max_parameter_query_results`.
+pub const DEFAULT_MAX_PARAMETER_RESULTS: usize = 1_000;
+
 #[derive(Debug, Clone)]
 pub(super) struct CheckpointState {
     /// The store checkpoint's op id.
@@ -33,17 +55,17 @@ pub(super) struct CheckpointState {
 }
 
 impl CheckpointState {
-    /// Resolves the request (at most `max_buckets` buckets) and reads the accumulators in
-    /// `view` (one consistent read).
+    /// Resolves the request within `limits` and reads the accumulators in `view` (one
+    /// consistent read).
     pub fn read(
         view: &ReadTxn<'_, '_>,
         rules: &SyncRules,
         ctx: &RequestContext,
-        max_buckets: usize,
+        limits: RequestLimits,
     ) -> Result<Self, SyncError> {
         let op_id = view.checkpoint()?.op_id;
-        let lookups = StoreLookups::new(view);
-        let resolved = rules.resolve_request_with_limit(ctx, &lookups, max_buckets);
+        let lookups = StoreLookups::new(view, limits.max_parameter_results);
+        let resolved = rules.resolve_request_with_limit(ctx, &lookups, limits.max_buckets);
         if let Some(failure) = lookups.take_failure() {
             return Err(failure.into());
         }

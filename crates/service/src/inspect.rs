@@ -2,7 +2,7 @@
 //! (`powersync_mdbx.user_buckets()`): the same resolution and accumulator read a
 //! `/sync/stream` connection does for its checkpoint line, without a connection.
 
-use super::checkpoint_state::CheckpointState;
+use super::checkpoint_state::{CheckpointState, RequestLimits};
 use super::error::SyncError;
 use rules::{RequestContext, SyncRules};
 use store::Store;
@@ -35,15 +35,15 @@ pub struct RequestBuckets {
     pub errors: Vec<(String, String)>,
 }
 
-/// Resolves `ctx` with `rules` (at most `max_buckets` buckets) at the store's current
-/// checkpoint, in one read.
+/// Resolves `ctx` with `rules` within `limits` at the store's current checkpoint, in one
+/// read.
 pub fn request_buckets(
     store: &Store,
     rules: &SyncRules,
     ctx: &RequestContext,
-    max_buckets: usize,
+    limits: RequestLimits,
 ) -> Result<RequestBuckets, SyncError> {
-    let state = store.read(|view| Ok(CheckpointState::read(view, rules, ctx, max_buckets)))??;
+    let state = store.read(|view| Ok(CheckpointState::read(view, rules, ctx, limits)))??;
     let errors = state
         .streams
         .iter()

@@ -18,6 +18,7 @@ mod service;
 pub mod session;
 pub mod write_checkpoint;
 
+pub use checkpoint_state::{RequestLimits, DEFAULT_MAX_PARAMETER_RESULTS};
 pub use emit::Encoding;
 pub use error::SyncError;
 pub use lines::{

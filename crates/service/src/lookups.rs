@@ -1,6 +1,6 @@
 //! The rules' parameter lookups answered from the store at one read transaction.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use rules::{decode_lookup_outputs, LookupKey, LookupReader, OwnedValue, RulesError};
 use store::{ReadTxn, StoreError};
@@ -13,14 +13,20 @@ use store::{ReadTxn, StoreError};
 pub struct StoreLookups<'v, 't, 'db> {
     view: &'v ReadTxn<'t, 'db>,
     failure: RefCell<Option<StoreError>>,
+    /// Rows all lookups of one request may return.
+    max_results: usize,
+    /// Rows returned so far.
+    results: Cell<usize>,
 }
 
 impl<'v, 't, 'db> StoreLookups<'v, 't, 'db> {
-    /// Lookups read from `view`.
-    pub fn new(view: &'v ReadTxn<'t, 'db>) -> Self {
+    /// Lookups read from `view`, at most `max_results` rows in all.
+    pub fn new(view: &'v ReadTxn<'t, 'db>, max_results: usize) -> Self {
         Self {
             view,
             failure: RefCell::new(None),
+            max_results,
+            results: Cell::new(0),
         }
     }
 
@@ -41,6 +47,17 @@ impl LookupReader for StoreLookups<'_, '_, '_> {
             .view
             .lookup_rows(key.encode().as_bytes())
             .map_err(fail)?;
+        let results = self.results.get() + rows.len();
+        self.results.set(results);
+        if results > self.max_results {
+            return Err(RulesError::Request {
+                message: format!(
+                    "the parameter queries return more than {} rows \
+                     (api.parameters.max_parameter_query_results)",
+                    self.max_results
+                ),
+            });
+        }
         rows.iter()
             .map(|outputs| {
                 decode_lookup_outputs(outputs)

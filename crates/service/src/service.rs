@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::{watch, RwLock, Semaphore};
 
+use crate::checkpoint_state::RequestLimits;
 use crate::registry::StreamRegistry;
 use crate::write_checkpoint::RECORD_PREFIX;
 use auth::{AuthError, AuthenticatedUser, Authenticator};
@@ -29,18 +30,18 @@ pub const MAX_STREAMS_PER_USER: usize = 1_000;
 pub struct StreamLimits {
     /// Sync streams open at once; more are refused with 429.
     pub max_streams: usize,
-    /// Buckets one request may resolve to; more end the stream with `PSYNC_S2305`.
-    pub max_buckets_per_connection: usize,
     /// Sync streams one user (token `sub`) may hold at once; more are refused with 429.
     pub max_streams_per_user: usize,
+    /// What resolving one request may take.
+    pub request: RequestLimits,
 }
 
 impl Default for StreamLimits {
     fn default() -> Self {
         Self {
             max_streams: MAX_STREAMS,
-            max_buckets_per_connection: rules::DEFAULT_MAX_BUCKETS,
             max_streams_per_user: MAX_STREAMS_PER_USER,
+            request: RequestLimits::default(),
         }
     }
 }

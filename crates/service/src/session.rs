@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::checkpoint_state::{Announced, CheckpointState};
+use super::checkpoint_state::{Announced, CheckpointState, RequestLimits};
 use super::error::SyncError;
 use super::lines::{CheckpointDiffLine, CheckpointLine, SyncLine};
 use super::paging::{Budgets, Download};
@@ -21,8 +21,8 @@ pub struct SyncSession {
     rules: Arc<SyncRules>,
     context: RequestContext,
     budgets: Budgets,
-    /// Buckets the request may resolve to (`PSYNC_S2305` over it).
-    max_buckets: usize,
+    /// What resolving the request may take (`PSYNC_S2305` past it).
+    limits: RequestLimits,
     /// The client's `after` positions, until the first checkpoint claims them.
     requested: HashMap<String, u64>,
     /// Per bucket of the current set: the last op id sent (or held by the client).
@@ -45,7 +45,7 @@ impl SyncSession {
             rules,
             context,
             budgets: Budgets::default(),
-            max_buckets: rules::DEFAULT_MAX_BUCKETS,
+            limits: RequestLimits::default(),
             requested: positions
                 .iter()
                 .map(|p| (p.name.clone(), p.after))
@@ -65,9 +65,9 @@ impl SyncSession {
         self.download = None;
     }
 
-    /// Limits the buckets the request may resolve to (`api.parameters.max_buckets_per_connection`).
-    pub fn with_max_buckets(mut self, max_buckets: usize) -> Self {
-        self.max_buckets = max_buckets;
+    /// Limits what resolving the request may take (`api.parameters`).
+    pub fn with_limits(mut self, limits: RequestLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -97,7 +97,7 @@ impl SyncSession {
         store: &Store,
         write_checkpoint: Option<u64>,
     ) -> Result<Option<SyncLine>, SyncError> {
-        let (rules, context, max) = (&self.rules, &self.context, self.max_buckets);
+        let (rules, context, max) = (&self.rules, &self.context, self.limits);
         let state = store.read(|view| Ok(CheckpointState::read(view, rules, context, max)))??;
         let line = match &self.announced {
             None => {
