@@ -100,6 +100,34 @@ impl KeyType {
     }
 }
 
+/// The shortest HMAC secret not warned about: as long as the SHA-256 output, the least
+/// RFC 7518 (section 3.2) allows for HS256.
+pub const MIN_HMAC_SECRET_BYTES: usize = 32;
+
+/// Warnings about inline keys that verify but are weak: HMAC secrets shorter than
+/// [`MIN_HMAC_SECRET_BYTES`] (a short shared secret can be guessed offline from one token).
+pub fn weak_key_warnings(jwks: &[Value]) -> Vec<String> {
+    jwks.iter()
+        .enumerate()
+        .filter(|(_, jwk)| jwk.get("kty").and_then(Value::as_str) == Some("oct"))
+        .filter_map(|(index, jwk)| {
+            let secret = JWK_BASE64.decode(jwk.get("k")?.as_str()?).ok()?;
+            (secret.len() < MIN_HMAC_SECRET_BYTES).then(|| {
+                let kid = jwk
+                    .get("kid")
+                    .and_then(Value::as_str)
+                    .map(|k| format!(" (kid {})", super::error::shorten(k, 40)))
+                    .unwrap_or_default();
+                format!(
+                    "client_auth.jwks.keys[{index}]{kid}: an HMAC secret of {} bytes; use at \
+                     least {MIN_HMAC_SECRET_BYTES} random bytes, or an asymmetric key",
+                    secret.len()
+                )
+            })
+        })
+        .collect()
+}
+
 /// One key that can verify token signatures.
 #[derive(Clone)]
 pub(crate) struct VerifyKey {
@@ -378,5 +406,16 @@ mod tests {
         assert_eq!(significant_bits(&[0, 0]), 0);
         assert_eq!(significant_bits(&[0, 1]), 1);
         assert_eq!(significant_bits(&[0x80, 0]), 16);
+    }
+
+    #[test]
+    fn short_hmac_secrets_are_warned_about() {
+        let short = json!({"kty": "oct", "kid": "k1", "k": JWK_BASE64.encode(b"too-short")});
+        let long = json!({"kty": "oct", "k": JWK_BASE64.encode([7u8; 32])});
+        let warnings = weak_key_warnings(&[long, short]);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("client_auth.jwks.keys[1] (kid k1): an HMAC secret of 9 bytes")
+        );
     }
 }

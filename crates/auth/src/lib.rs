@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 pub use error::AuthError;
+pub use keys::{weak_key_warnings, MIN_HMAC_SECRET_BYTES};
 
 use claims::ClaimPolicy;
 use config::ClientAuth;

@@ -76,6 +76,10 @@ async fn run_engine(
     stop: &mut watch::Receiver<bool>,
     halt: &watch::Sender<bool>,
 ) -> Result<(), EngineError> {
+    let warnings = auth::weak_key_warnings(&config.service.client_auth.jwks_keys);
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     status.update(|s| {
         s.phase = Phase::OpeningStorage;
         s.ready = false;
@@ -84,6 +88,7 @@ async fn run_engine(
         s.storage_dir = Some(config.storage_dir.display().to_string());
         s.config_file = Some(config.service.path.display().to_string());
         s.config_ignored = config.service.ignored.clone();
+        s.config_warnings = warnings.clone();
         s.listen.clear();
         s.admin_socket = None;
         s.store = None;

@@ -60,6 +60,11 @@ fn serves_probes_and_stops_promptly() {
     assert_eq!(snap.listen, vec![format!("127.0.0.1:{port}")]);
     assert_eq!(snap.engine_starts, 1);
     assert!(snap.store.is_some());
+    assert!(
+        snap.config_warnings.is_empty(),
+        "{:?}",
+        snap.config_warnings
+    );
 
     let (code, body) = get(port, "/probes/liveness");
     assert_eq!(code, 200, "{body}");
@@ -202,4 +207,29 @@ fn a_foreign_file_at_the_socket_path_is_left_alone() {
     let long = dir.path().join("x".repeat(120));
     let err = runtime.block_on(async { admin::bind(&long) }).unwrap_err();
     assert!(err.to_string().starts_with("PSM_A1001"), "{err}");
+}
+
+#[test]
+fn a_short_hmac_secret_is_warned_about_in_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let yaml = format!(
+        "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1/db?sslmode=disable\n\
+         sync_config:\n  content: 'bucket_definitions: {{}}'\n\
+         client_auth:\n  audience: [a]\n  jwks:\n    keys:\n      - {{kty: oct, kid: short, k: c2VjcmV0}}\n\
+         port: {port}\n"
+    );
+    let mut engine_config = config(dir.path(), port);
+    engine_config.service =
+        ServiceConfig::parse(&dir.path().join("config.yaml"), &yaml, &|_| None).unwrap();
+    let status = Arc::new(StatusCell::new(std::process::id()));
+    let engine = Engine::start(engine_config, status.clone()).unwrap();
+    wait_for(&status, Phase::Validating);
+    let warnings = status.snapshot().config_warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("(kid short): an HMAC secret of 6 bytes"),
+        "{warnings:?}"
+    );
+    assert!(engine.shutdown(Duration::from_secs(2)));
 }

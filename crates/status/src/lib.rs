@@ -136,6 +136,8 @@ pub struct Status {
     pub last_deploy: Option<DeployDone>,
     /// Top-level configuration keys present but not used by this engine.
     pub config_ignored: Vec<String>,
+    /// Settings that work but weaken the service (short HMAC secrets).
+    pub config_warnings: Vec<String>,
     /// The last error, kept until the next successful start.
     pub last_error: Option<ErrorReport>,
     /// How often the engine has been started in this worker process.
@@ -281,6 +283,7 @@ impl StatusCell {
             deploy: None,
             last_deploy: None,
             config_ignored: Vec::new(),
+            config_warnings: Vec::new(),
             last_error: None,
             engine_starts: 0,
             started_at: None,
