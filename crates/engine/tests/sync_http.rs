@@ -315,3 +315,36 @@ fn cors_is_offered_on_the_sync_endpoints_only() {
         (404, false)
     );
 }
+
+/// A user asking for write checkpoints faster than 10 per second (after a burst of 20)
+/// is answered 429; another user is not affected.
+#[test]
+fn write_checkpoints_are_rate_limited_per_user() {
+    let rig = Rig::start();
+    let ask = |user: &str| {
+        let mut s = TcpStream::connect(("127.0.0.1", rig.port)).unwrap();
+        write!(
+            s,
+            "GET /write-checkpoint2.json?client_id=c HTTP/1.1\r\nHost: x\r\n\
+             Authorization: Token {}\r\nConnection: close\r\n\r\n",
+            token(user, 600)
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let answers: Vec<String> = (0..40).map(|_| ask("u1")).collect();
+    let refused = answers
+        .iter()
+        .filter(|a| a.starts_with("HTTP/1.1 429"))
+        .count();
+    assert!(refused >= 1, "40 requests at once, none refused");
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.starts_with("HTTP/1.1 200") || a.contains("PSM_H1431")),
+        "{answers:?}"
+    );
+    assert!(ask("u2").starts_with("HTTP/1.1 200"));
+}

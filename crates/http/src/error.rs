@@ -77,6 +77,18 @@ impl ApiError {
         }
     }
 
+    /// The user asks for write checkpoints faster than one user may.
+    pub fn too_many_write_checkpoints() -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "PSM_H1431",
+            name: "TooManyWriteCheckpoints",
+            description: "this user asks for write checkpoints faster than 10 per second; \
+                          retry shortly"
+                .into(),
+        }
+    }
+
     /// The server holds as many connections as it accepts.
     pub fn too_many_connections() -> Self {
         Self {

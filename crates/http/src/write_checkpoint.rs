@@ -28,6 +28,9 @@ async fn create(req: &Request<Incoming>, service: &Arc<SyncService>) -> Result<u
         return Err(ApiError::not_ready());
     }
     let user = authenticate(service, req.headers()).await?;
+    if !service.write_checkpoint_rate.allow(&user.user_id) {
+        return Err(ApiError::too_many_write_checkpoints());
+    }
     let client_id = req.uri().query().and_then(|q| {
         url::form_urlencoded::parse(q.as_bytes())
             .find(|(k, _)| k == "client_id")

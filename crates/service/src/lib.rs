@@ -16,6 +16,7 @@ mod registry;
 pub mod request;
 mod service;
 pub mod session;
+mod user_rate;
 pub mod write_checkpoint;
 
 pub use checkpoint_state::{RequestLimits, DEFAULT_MAX_PARAMETER_RESULTS};
@@ -35,3 +36,4 @@ pub use service::{
     Served, StreamLimits, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS, MAX_STREAMS_PER_USER,
 };
 pub use session::SyncSession;
+pub use user_rate::UserRate;

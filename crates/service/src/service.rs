@@ -7,6 +7,7 @@ use tokio::sync::{watch, RwLock, Semaphore};
 
 use crate::checkpoint_state::RequestLimits;
 use crate::registry::StreamRegistry;
+use crate::user_rate::UserRate;
 use crate::write_checkpoint::RECORD_PREFIX;
 use auth::{AuthError, AuthenticatedUser, Authenticator};
 use metrics::{LabelCounts, StatusCounts};
@@ -93,7 +94,15 @@ pub struct SyncService {
     pub auth_failures: LabelCounts,
     /// The open streams, for `powersync_mdbx.streams()`.
     pub registry: Arc<StreamRegistry>,
+    /// Write-checkpoint requests per user ([`WRITE_CHECKPOINTS_PER_SECOND`]).
+    pub write_checkpoint_rate: UserRate,
 }
+
+/// Write-checkpoint requests one user may make per second, after a burst of
+/// [`WRITE_CHECKPOINT_BURST`]: a client asks once per upload, far less often.
+pub const WRITE_CHECKPOINTS_PER_SECOND: f64 = 10.0;
+/// Write-checkpoint requests one user may make at once.
+pub const WRITE_CHECKPOINT_BURST: f64 = 20.0;
 
 impl SyncService {
     /// A service that serves `served` under `limits`.
@@ -118,6 +127,10 @@ impl SyncService {
             sync_responses: StatusCounts::default(),
             auth_failures: LabelCounts::new(AuthError::CODES),
             registry: Arc::default(),
+            write_checkpoint_rate: UserRate::new(
+                WRITE_CHECKPOINTS_PER_SECOND,
+                WRITE_CHECKPOINT_BURST,
+            ),
         }
     }
 
