@@ -23,7 +23,8 @@ pub(crate) struct FetchTarget {
 
 impl FetchTarget {
     /// Parses `uri`; `https` verifies the server against the public web roots.
-    pub(crate) fn parse(uri: &str) -> Result<Self, String> {
+    /// Parses `uri`; plain `http` only for a loopback host, or anywhere with `allow_http`.
+    pub(crate) fn parse(uri: &str, allow_http: bool) -> Result<Self, String> {
         let parsed: Uri = uri
             .parse()
             .map_err(|e| format!("not a URL ({e}); write http://host/path or https://host/path"))?;
@@ -39,6 +40,13 @@ impl FetchTarget {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
+        if tls.is_none() && !allow_http && !is_loopback(&host) {
+            return Err(format!(
+                "plain http is refused for host {host}: keys fetched in clear can be replaced \
+                 on the way; use https, or set client_auth.jwks_allow_http: true for a \
+                 network you trust"
+            ));
+        }
         let port = parsed
             .port_u16()
             .unwrap_or(if tls.is_some() { 443 } else { 80 });
@@ -144,23 +152,47 @@ fn tls_config() -> Result<rustls::ClientConfig, String> {
     Ok(config)
 }
 
+/// `localhost` or a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_targets() {
-        let t = FetchTarget::parse("http://127.0.0.1:8080/keys?x=1").unwrap();
+        let t = FetchTarget::parse("http://127.0.0.1:8080/keys?x=1", false).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 8080));
         assert!(t.tls.is_none());
-        let t = FetchTarget::parse("https://example.com/.well-known/jwks.json").unwrap();
+        let t = FetchTarget::parse("https://example.com/.well-known/jwks.json", false).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("example.com", 443));
         assert!(t.tls.is_some());
-        let t = FetchTarget::parse("http://[::1]/k").unwrap();
+        let t = FetchTarget::parse("http://[::1]/k", false).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 80));
         for bad in ["ftp://x/y", "/relative", "not a url", "http:///path"] {
-            assert!(FetchTarget::parse(bad).is_err(), "{bad}");
+            assert!(FetchTarget::parse(bad, true).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn plain_http_only_for_loopback_unless_allowed() {
+        for ok in [
+            "http://127.0.0.1/k",
+            "http://[::1]/k",
+            "http://localhost:8080/k",
+        ] {
+            assert!(FetchTarget::parse(ok, false).is_ok(), "{ok}");
+        }
+        let refused = FetchTarget::parse("http://auth.example.com/keys", false).unwrap_err();
+        assert!(refused.contains("plain http is refused"), "{refused}");
+        assert!(refused.contains("jwks_allow_http"), "{refused}");
+        assert!(FetchTarget::parse("http://auth.example.com/keys", true).is_ok());
+        assert!(FetchTarget::parse("https://auth.example.com/keys", false).is_ok());
     }
 
     #[tokio::test]
@@ -168,7 +200,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let t = FetchTarget::parse(&format!("http://127.0.0.1:{port}/")).unwrap();
+        let t = FetchTarget::parse(&format!("http://127.0.0.1:{port}/"), false).unwrap();
         let err = t.get(Duration::from_secs(5), 1024).await.unwrap_err();
         assert!(err.contains("cannot connect"), "{err}");
     }

@@ -53,11 +53,12 @@ pub(crate) type Keys = Result<Arc<[VerifyKey]>, AuthError>;
 
 impl RemoteJwks {
     /// Checks the URI; nothing is fetched yet.
-    pub(crate) fn new(uri: &str, limits: JwksLimits) -> Result<Self, AuthError> {
-        let target = FetchTarget::parse(uri).map_err(|reason| AuthError::InvalidJwksUri {
-            uri: uri.to_owned(),
-            reason,
-        })?;
+    pub(crate) fn new(uri: &str, limits: JwksLimits, allow_http: bool) -> Result<Self, AuthError> {
+        let target =
+            FetchTarget::parse(uri, allow_http).map_err(|reason| AuthError::InvalidJwksUri {
+                uri: uri.to_owned(),
+                reason,
+            })?;
         Ok(Self {
             uri: uri.to_owned(),
             target,

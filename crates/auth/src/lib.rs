@@ -126,7 +126,7 @@ impl Authenticator {
         let remote = config
             .jwks_uri
             .iter()
-            .map(|uri| RemoteJwks::new(uri, limits).map(Arc::new))
+            .map(|uri| RemoteJwks::new(uri, limits, config.jwks_allow_http).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         if inline.is_empty() && remote.is_empty() {
             tracing::warn!(

@@ -40,6 +40,9 @@ pub struct ClientAuth {
     pub audience: Vec<String>,
     /// Required `iss`, when configured.
     pub issuer: Option<String>,
+    /// `jwks_allow_http`: fetch `http://` JWKS URIs of hosts other than loopback (off:
+    /// keys fetched in clear can be replaced in transit).
+    pub jwks_allow_http: bool,
 }
 
 /// The validated configuration the engine runs with.
@@ -107,6 +110,8 @@ struct RawClientAuth {
     jwks: Option<RawJwks>,
     audience: Option<OneOrMany>,
     issuer: Option<String>,
+    #[serde(default)]
+    jwks_allow_http: bool,
 }
 
 #[derive(Deserialize)]
@@ -333,6 +338,7 @@ fn client_auth(raw: RawClientAuth) -> ClientAuth {
         jwks_keys: raw.jwks.map(|j| j.keys).unwrap_or_default(),
         audience: raw.audience.map(OneOrMany::into_vec).unwrap_or_default(),
         issuer: raw.issuer,
+        jwks_allow_http: raw.jwks_allow_http,
     }
 }
 
