@@ -180,7 +180,7 @@ fn eval(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
             .evaluate(&owned.view(&cols))
             .map_err(|e| CliError::Failed(e.to_string()))?;
         for b in &result.buckets {
-            let line = json!({"op": "PUT", "bucket": b.bucket, "object_type": b.object_type,
+            let line = json!({"op": "PUT", "bucket": b.bucket, "object_type": &*b.object_type,
                 "object_id": b.object_id, "data": b.data, "checksum": b.checksum});
             writeln!(out, "{line}").map_err(io)?;
         }
