@@ -1,5 +1,6 @@
 //! rustls client configuration from `sslmode` and `cacert`.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -41,22 +42,25 @@ pub(super) fn client_config(conn: &SourceConnection) -> Result<Option<ClientConf
 }
 
 /// A file holding `cacert` for libraries that want a path (`pg_walstream`'s
-/// `sslrootcert`): the path itself, or — for PEM text inline in the config — a private
-/// file (mode 0600) in the temporary directory named after the text's hash.
+/// `sslrootcert`): the path itself, or — for PEM text inline in the config — a file (mode
+/// 0600) named after the text's hash in this user's private directory under the
+/// temporary directory.
 pub(crate) fn cacert_file(cacert: &str) -> Result<String, SourceError> {
+    cacert_file_in(&std::env::temp_dir(), cacert)
+}
+
+/// [`cacert_file`] under `base`.
+fn cacert_file_in(base: &Path, cacert: &str) -> Result<String, SourceError> {
     if !cacert.trim_start().starts_with("-----BEGIN") {
         return Ok(cacert.to_owned());
     }
     use sha2::Digest;
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let dir = private_dir(base)?;
     let digest = sha2::Sha256::digest(cacert.as_bytes());
     let name: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    let path = std::env::temp_dir().join(format!(
-        "powersync_mdbx-{}-ca-{name}.pem",
-        // SAFETY: getuid has no preconditions.
-        unsafe { libc::getuid() }
-    ));
+    let path = dir.join(format!("ca-{name}.pem"));
     if std::fs::read(&path).is_ok_and(|existing| existing == cacert.as_bytes()) {
         return Ok(path.display().to_string());
     }
@@ -67,8 +71,6 @@ pub(crate) fn cacert_file(cacert: &str) -> Result<String, SourceError> {
         ))
     };
     let partial = path.with_extension(format!("{}.tmp", std::process::id()));
-    // A fresh file only (never through a link someone else left in the shared directory);
-    // the rename then replaces whatever `path` was.
     let _ = std::fs::remove_file(&partial);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -79,6 +81,42 @@ pub(crate) fn cacert_file(cacert: &str) -> Result<String, SourceError> {
     file.write_all(cacert.as_bytes()).map_err(failed)?;
     std::fs::rename(&partial, &path).map_err(failed)?;
     Ok(path.display().to_string())
+}
+
+/// This user's directory under `base` (shared, like /tmp): created 0700, and refused
+/// unless it is a real directory owned by this user that no one else may enter, so no
+/// other user can place or swap the CA file the connection will trust.
+fn private_dir(base: &Path) -> Result<PathBuf, SourceError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = base.join(format!("powersync_mdbx-{uid}"));
+    let refuse = |why: String| {
+        SourceError::Tls(format!(
+            "cannot keep the inline cacert in {}: {why}; remove it, or give cacert as a file \
+             path",
+            dir.display()
+        ))
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(refuse(e.to_string())),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| refuse(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(refuse("it is not a directory".into()));
+    }
+    if meta.uid() != uid {
+        return Err(refuse(format!("it belongs to user id {}", meta.uid())));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(refuse(format!(
+            "others may use it (mode {:o})",
+            meta.mode() & 0o777
+        )));
+    }
+    Ok(dir)
 }
 
 /// Roots from `cacert` (a PEM file path, or PEM text inline), else the public web roots.
@@ -151,5 +189,51 @@ impl ServerCertVerifier for ChainOnly {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    #[test]
+    fn inline_pem_goes_to_a_private_file_in_a_private_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let path = cacert_file_in(base.path(), PEM).unwrap();
+        let file = std::fs::metadata(&path).unwrap();
+        assert_eq!(file.permissions().mode() & 0o777, 0o600);
+        let dir = std::fs::metadata(Path::new(&path).parent().unwrap()).unwrap();
+        assert_eq!(dir.permissions().mode() & 0o777, 0o700);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), PEM);
+        assert_eq!(cacert_file_in(base.path(), PEM).unwrap(), path);
+        assert_eq!(
+            cacert_file_in(base.path(), "/etc/ca.pem").unwrap(),
+            "/etc/ca.pem"
+        );
+    }
+
+    #[test]
+    fn a_directory_others_may_use_or_a_link_is_refused() {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join(format!("powersync_mdbx-{uid}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = cacert_file_in(base.path(), PEM).unwrap_err().to_string();
+        assert!(err.contains("others may use it"), "{err}");
+
+        let base = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path(),
+            base.path().join(format!("powersync_mdbx-{uid}")),
+        )
+        .unwrap();
+        let err = cacert_file_in(base.path(), PEM).unwrap_err().to_string();
+        assert!(err.contains("not a directory"), "{err}");
     }
 }
