@@ -46,6 +46,24 @@ fn limits(max_connections: usize) -> HttpLimits {
     }
 }
 
+/// Opens a stream of everything `user` may see (NDJSON); returns the status and the body.
+fn open_stream(rig: &EngineRig, user: &str) -> (u16, sync_client::Lines) {
+    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
+    post(
+        rig.port,
+        Some(&token(user, 600)),
+        "application/x-ndjson",
+        &body,
+    )
+}
+
+/// The rest of a refused answer, read to its end.
+fn answer_of(mut refused: sync_client::Lines) -> String {
+    let mut answer = String::new();
+    refused.reader.read_to_string(&mut answer).unwrap();
+    answer
+}
+
 fn connect(port: u16) -> TcpStream {
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
@@ -163,25 +181,14 @@ fn a_connection_over_the_cap_is_answered_503_and_closed() {
 fn api_parameters_limit_streams_and_buckets() {
     let api = "api:\n  parameters:\n    max_concurrent_connections: 2\n    max_buckets_per_connection: 1\n";
     let rig = start("psm_limits_api", api, limits(10_000));
-    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
 
     // u2 owns no list: no bucket, within the limit of one; its stream stays open.
-    let (status, mut first) = post(
-        rig.port,
-        Some(&token("u2", 600)),
-        "application/x-ndjson",
-        &body,
-    );
+    let (status, mut first) = open_stream(&rig, "u2");
     assert_eq!(status, 200);
     first.until_complete();
     // u1 owns two lists: two buckets, over the limit of one. The stream ends without a
     // checkpoint (PSYNC_S2305 in the server log).
-    let (status, mut over_buckets) = post(
-        rig.port,
-        Some(&token("u1", 600)),
-        "application/x-ndjson",
-        &body,
-    );
+    let (status, mut over_buckets) = open_stream(&rig, "u1");
     assert_eq!(status, 200);
     assert_eq!(
         over_buckets.next(),
@@ -189,24 +196,13 @@ fn api_parameters_limit_streams_and_buckets() {
         "no checkpoint over the bucket limit"
     );
 
-    let (status, mut second) = post(
-        rig.port,
-        Some(&token("u2", 600)),
-        "application/x-ndjson",
-        &body,
-    );
+    let (status, mut second) = open_stream(&rig, "u2");
     assert_eq!(status, 200);
     second.until_complete();
     // Two streams are open: a third is refused.
-    let (status, mut refused) = post(
-        rig.port,
-        Some(&token("u2", 600)),
-        "application/x-ndjson",
-        &body,
-    );
+    let (status, refused) = open_stream(&rig, "u2");
     assert_eq!(status, 429);
-    let mut answer = String::new();
-    refused.reader.read_to_string(&mut answer).unwrap();
+    let answer = answer_of(refused);
     assert!(answer.contains("PSM_H1429"), "{answer}");
 }
 
@@ -303,32 +299,22 @@ fn a_token_expiring_while_a_send_is_blocked_ends_the_stream() {
 #[test]
 fn one_user_holds_at_most_its_limit_of_streams() {
     let rig = start("psm_limits_user", "", limits(10_000));
-    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
-    let open = |user: &str| {
-        post(
-            rig.port,
-            Some(&token(user, 600)),
-            "application/x-ndjson",
-            &body,
-        )
-    };
     let mut held: Vec<_> = (0..service::MAX_STREAMS_PER_USER)
         .map(|_| {
-            let (status, lines) = open("u2");
+            let (status, lines) = open_stream(&rig, "u2");
             assert_eq!(status, 200);
             lines
         })
         .collect();
-    let (status, mut refused) = open("u2");
+    let (status, refused) = open_stream(&rig, "u2");
     assert_eq!(status, 429);
-    let mut answer = String::new();
-    refused.reader.read_to_string(&mut answer).unwrap();
+    let answer = answer_of(refused);
     assert!(answer.contains("PSM_H1430"), "{answer}");
     // Another user is not affected, and a stream that ends makes room again.
-    assert_eq!(open("u1").0, 200);
+    assert_eq!(open_stream(&rig, "u1").0, 200);
     drop(held.pop());
     wait_until("room for one more stream of the user", || {
-        let (status, lines) = open("u2");
+        let (status, lines) = open_stream(&rig, "u2");
         (status == 200).then_some(lines)
     });
 }
@@ -337,18 +323,9 @@ fn one_user_holds_at_most_its_limit_of_streams() {
 fn parameter_query_results_are_limited() {
     let api = "api:\n  parameters:\n    max_parameter_query_results: 1\n";
     let rig = start("psm_limits_params", api, limits(10_000));
-    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
-    let open = |user: &str| {
-        post(
-            rig.port,
-            Some(&token(user, 600)),
-            "application/x-ndjson",
-            &body,
-        )
-    };
     // u1's parameter query returns two rows (its two lists): over the limit of one, so
     // the stream ends without a checkpoint (PSYNC_S2305 in the server log).
-    let (status, mut over) = open("u1");
+    let (status, mut over) = open_stream(&rig, "u1");
     assert_eq!(status, 200);
     assert_eq!(
         over.next(),
@@ -356,7 +333,7 @@ fn parameter_query_results_are_limited() {
         "no checkpoint past the parameter result limit"
     );
     // u2's returns none: served.
-    let (status, mut within) = open("u2");
+    let (status, mut within) = open_stream(&rig, "u2");
     assert_eq!(status, 200);
     within.until_complete();
 }

@@ -153,12 +153,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
 
     /// The name of bucket `id`.
     fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
-        let name: Vec<u8> = self
-            .txn
-            .get(&self.tables.bucket_names, id.to_ne_bytes())
-            .map_err(self.mdbx("read a bucket name"))?
-            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket name"))?;
-        String::from_utf8(name).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))
+        super::tables::bucket_name(self.txn, self.tables, self.dir, id)
     }
 
     /// The record of row `row_id`.

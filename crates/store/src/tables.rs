@@ -75,3 +75,17 @@ pub(super) fn row_key(table_id: u32, identity: &[u8]) -> Vec<u8> {
     key.extend_from_slice(identity);
     key
 }
+
+/// The name of bucket `id`, as `bucket_names` holds it.
+pub(super) fn bucket_name<K: TransactionKind>(
+    txn: &Transaction<'_, K, libmdbx::NoWriteMap>,
+    tables: &Tables<'_>,
+    dir: &std::path::Path,
+    id: u32,
+) -> Result<String, StoreError> {
+    let name: Vec<u8> = txn
+        .get(&tables.bucket_names, id.to_ne_bytes())
+        .map_err(|e| StoreError::mdbx(dir, "read a bucket name", e))?
+        .ok_or_else(|| StoreError::corrupt(dir, "bucket name"))?;
+    String::from_utf8(name).map_err(|_| StoreError::corrupt(dir, "bucket name"))
+}

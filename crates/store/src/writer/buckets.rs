@@ -70,12 +70,7 @@ impl WriteTxn<'_, '_> {
         if let Some((_, name)) = self.new_names.iter().find(|(i, _)| *i == id) {
             return Ok(name.clone());
         }
-        let name: Vec<u8> = self
-            .txn
-            .get(&self.tables.bucket_names, id.to_ne_bytes())
-            .map_err(self.mdbx("read a bucket name"))?
-            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket name"))?;
-        String::from_utf8(name).map_err(|_| StoreError::corrupt(self.dir, "bucket name"))
+        crate::tables::bucket_name(self.txn, self.tables, self.dir, id)
     }
 
     /// Appends an op with the next op id to bucket `name` and updates its accumulators.
