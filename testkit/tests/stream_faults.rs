@@ -1,7 +1,8 @@
 //! Live fault tests with the real extension: a PostgreSQL 16 primary and a sync replica
 //! whose background worker follows the slot. The worker is killed with SIGKILL while it
 //! applies a 300,000-row transaction, and the whole replica is stopped with
-//! `pg_ctl -m immediate` while changes stream. After each fault the worker comes back,
+//! `pg_ctl -m immediate` while changes stream; the worker is killed during the snapshot; the
+//! primary is restarted while the worker streams. After each fault the worker comes back,
 //! more changes follow, and the store (a copy of its data file, taken with the replica
 //! stopped) is compared bucket by bucket with an independent evaluation of the
 //! primary's rows: no duplicates, no lost or extra rows, ops adding up to every bucket's
@@ -53,10 +54,19 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
+        Self::with_rows("")
+    }
+
+    /// [`Rig::new`] with `rows_sql` run on the primary before the replica starts (so the
+    /// snapshot copies those rows).
+    fn with_rows(rows_sql: &str) -> Self {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
         primary.sql(SCHEMA);
+        if !rows_sql.is_empty() {
+            primary.sql(rows_sql);
+        }
         let rules_yaml: String = RULES.lines().map(|l| format!("    {l}\n")).collect();
         let config = format!(
             "replication:\n  connections:\n    - type: postgresql\n      uri: {}\n\
@@ -408,4 +418,63 @@ fn an_immediate_stop_of_the_replica_mid_stream_loses_and_duplicates_nothing() {
     rig.primary.sql("DELETE FROM todos WHERE id LIKE 's1%'");
     rig.sync_point();
     rig.assert_store_matches_primary("an immediate stop mid-stream");
+}
+
+#[test]
+fn a_worker_killed_during_the_snapshot_starts_it_over_and_matches_the_primary() {
+    // Enough rows that the snapshot is observably under way when the kill comes.
+    let rig = Rig::with_rows(
+        "INSERT INTO todos SELECT 'snap' || g, 'l' || (g % 3 + 1), repeat('y', 40) || g, false \
+         FROM generate_series(1, 300000) g",
+    );
+    let first = rig
+        .replica
+        .wait_worker("the worker copying the snapshot", |s| {
+            assert_ne!(
+                s["phase"], "streaming",
+                "the snapshot ended before the kill: {s}"
+            );
+            let rows = s["replication"]["rows"].as_u64()?;
+            let pid = s["worker_pid"].as_i64()?;
+            (s["phase"] == "snapshotting" && rows > 0).then_some(pid)
+        });
+    // SAFETY: signalling the worker process of our own test cluster.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    wait_until("the killed worker gone", || (!alive(first)).then_some(()));
+
+    // The postmaster restarts after the crash; the new worker starts the snapshot over.
+    rig.wait_streaming(Some(first));
+    rig.primary
+        .sql("UPDATE todos SET done = true WHERE id IN ('snap1', 'snap2', 't3')");
+    rig.sync_point();
+    rig.assert_store_matches_primary("a SIGKILL during the snapshot");
+}
+
+#[test]
+fn the_primary_restarted_while_streaming_loses_and_duplicates_nothing() {
+    let rig = Rig::new();
+    let worker = rig.wait_streaming(None);
+    rig.primary
+        .sql("UPDATE todos SET done = true WHERE id IN ('t1', 't2')");
+    rig.sync_point();
+
+    // The primary goes away and comes back; changes before and after.
+    rig.primary.sql(
+        "INSERT INTO todos SELECT 'before' || g, 'l1', 'x', false FROM generate_series(1, 500) g",
+    );
+    rig.primary.stop_fast();
+    rig.primary.start();
+    rig.primary.sql(
+        "INSERT INTO todos SELECT 'after' || g, 'l2', 'x', false FROM generate_series(1, 500) g",
+    );
+    rig.primary
+        .sql("DELETE FROM todos WHERE id LIKE 'before1%'");
+    rig.sync_point();
+    let s = rig.status().unwrap();
+    assert_eq!(
+        s["worker_pid"].as_i64(),
+        Some(worker),
+        "the worker reconnected instead of being restarted: {s}"
+    );
+    rig.assert_store_matches_primary("a restart of the primary while streaming");
 }
