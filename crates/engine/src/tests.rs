@@ -38,12 +38,18 @@ fn get(port: u16, path: &str) -> (u16, String) {
     (code, body)
 }
 
+/// Waits for `phase` while the engine's status keeps moving (bounded by progress).
 fn wait_for(status: &StatusCell, phase: Phase) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while status.snapshot().phase != phase {
-        assert!(Instant::now() < deadline, "still {:?}", status.snapshot());
+    testkit::wait_for(&format!("the engine in phase {phase:?}"), || {
+        let snap = status.snapshot();
+        if snap.phase == phase {
+            return Ok(());
+        }
         std::thread::sleep(Duration::from_millis(10));
-    }
+        Err(testkit::worker_progress(
+            &serde_json::to_value(snap).unwrap(),
+        ))
+    });
 }
 
 #[test]
