@@ -155,7 +155,8 @@ fn a_full_disk_is_reported_retried_and_recovered_from_without_loss() {
         |h| {
             let snap = serde_json::to_value(h.status().snapshot()).unwrap();
             let applied = snap["replication"]["applied_lsn"].as_str()?;
-            (snap["phase"] == "streaming" && lsn(applied) >= lsn(&head)).then_some(())
+            (snap["phase"] == "streaming" && buckets::lsn(applied) >= buckets::lsn(&head))
+                .then_some(())
         },
     );
     assert!(host.shutdown());
@@ -179,10 +180,4 @@ fn a_full_disk_is_reported_retried_and_recovered_from_without_loss() {
     assert!(diff.is_empty(), "{diff}");
     drop(store);
     drop(disk);
-}
-
-/// `X/Y` → a 64-bit LSN.
-fn lsn(text: &str) -> u64 {
-    let (hi, lo) = text.trim().split_once('/').unwrap();
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }

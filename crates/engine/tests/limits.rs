@@ -48,10 +48,15 @@ fn limits(max_connections: usize) -> HttpLimits {
 
 /// Opens a stream of everything `user` may see (NDJSON); returns the status and the body.
 fn open_stream(rig: &EngineRig, user: &str) -> (u16, sync_client::Lines) {
+    open_stream_for(rig, user, 600)
+}
+
+/// [`open_stream`] with a token of `lifetime` seconds.
+fn open_stream_for(rig: &EngineRig, user: &str, lifetime: i64) -> (u16, sync_client::Lines) {
     let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
     post(
         rig.port,
-        Some(&token(user, 600)),
+        Some(&token(user, lifetime)),
         "application/x-ndjson",
         &body,
     )
@@ -238,13 +243,7 @@ fn streams_open(port: u16) -> Option<u64> {
 /// Opens a stream of everything for `user` with a token of `lifetime` seconds and reads
 /// nothing of its body; the caller holds the connection.
 fn open_and_stop_reading(rig: &EngineRig, lifetime: i64) -> sync_client::Lines {
-    let body = json!({"buckets": [], "include_checksum": true, "raw_data": true}).to_string();
-    let (status, lines) = post(
-        rig.port,
-        Some(&token("reader", lifetime)),
-        "application/x-ndjson",
-        &body,
-    );
+    let (status, lines) = open_stream_for(rig, "reader", lifetime);
     assert_eq!(status, 200);
     wait_until("the stream is open", || {
         (streams_open(rig.port)? == 1).then_some(())

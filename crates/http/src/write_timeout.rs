@@ -32,24 +32,28 @@ impl<S> WriteTimeout<S> {
         }
     }
 
-    /// After a pending write: fails once the client took nothing for `limit`.
-    fn check_stall(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+    /// Passes on a write-side poll of the inner stream: any progress disarms the timer;
+    /// while it stays pending, it fails once the client took nothing for `limit`.
+    fn bounded<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
         let limit = self.limit;
         let timer = self
             .stalled
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(Instant::now() + limit)));
         match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(io::Error::new(
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("the client took no data for {} s", limit.as_secs()),
-            )),
+            ))),
             Poll::Pending => Poll::Pending,
         }
-    }
-
-    /// Any progress disarms the timer.
-    fn progressed(&mut self) {
-        self.stalled = None;
     }
 }
 
@@ -69,33 +73,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => self.check_stall(cx).map(Err),
-        }
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.bounded(cx, poll)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => self.check_stall(cx).map(Err),
-        }
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.bounded(cx, poll)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_shutdown(cx) {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => self.check_stall(cx).map(Err),
-        }
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.bounded(cx, poll)
     }
 
     fn poll_write_vectored(
@@ -103,13 +92,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(result) => {
-                self.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => self.check_stall(cx).map(Err),
-        }
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.bounded(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
