@@ -59,26 +59,64 @@ pub fn raise_open_files_limit() -> u64 {
     limit.rlim_cur
 }
 
-/// Binds `port` on every address in `hosts` (`*` means all IPv4 and IPv6 addresses).
+/// Binds `port` on every address in `hosts`. `*` means every IPv4 and every IPv6 address:
+/// the IPv6 wildcard is bound IPv6-only (on a dual-stack host it would otherwise claim
+/// IPv4 too and collide with the IPv4 wildcard), and is left out on a host without IPv6.
 pub async fn bind(
     hosts: &[String],
     port: u16,
 ) -> Result<Vec<TcpListener>, (String, std::io::Error)> {
     let mut listeners = Vec::new();
     for host in hosts {
-        let targets: Vec<String> = match host.as_str() {
-            "*" => vec![format!("0.0.0.0:{port}"), format!("[::]:{port}")],
-            h if h.contains(':') && !h.starts_with('[') => vec![format!("[{h}]:{port}")],
-            h => vec![format!("{h}:{port}")],
-        };
-        for target in targets {
-            let listener = TcpListener::bind(&target)
-                .await
-                .map_err(|e| (target.clone(), e))?;
-            listeners.push(listener);
+        if host == "*" {
+            let ipv4 = SocketAddr::from(([0, 0, 0, 0], port));
+            listeners.push(listen(ipv4).map_err(|e| (ipv4.to_string(), e))?);
+            let ipv6 = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+            match listen(ipv6) {
+                Ok(listener) => listeners.push(listener),
+                Err(e) if no_ipv6(&e) => {
+                    tracing::info!("this host has no IPv6; listening on IPv4 only");
+                }
+                Err(e) => return Err((ipv6.to_string(), e)),
+            }
+            continue;
         }
+        let target = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let listener = TcpListener::bind(&target)
+            .await
+            .map_err(|e| (target.clone(), e))?;
+        listeners.push(listener);
     }
     Ok(listeners)
+}
+
+/// A listening socket on `address`, IPv6-only when it is an IPv6 address.
+fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if address.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// The host has no IPv6 (disabled, or no address of the family).
+fn no_ipv6(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL | libc::EPROTONOSUPPORT)
+    )
 }
 
 /// Serves every listener under `limits` until `shutdown` turns true, then drains open
@@ -225,3 +263,6 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
         _ => ApiError::not_found(&path).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests;
