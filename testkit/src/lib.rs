@@ -15,6 +15,7 @@ mod http;
 mod install;
 mod jwt;
 mod ports;
+mod proxy;
 mod sdk;
 mod wait;
 
@@ -24,6 +25,7 @@ pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
 pub use jwt::{base64_url, hs256_token};
 pub use ports::free_port;
+pub use proxy::TcpProxy;
 pub use sdk::{require_sdk_client, sdk_client_installed, SdkClient, WatchClient};
 pub use wait::{
     wait_for, wait_for_future, wait_until, worker_progress, LiveTestTimer, Patience, Waiting,

@@ -177,6 +177,7 @@ impl Generation {
             store: self.store.clone(),
             published: self.published.clone(),
             progress: self.stream_progress.clone(),
+            liveness: replication::Liveness::default(),
         };
         let reporter = Reporter {
             status,

@@ -144,6 +144,7 @@ pub async fn bootstrap(
     let started = Instant::now();
     let mut intent = BootstrapIntent {
         system_identifier: primary.system_identifier.clone(),
+        timeline: Some(primary.timeline),
         database: plan.connection.database.clone(),
         slot: plan.slot.clone(),
         publication: PUBLICATION.to_owned(),

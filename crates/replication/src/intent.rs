@@ -54,6 +54,10 @@ fn first_generation() -> u64 {
 pub struct BootstrapIntent {
     /// The primary's `system_identifier`.
     pub system_identifier: String,
+    /// The primary's timeline when the slot was created (`None` in stores built before
+    /// it was recorded): a slot gone on a later timeline was lost to a failover.
+    #[serde(default)]
+    pub timeline: Option<u32>,
     /// Database on the primary.
     pub database: String,
     /// The slot this store owns.

@@ -5,16 +5,21 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pg_walstream::{CancellationToken, ChangeEvent, EventType, RelationColumn};
 use tokio::sync::{mpsc, watch};
 
 use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::intent::{BootstrapIntent, BootstrapState};
+use super::liveness::{watch_liveness, Heard, Liveness};
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
 use rules::SyncRules;
-use source::{connect, format_lsn, replication_error, slot_info, start_stream};
+use source::{
+    connect, format_lsn, primary_identity, replication_error, slot_info, slot_walsender,
+    start_stream, terminate_backend, wal_sender_timeout,
+};
 use store::{Checkpoint, Store};
 
 /// Decoded changes buffered between the connection and the applier.
@@ -30,6 +35,8 @@ pub struct StreamContext {
     pub published: watch::Sender<Checkpoint>,
     /// Counters for `status()`.
     pub progress: Arc<StreamProgress>,
+    /// When a silent stream is checked and given up.
+    pub liveness: Liveness,
 }
 
 /// How long a stopping stream waits for the primary to end replication.
@@ -60,7 +67,7 @@ pub async fn follow_slot(
         })?;
     let durable = context.store.read(|view| view.checkpoint())?;
     let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
-    check_slot(plan, start).await?;
+    let dead_after = check_slot(plan, &intent, start, &context.liveness).await?;
     let mut stream = start_stream(&plan.connection, &plan.slot, start).await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
@@ -97,6 +104,16 @@ pub async fn follow_slot(
 
     let watcher = tokio::spawn(watch_slot(plan.clone(), context.progress.clone()));
     let cancel = CancellationToken::new();
+    let heard = Arc::new(Heard::new());
+    let dead = Arc::new(parking_lot::Mutex::new(None));
+    let monitor = tokio::spawn(watch_liveness(
+        plan.clone(),
+        context.liveness,
+        dead_after,
+        heard.clone(),
+        dead.clone(),
+        cancel.clone(),
+    ));
     let stopper = {
         let cancel = cancel.clone();
         tokio::spawn(async move {
@@ -116,15 +133,16 @@ pub async fn follow_slot(
         // dead applier unnoticed, and nothing applied, indefinitely.
         let next = tokio::select! {
             biased;
-            () = cancel.cancelled() => break Ok(()),
+            () = cancel.cancelled() => break cancelled(&dead),
             () = input.closed() => break Ok(()), // its error is reported below
             next = stream.next_event(&cancel) => next,
         };
         let event = match next {
             Ok(event) => event,
-            Err(pg_walstream::ReplicationError::Cancelled(_)) => break Ok(()),
+            Err(pg_walstream::ReplicationError::Cancelled(_)) => break cancelled(&dead),
             Err(e) => break Err(ReplicationError::from(replication_error(e))),
         };
+        heard.now();
         match decoder.decode(event) {
             Ok(Some(change)) => {
                 if change.is_row_change() {
@@ -133,6 +151,8 @@ pub async fn follow_slot(
                 if input.send(change).await.is_err() {
                     break Ok(()); // the applier stopped; its error is reported below
                 }
+                // Waiting for a busy applier is not silence of the primary.
+                heard.now();
             }
             Ok(None) => {}
             Err(e) => break Err(e),
@@ -140,6 +160,7 @@ pub async fn follow_slot(
     };
     stopper.abort();
     watcher.abort();
+    monitor.abort();
     drop(input);
     // Ending the replication politely waits for the server; never for long.
     let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
@@ -154,10 +175,43 @@ pub async fn follow_slot(
     received.and(applied)
 }
 
-/// Refuses a slot that is gone or invalidated, or one that confirmed changes beyond what
-/// the store holds (`start`): in each case changes the buckets need are lost.
-async fn check_slot(plan: &SourcePlan, start: u64) -> Result<(), ReplicationError> {
+/// Why the reader was cancelled: a stop (`Ok`), or the liveness check found the
+/// connection dead (a transient error, so it is made again).
+fn cancelled(dead: &parking_lot::Mutex<Option<String>>) -> Result<(), ReplicationError> {
+    match dead.lock().take() {
+        Some(reason) => Err(stream_error(format!("{reason}; reconnecting"))),
+        None => Ok(()),
+    }
+}
+
+/// Checks, before streaming: the primary is the cluster the store was built from; the
+/// slot exists, is valid and confirmed nothing beyond what the store holds (`start`: else
+/// changes the buckets need are lost); a walsender still holding the slot is this
+/// worker's own stale one (silent beyond the liveness bound) and is ended. Returns the
+/// liveness bound for the stream.
+async fn check_slot(
+    plan: &SourcePlan,
+    intent: &BootstrapIntent,
+    start: u64,
+    liveness: &Liveness,
+) -> Result<Duration, ReplicationError> {
     let client = connect(&plan.connection).await?;
+    let identity = primary_identity(&client).await?;
+    if identity.system_identifier != intent.system_identifier {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2008",
+            message: format!(
+                "the primary this worker reached is another PostgreSQL cluster (system \
+                 identifier {}, the storage was built from {}): a clone, a restored backup or \
+                 a connection that now leads elsewhere. Nothing was read from it; point the \
+                 connection back at the original primary, or run SELECT \
+                 powersync_mdbx.reset() to replicate from this one",
+                identity.system_identifier, intent.system_identifier
+            ),
+            operator: true,
+        });
+    }
+    let dead_after = liveness.dead_after(wal_sender_timeout(&client).await?);
     let slot = slot_info(&client, &plan.slot).await?;
     let lost = |code: &'static str, what: &str| ReplicationError::Stream {
         code,
@@ -170,8 +224,22 @@ async fn check_slot(plan: &SourcePlan, start: u64) -> Result<(), ReplicationErro
         ),
         operator: true,
     };
+    let failed_over = intent
+        .timeline
+        .filter(|&then| then != identity.timeline)
+        .map(|then| {
+            format!(
+                "is gone from the primary, which now runs on timeline {} (the snapshot was \
+                 taken on timeline {then}: a failover or point-in-time recovery promoted a \
+                 server that did not carry the slot over)",
+                identity.timeline
+            )
+        });
     match slot {
-        None => Err(lost("PSM_R2005", "is gone from the primary")),
+        None => Err(lost(
+            "PSM_R2005",
+            failed_over.as_deref().unwrap_or("is gone from the primary"),
+        )),
         Some(s) if s.wal_status.as_deref() == Some("lost") => {
             Err(lost("PSM_R2006", "was invalidated (wal_status lost)"))
         }
@@ -193,13 +261,54 @@ async fn check_slot(plan: &SourcePlan, start: u64) -> Result<(), ReplicationErro
                 operator: true,
             })
         }
-        Some(s) if s.active => Err(stream_error(format!(
-            "replication slot \"{}\" is in use by another connection (an earlier one of this \
-             worker may still be closing); retrying",
-            plan.slot
-        ))),
-        Some(_) => Ok(()),
+        Some(s) if s.active => {
+            end_stale_walsender(&client, plan, dead_after).await?;
+            Ok(dead_after)
+        }
+        Some(_) => Ok(dead_after),
     }
+}
+
+/// The slot is held by a walsender. It is this worker's own stale one when it runs as
+/// this worker's role and has heard nothing from its client for `dead_after` (the
+/// connection died without the primary noticing yet): it is ended so that streaming
+/// resumes now rather than after the primary's `wal_sender_timeout`. Anything else is
+/// another live client, and the slot is left alone (retried).
+async fn end_stale_walsender(
+    client: &tokio_postgres::Client,
+    plan: &SourcePlan,
+    dead_after: Duration,
+) -> Result<(), ReplicationError> {
+    let holder = slot_walsender(client, &plan.slot).await?;
+    let busy = |detail: String| {
+        Err(stream_error(format!(
+            "replication slot \"{}\" is in use by another connection{detail} (an earlier one \
+             of this worker may still be closing); retrying",
+            plan.slot
+        )))
+    };
+    let Some(holder) = holder else {
+        return Ok(()); // released meanwhile
+    };
+    let silent = holder.silent_for.unwrap_or_default();
+    if !holder.same_role || silent < dead_after {
+        return busy(format!(
+            " (walsender pid {}, last heard from its client {:.0} s ago)",
+            holder.pid,
+            silent.as_secs_f64()
+        ));
+    }
+    tracing::warn!(
+        pid = holder.pid,
+        silent_s = silent.as_secs(),
+        slot = %plan.slot,
+        "ending this worker's stale walsender: it has heard nothing from its client for \
+         longer than the liveness bound"
+    );
+    if !terminate_backend(client, holder.pid).await? {
+        return busy(format!(" (walsender pid {} did not end)", holder.pid));
+    }
+    Ok(())
 }
 
 /// Every 10 s, how much WAL the primary retains for the slot (for `status()`) and its

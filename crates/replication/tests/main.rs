@@ -5,5 +5,6 @@ extern crate powersync_mdbx_replication as replication;
 
 mod bootstrap;
 mod slot_invalidation;
+mod stalled_primary;
 mod streaming;
 mod streaming_tls;

@@ -117,6 +117,7 @@ fn start(
         store: store.clone(),
         published,
         progress: Arc::new(StreamProgress::default()),
+        liveness: replication::Liveness::default(),
     };
     let (stop, stopped) = watch::channel(false);
     let plan = plan.clone();

@@ -121,6 +121,7 @@ fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
         store: store.clone(),
         published,
         progress: progress.clone(),
+        liveness: replication::Liveness::default(),
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();

@@ -14,6 +14,7 @@ mod slot;
 mod snapshot;
 mod tls;
 mod validate;
+mod walsender;
 
 pub use client::{connect, replication_uri};
 pub use copy_text::{CopyFields, CopyTextError, Fields};
@@ -27,4 +28,8 @@ pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
 pub use tls::install_crypto_provider;
 pub use validate::{
     validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo, PUBLICATION,
+};
+pub use walsender::{
+    primary_identity, slot_walsender, terminate_backend, wal_sender_timeout, PrimaryIdentity,
+    SlotWalsender,
 };

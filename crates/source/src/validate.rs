@@ -62,6 +62,8 @@ pub struct PrimaryInfo {
     pub server_version: i32,
     /// `pg_control_system().system_identifier`, which ties storage to this cluster.
     pub system_identifier: String,
+    /// The timeline of the primary's latest checkpoint.
+    pub timeline: u32,
     /// The tables, in the order asked.
     pub tables: Vec<TableInfo>,
 }
@@ -105,19 +107,15 @@ pub async fn validate_primary(
         ));
     }
     check_publication(client).await?;
-    let system_identifier = scalar(
-        client,
-        "SELECT system_identifier::text FROM pg_control_system()",
-        "system identifier",
-    )
-    .await?;
+    let identity = super::walsender::primary_identity(client).await?;
     let mut infos = Vec::with_capacity(tables.len());
     for table in tables {
         infos.push(check_table(client, table, version).await?);
     }
     Ok(PrimaryInfo {
         server_version: version,
-        system_identifier,
+        system_identifier: identity.system_identifier,
+        timeline: identity.timeline,
         tables: infos,
     })
 }

@@ -55,6 +55,7 @@ pub(super) fn task_columns() -> Vec<ColumnMeta> {
 pub(super) fn complete_intent() -> BootstrapIntent {
     BootstrapIntent {
         system_identifier: "1".into(),
+        timeline: Some(1),
         database: "bench".into(),
         slot: "bench".into(),
         publication: "bench".into(),

@@ -1,0 +1,142 @@
+//! Telling a quiet replication connection from a dead one. A network that stops
+//! forwarding (a stalled proxy, a NAT that forgot the flow) leaves both sockets open, so
+//! neither TCP keepalives nor a read ever report it. While the stream is silent, the
+//! primary is asked over an ordinary connection whether it still hears this worker: its
+//! walsender asks an idle client to reply every `wal_sender_timeout / 2`, so a walsender
+//! that has heard nothing for longer than that (or none holding the slot) means the
+//! stream is gone, and it is started again.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use pg_walstream::CancellationToken;
+
+use super::SourcePlan;
+use source::{connect, slot_walsender};
+
+/// When a silent stream is checked and when it counts as dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// A stream silent this long is checked with the primary.
+    pub quiet_after: Duration,
+    /// How often a silent stream is checked.
+    pub check_every: Duration,
+    /// The primary having heard nothing from this worker for this long means the stream
+    /// is dead. `None`: the primary's `wal_sender_timeout`, at least 30 s (10 min when
+    /// the primary sets it to 0 and so never asks an idle client to reply).
+    pub dead_after: Option<Duration>,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self {
+            quiet_after: Duration::from_secs(10),
+            check_every: Duration::from_secs(5),
+            dead_after: None,
+        }
+    }
+}
+
+impl Liveness {
+    /// The bound for a primary whose `wal_sender_timeout` is `sender_timeout`.
+    pub fn dead_after(&self, sender_timeout: Duration) -> Duration {
+        self.dead_after.unwrap_or(if sender_timeout.is_zero() {
+            Duration::from_secs(600)
+        } else {
+            sender_timeout.max(Duration::from_secs(30))
+        })
+    }
+}
+
+/// When the stream last delivered something, shared by the reader and the monitor.
+pub(super) struct Heard {
+    since: Instant,
+    millis: AtomicU64,
+}
+
+impl Heard {
+    pub(super) fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            millis: AtomicU64::new(0),
+        }
+    }
+
+    /// The stream delivered a message now.
+    pub(super) fn now(&self) {
+        let millis = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.millis.store(millis, Relaxed);
+    }
+
+    fn silent_for(&self) -> Duration {
+        self.since
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.millis.load(Relaxed)))
+    }
+}
+
+/// Watches a silent stream; when the primary no longer hears this worker, records why in
+/// `dead` and cancels the reader through `cancel`.
+pub(super) async fn watch_liveness(
+    plan: SourcePlan,
+    liveness: Liveness,
+    dead_after: Duration,
+    heard: Arc<Heard>,
+    dead: Arc<Mutex<Option<String>>>,
+    cancel: CancellationToken,
+) {
+    /// How long one question to the primary may take.
+    const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+    let mut client = None;
+    loop {
+        tokio::time::sleep(liveness.check_every).await;
+        let silent = heard.silent_for();
+        if silent < liveness.quiet_after {
+            continue;
+        }
+        let answer = tokio::time::timeout(ASK_TIMEOUT, async {
+            let connected = match client.take() {
+                Some(c) => c,
+                None => connect(&plan.connection).await?,
+            };
+            let asked = slot_walsender(&connected, &plan.slot).await;
+            if asked.is_ok() {
+                client = Some(connected);
+            }
+            asked
+        })
+        .await;
+        let verdict = match answer {
+            Ok(Ok(None)) => Some(format!(
+                "no walsender on the primary holds slot \"{}\" any more although this worker \
+                 has been connected (silent for {:.0} s)",
+                plan.slot,
+                silent.as_secs_f64()
+            )),
+            Ok(Ok(Some(w))) if w.silent_for.is_some_and(|s| s >= dead_after) => Some(format!(
+                "the primary has heard nothing from this worker for {:.0} s (its walsender, pid \
+                 {}, waits for replies the network no longer delivers)",
+                w.silent_for.unwrap_or_default().as_secs_f64(),
+                w.pid
+            )),
+            Ok(Ok(Some(_))) => None,
+            Ok(Err(_)) | Err(_) => {
+                client = None;
+                (silent >= dead_after).then(|| {
+                    format!(
+                        "nothing arrived on the replication connection for {:.0} s and the \
+                         primary cannot be asked why",
+                        silent.as_secs_f64()
+                    )
+                })
+            }
+        };
+        if let Some(reason) = verdict {
+            *dead.lock() = Some(reason);
+            cancel.cancel();
+            return;
+        }
+    }
+}

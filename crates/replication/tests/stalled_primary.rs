@@ -1,0 +1,245 @@
+//! The network to the primary fails without closing anything (a proxy in between stops
+//! forwarding): the stream notices within its liveness bound, reconnects, ends its own
+//! stale walsender that still holds the slot, and loses and duplicates nothing. A
+//! reconnect that reaches another cluster (the connection now leads elsewhere) fails
+//! closed with its code and reads nothing from it.
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::SourceConnection;
+use parking_lot::Mutex;
+use replication::{
+    bootstrap, follow_slot, Liveness, Progress, ReplicationError, SourcePlan, StreamContext,
+    StreamProgress,
+};
+use rules::SyncRules;
+use store::{Checkpoint, Store};
+use testkit::buckets::{diff, expected, lsn, stored};
+use testkit::{Cluster, ClusterKind, PgInstall, TcpProxy, TestDir, Waiting};
+use tokio::sync::watch;
+
+const SLOT: &str = "psm_stalled";
+
+const SCHEMA: &str = "
+CREATE TABLE notes (id text PRIMARY KEY, owner text NOT NULL, body text);
+CREATE PUBLICATION powersync FOR TABLE notes;
+INSERT INTO notes SELECT 'n' || g, 'u' || (g % 3), 'first ' || g FROM generate_series(1, 30) g;
+";
+
+const RULES: &str = "
+bucket_definitions:
+  by_owner:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT * FROM notes WHERE owner = bucket.owner
+";
+
+/// Quick bounds, so the test sees the detection in seconds.
+const LIVENESS: Liveness = Liveness {
+    quiet_after: Duration::from_secs(1),
+    check_every: Duration::from_millis(500),
+    dead_after: Some(Duration::from_secs(3)),
+};
+
+struct Rig {
+    _dir: TestDir,
+    install: PgInstall,
+    primary: Cluster,
+    proxy: TcpProxy,
+    store: Arc<Store>,
+    _store_dir: tempfile::TempDir,
+    rules: Arc<SyncRules>,
+}
+
+impl Rig {
+    fn plan(&self) -> SourcePlan {
+        let uri = format!(
+            "postgresql://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            self.proxy.port()
+        );
+        SourcePlan {
+            connection: SourceConnection::from_uri(&uri).unwrap(),
+            slot: SLOT.into(),
+        }
+    }
+}
+
+/// A primary whose walsenders wait 10 minutes for a silent client (so a stale one stays
+/// until this worker ends it), reached through a proxy; bootstrapped.
+async fn rig() -> Rig {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(
+        &install,
+        &dir,
+        "primary",
+        ClusterKind::Primary,
+        &["wal_sender_timeout = '10min'".to_owned()],
+    );
+    primary.sql(SCHEMA);
+    let proxy = TcpProxy::start(primary.port());
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
+    let rig = Rig {
+        _dir: dir,
+        install,
+        primary,
+        proxy,
+        store,
+        _store_dir: store_dir,
+        rules: Arc::new(SyncRules::parse(RULES).unwrap()),
+    };
+    bootstrap(
+        &rig.plan(),
+        rig.rules.clone(),
+        rig.store.clone(),
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    rig
+}
+
+/// Follows the slot as the engine does: errors that may pass are noted and retried.
+struct Following {
+    checkpoints: watch::Receiver<Checkpoint>,
+    progress: Arc<StreamProgress>,
+    retried: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<Result<(), ReplicationError>>,
+    _stop: watch::Sender<bool>,
+}
+
+fn follow(rig: &Rig) -> Following {
+    let initial = rig.store.read(|v| v.checkpoint()).unwrap();
+    let (published, checkpoints) = watch::channel(initial);
+    let progress = Arc::new(StreamProgress::default());
+    let context = StreamContext {
+        rules: rig.rules.clone(),
+        store: rig.store.clone(),
+        published,
+        progress: progress.clone(),
+        liveness: LIVENESS,
+    };
+    let (stop, stopped) = watch::channel(false);
+    let plan = rig.plan();
+    let retried = Arc::new(Mutex::new(Vec::new()));
+    let noted = retried.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            match follow_slot(&plan, &context, stopped.clone()).await {
+                Err(e) if !e.needs_operator() && !e.needs_restart() => {
+                    noted.lock().push(e.to_string());
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                ended => return ended,
+            }
+        }
+    });
+    Following {
+        checkpoints,
+        progress,
+        retried,
+        task,
+        _stop: stop,
+    }
+}
+
+impl Following {
+    /// Waits until everything committed on `primary` so far is in a published checkpoint.
+    async fn sync_point(&mut self, primary: &Cluster) {
+        let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
+        primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
+        let mut waiting = Waiting::new(format!("a checkpoint at {head:X}"));
+        loop {
+            let checkpoint = *self.checkpoints.borrow_and_update();
+            if checkpoint.lsn >= head {
+                return;
+            }
+            if self.task.is_finished() {
+                let ended = (&mut self.task).await;
+                panic!("the stream ended before {head:X}: {ended:?}");
+            }
+            let retried = self.retried.lock().len();
+            waiting.progress((checkpoint, self.progress.activity(), retried));
+            let _ =
+                tokio::time::timeout(Duration::from_millis(50), self.checkpoints.changed()).await;
+        }
+    }
+}
+
+async fn assert_matches_primary(rig: &Rig, when: &str) {
+    let conn = SourceConnection::from_uri(&rig.primary.uri("postgres")).unwrap();
+    let expected = expected(&conn, &rig.rules, &["notes"]).await;
+    let stored = stored(&rig.store);
+    assert!(
+        stored == expected,
+        "buckets after {when}: {}",
+        diff(&stored, &expected)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_network_is_detected_and_the_stream_resumes_without_loss() {
+    let rig = rig().await;
+    let mut following = follow(&rig);
+    let p = &rig.primary;
+    p.sql("INSERT INTO notes VALUES ('a1', 'u1', 'before the stall')");
+    following.sync_point(p).await;
+
+    // The network stops forwarding; changes go on on the primary.
+    rig.proxy.stall_open_connections();
+    p.sql("INSERT INTO notes VALUES ('a2', 'u2', 'during the stall')");
+    p.sql("UPDATE notes SET body = 'changed during the stall' WHERE id = 'n5'");
+    p.sql("DELETE FROM notes WHERE id = 'n6'");
+    following.sync_point(p).await;
+    assert_matches_primary(&rig, "a stalled connection").await;
+
+    let retried = following.retried.lock().clone();
+    assert!(
+        retried
+            .iter()
+            .any(|e| e.contains("has heard nothing from this worker")),
+        "the stall was detected by the liveness check: {retried:?}"
+    );
+    let stale = p.sql(&format!(
+        "SELECT count(*) FROM pg_stat_replication r JOIN pg_replication_slots s \
+         ON s.active_pid = r.pid WHERE s.slot_name = '{SLOT}'"
+    ));
+    assert_eq!(
+        stale, "1",
+        "one walsender holds the slot: the stale one was ended"
+    );
+    following.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_that_reaches_another_cluster_fails_closed() {
+    let rig = rig().await;
+    let mut following = follow(&rig);
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('a1', 'u1', 'from the real primary')");
+    following.sync_point(&rig.primary).await;
+
+    // Another cluster with the same schema, publication and slot name (a clone, or a
+    // connection that now leads elsewhere); it has a row of its own.
+    let dir = TestDir::new(&rig.install);
+    let other = Cluster::start_new(&rig.install, &dir, "other", ClusterKind::Primary, &[]);
+    other.sql(SCHEMA);
+    other.sql(&format!(
+        "SELECT pg_create_logical_replication_slot('{SLOT}', 'pgoutput')"
+    ));
+    other.sql("INSERT INTO notes VALUES ('x1', 'u1', 'from another cluster')");
+    rig.proxy.retarget(other.port());
+    rig.proxy.stall_open_connections();
+
+    let ended = testkit::wait_for_future("the stream to stop at the other cluster", || (), {
+        &mut following.task
+    })
+    .await
+    .unwrap();
+    let error = ended.expect_err("the stream refuses another cluster");
+    let text = error.to_string();
+    assert!(text.contains("PSM_R2008"), "{text}");
+    assert!(error.needs_operator(), "{text}");
+    assert_matches_primary(&rig, "the refused reconnect").await;
+}

@@ -1,0 +1,118 @@
+//! A TCP proxy on loopback in front of a server, for faults of the network between: its
+//! open connections can be stalled (they stay open and swallow everything, in both
+//! directions, as a network that stopped forwarding does) while new connections pass,
+//! and it can be pointed at another server.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+/// A proxy from a free loopback port to `127.0.0.1:<target>`.
+pub struct TcpProxy {
+    port: u16,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    target: AtomicU16,
+    /// Connections accepted before this epoch are stalled.
+    stalled_before: AtomicU64,
+    epoch: AtomicU64,
+    closing: AtomicBool,
+    /// Every socket, so that dropping the proxy ends every pump.
+    sockets: Mutex<Vec<TcpStream>>,
+}
+
+impl TcpProxy {
+    /// Starts forwarding to `target_port` on loopback.
+    pub fn start(target_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let shared = Arc::new(Shared {
+            target: AtomicU16::new(target_port),
+            stalled_before: AtomicU64::new(0),
+            epoch: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+            sockets: Mutex::new(Vec::new()),
+        });
+        let accepting = shared.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if accepting.closing.load(SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", accepting.target.load(SeqCst)))
+                else {
+                    continue;
+                };
+                let epoch = accepting.epoch.load(SeqCst);
+                if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
+                    accepting
+                        .sockets
+                        .lock()
+                        .expect("proxy sockets")
+                        .extend([c, s]);
+                }
+                pump(&accepting, &client, &server, epoch);
+                pump(&accepting, &server, &client, epoch);
+            }
+        });
+        Self { port, shared }
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Every connection open now stops forwarding (both directions; it stays open and
+    /// swallows what it is sent). Connections made later are forwarded.
+    pub fn stall_open_connections(&self) {
+        let next = self.shared.epoch.fetch_add(1, SeqCst) + 1;
+        self.shared.stalled_before.store(next, SeqCst);
+    }
+
+    /// New connections go to `target_port` from now on.
+    pub fn retarget(&self, target_port: u16) {
+        self.shared.target.store(target_port, SeqCst);
+    }
+}
+
+/// Copies `from` → `to` on a thread of its own until either side closes, swallowing
+/// instead once the connection (accepted at `epoch`) is stalled.
+fn pump(shared: &Arc<Shared>, from: &TcpStream, to: &TcpStream, epoch: u64) {
+    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
+        return;
+    };
+    let shared = shared.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 << 10];
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if epoch < shared.stalled_before.load(SeqCst) {
+                continue; // a network that stopped forwarding: nothing arrives
+            }
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        if epoch >= shared.stalled_before.load(SeqCst) {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+    });
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        for socket in self.shared.sockets.lock().expect("proxy sockets").drain(..) {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+}
