@@ -162,24 +162,8 @@ impl Cluster {
         {
             panic!("{e}");
         }
-        std::fs::create_dir(&socket_dir).expect("socket dir");
-        if let Some(user) = install.run_as() {
-            Command::new("chown")
-                .arg(user)
-                .arg(&socket_dir)
-                .status()
-                .expect("chown runs");
-        }
         let port = free_port();
-        let mut conf = vec![
-            format!("port = {port}"),
-            "listen_addresses = '127.0.0.1'".to_owned(),
-            format!("unix_socket_directories = '{}'", socket_dir.display()),
-            "fsync = off".to_owned(),
-            "full_page_writes = off".to_owned(),
-            "max_connections = 30".to_owned(),
-            "shared_buffers = 32MB".to_owned(),
-        ];
+        let mut conf = Vec::new();
         match kind {
             ClusterKind::Primary => conf.extend([
                 "wal_level = logical".to_owned(),
@@ -192,12 +176,7 @@ impl Cluster {
             ClusterKind::Plain => {}
         }
         conf.extend(extra_conf.iter().cloned());
-        let conf_path = data.join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
-        text.push_str("\n# powersync_mdbx test rig\n");
-        text.push_str(&conf.join("\n"));
-        text.push('\n');
-        std::fs::write(&conf_path, text).expect("write postgresql.conf");
+        configure(install, &data, &socket_dir, port, &conf);
         let cluster = Self {
             install: install.clone(),
             data,
@@ -208,6 +187,58 @@ impl Cluster {
         };
         cluster.start();
         cluster
+    }
+
+    /// Creates and starts a physical standby of `primary` named `name` inside `dir`
+    /// (`pg_basebackup -R`: it streams from the primary until [`Self::promote`]).
+    pub fn start_standby(
+        install: &PgInstall,
+        dir: &TestDir,
+        name: &str,
+        primary: &Cluster,
+    ) -> Self {
+        let data = dir.path().join(name);
+        let socket_dir = dir.path().join(format!("{name}.sock"));
+        let log = dir.path().join(format!("{name}.log"));
+        if let Err(e) = run(install
+            .command("pg_basebackup")
+            .args(["--no-sync", "-R", "-X", "stream", "-d"])
+            .arg(primary.uri("postgres"))
+            .arg("-D")
+            .arg(&data))
+        {
+            panic!("{e}");
+        }
+        let port = free_port();
+        configure(install, &data, &socket_dir, port, &[]);
+        let cluster = Self {
+            install: install.clone(),
+            data,
+            socket_dir,
+            log,
+            port,
+            started_pid: std::cell::Cell::new(None),
+        };
+        cluster.start();
+        cluster
+    }
+
+    /// Promotes a standby (`pg_ctl promote`, waiting until it accepts writes): it starts
+    /// a new timeline.
+    pub fn promote(&self) {
+        let out = self
+            .install
+            .command("pg_ctl")
+            .args(["-w", "-t", &pg_ctl_wait(), "-D"])
+            .arg(&self.data)
+            .arg("promote")
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// Starts the postmaster and waits until it accepts connections.
@@ -353,6 +384,36 @@ impl Drop for Cluster {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+}
+
+/// Makes `socket_dir` for the cluster user and appends the test rig's settings (port,
+/// loopback, the socket directory, no fsync, small memory) and `extra` to the data
+/// directory's `postgresql.conf`.
+fn configure(install: &PgInstall, data: &Path, socket_dir: &Path, port: u16, extra: &[String]) {
+    std::fs::create_dir(socket_dir).expect("socket dir");
+    if let Some(user) = install.run_as() {
+        Command::new("chown")
+            .arg(user)
+            .arg(socket_dir)
+            .status()
+            .expect("chown runs");
+    }
+    let mut conf = vec![
+        format!("port = {port}"),
+        "listen_addresses = '127.0.0.1'".to_owned(),
+        format!("unix_socket_directories = '{}'", socket_dir.display()),
+        "fsync = off".to_owned(),
+        "full_page_writes = off".to_owned(),
+        "max_connections = 30".to_owned(),
+        "shared_buffers = 32MB".to_owned(),
+    ];
+    conf.extend(extra.iter().cloned());
+    let conf_path = data.join("postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
+    text.push_str("\n# powersync_mdbx test rig\n");
+    text.push_str(&conf.join("\n"));
+    text.push('\n');
+    std::fs::write(&conf_path, text).expect("write postgresql.conf");
 }
 
 /// How long `pg_ctl` waits for a start or stop: the run's stall limit, in seconds.

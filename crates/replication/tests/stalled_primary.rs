@@ -2,7 +2,8 @@
 //! forwarding): the stream notices within its liveness bound, reconnects, ends its own
 //! stale walsender that still holds the slot, and loses and duplicates nothing. A
 //! reconnect that reaches another cluster (the connection now leads elsewhere) fails
-//! closed with its code and reads nothing from it.
+//! closed with its code and reads nothing from it; one that reaches a promoted standby
+//! (a failover that did not carry the slot over) reports the slot lost to it.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -232,9 +233,11 @@ async fn a_reconnect_that_reaches_another_cluster_fails_closed() {
     rig.proxy.retarget(other.port());
     rig.proxy.stall_open_connections();
 
-    let ended = testkit::wait_for_future("the stream to stop at the other cluster", || (), {
-        &mut following.task
-    })
+    let ended = testkit::wait_for_future(
+        "the stream to stop at the other cluster",
+        || following.retried.lock().len(),
+        &mut following.task,
+    )
     .await
     .unwrap();
     let error = ended.expect_err("the stream refuses another cluster");
@@ -242,4 +245,42 @@ async fn a_reconnect_that_reaches_another_cluster_fails_closed() {
     assert!(text.contains("PSM_R2008"), "{text}");
     assert!(error.needs_operator(), "{text}");
     assert_matches_primary(&rig, "the refused reconnect").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_lost_to_a_failover_is_reported_as_such() {
+    let rig = rig().await;
+    let mut following = follow(&rig);
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('a1', 'u1', 'before the failover')");
+    following.sync_point(&rig.primary).await;
+
+    // A physical standby catches up and is promoted; the connection now leads to it. A
+    // PostgreSQL 16 standby does not carry logical slots over a promotion.
+    let dir = TestDir::new(&rig.install);
+    let standby = Cluster::start_standby(&rig.install, &dir, "standby", &rig.primary);
+    let head = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    testkit::wait_until("the standby replaying the primary's head", || {
+        let replayed = standby.sql("SELECT pg_last_wal_replay_lsn()");
+        (lsn(&replayed) >= head).then_some(())
+    });
+    standby.promote();
+    rig.proxy.retarget(standby.port());
+    rig.proxy.stall_open_connections();
+
+    let ended = testkit::wait_for_future(
+        "the stream to stop at the promoted standby",
+        || following.retried.lock().len(),
+        &mut following.task,
+    )
+    .await
+    .unwrap();
+    let error = ended.expect_err("the slot is gone on the promoted standby");
+    let text = error.to_string();
+    assert!(text.contains("PSM_R2005"), "{text}");
+    assert!(
+        text.contains("now runs on timeline 2") && text.contains("failover"),
+        "the error names the failover: {text}"
+    );
+    assert!(error.needs_operator(), "{text}");
 }

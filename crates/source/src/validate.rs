@@ -62,7 +62,7 @@ pub struct PrimaryInfo {
     pub server_version: i32,
     /// `pg_control_system().system_identifier`, which ties storage to this cluster.
     pub system_identifier: String,
-    /// The timeline of the primary's latest checkpoint.
+    /// The timeline the primary writes WAL on.
     pub timeline: u32,
     /// The tables, in the order asked.
     pub tables: Vec<TableInfo>,

@@ -14,7 +14,8 @@ pub struct PrimaryIdentity {
     /// `pg_control_system().system_identifier`: the same for a cluster and its physical
     /// standbys, different for anything created by another `initdb`.
     pub system_identifier: String,
-    /// The timeline of the latest checkpoint (a promotion starts a new one).
+    /// The timeline it writes WAL on (a promotion starts a new one; a standby reports
+    /// its latest checkpoint's).
     pub timeline: u32,
 }
 
@@ -22,7 +23,10 @@ pub struct PrimaryIdentity {
 pub async fn primary_identity(client: &Client) -> Result<PrimaryIdentity, SourceError> {
     let row = client
         .query_one(
-            "SELECT s.system_identifier::text, c.timeline_id \
+            "SELECT s.system_identifier::text, \
+                    CASE WHEN pg_is_in_recovery() THEN c.timeline_id \
+                    ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int \
+                    END \
              FROM pg_control_system() s, pg_control_checkpoint() c",
             &[],
         )
