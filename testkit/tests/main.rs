@@ -7,6 +7,7 @@ extern crate powersync_mdbx_testkit as testkit;
 mod e2e_sdk;
 mod many_streams;
 mod sql_functions;
+mod stalled_streams;
 mod stream_faults;
 mod stream_tls;
 mod worker_lifecycle;

@@ -59,6 +59,11 @@ pub fn raise_open_files_limit() -> u64 {
     limit.rlim_cur
 }
 
+/// What one connection buffers, each way: a request's head may be this long, and
+/// response chunks queued for a client that stops reading hold at most this much (with
+/// the sync stream's own queue, `docs/operations.md` 4.5). hyper's default is ~400 KiB.
+const CONNECTION_BUFFER_BYTES: usize = 64 << 10;
+
 /// Binds `port` on every address in `hosts`. `*` means every IPv4 and every IPv6 address:
 /// the IPv6 wildcard is bound IPv6-only (on a dual-stack host it would otherwise claim
 /// IPv4 too and collide with the IPv4 wildcard), and is left out on a host without IPv6.
@@ -132,7 +137,8 @@ pub async fn serve(
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(CONNECTION_BUFFER_BYTES);
     let (conn_tx, mut conn_rx) =
         tokio::sync::mpsc::channel::<(tokio::net::TcpStream, SocketAddr)>(64);
     let mut acceptors = tokio::task::JoinSet::new();

@@ -23,14 +23,15 @@ use service::SyncService;
 use service::{Encoding, SyncError, SyncLine, SyncRequest, SyncSession, MAX_BODY_BYTES};
 use store::Checkpoint;
 
-/// Encoded bytes gathered before one send (whole lines only).
-const CHUNK_BYTES: usize = 256 << 10;
+/// Encoded bytes gathered before one send (whole lines only). With [`SEND_QUEUE`] and
+/// the connection's write buffer it bounds what a client that stops reading holds.
+const CHUNK_BYTES: usize = 64 << 10;
 /// Keepalive period (spec §5.6: 20 s ± 10 %).
 const KEEPALIVE: Duration = Duration::from_secs(20);
 /// Before expiry, the line that lets clients fetch a new token in time.
 const EXPIRY_WARNING: Duration = Duration::from_secs(20);
-/// Chunks buffered toward a slow client.
-const SEND_QUEUE: usize = 4;
+/// Chunks buffered toward a slow client (besides the one being written).
+const SEND_QUEUE: usize = 1;
 
 /// Answers one `/sync/stream` request.
 pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Body> {
@@ -297,7 +298,10 @@ impl Stream {
             let encoding = self.encoding;
             let chunk = self
                 .blocking(move |session| {
-                    let mut out = Vec::new();
+                    // Sized for a chunk and its last line (data lines close at 16 KiB of
+                    // rows), so that a chunk does not keep twice its size of capacity
+                    // while it waits to be sent.
+                    let mut out = Vec::with_capacity(CHUNK_BYTES + (32 << 10));
                     while out.len() < CHUNK_BYTES {
                         match session.next_line(&store)? {
                             Some(line) => line.encode(encoding, &mut out),

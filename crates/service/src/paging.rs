@@ -9,11 +9,15 @@ use super::error::SyncError;
 use super::lines::{DataLine, SyncLine};
 use store::{OpKind, OpRead, Store};
 
-/// Paging limits. The defaults are the official service's.
+/// Paging limits. The op counts are the official service's; the byte bounds keep what
+/// one stream holds small (`docs/operations.md` 4.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budgets {
     /// Most ops one batch (one read transaction) reads across a group's buckets.
     pub batch_ops: usize,
+    /// A batch ends once its row data reaches this many bytes (a lower bound: one row can
+    /// push it over). A stream holds one batch while its client is slow.
+    pub batch_bytes: usize,
     /// Most ops in one `data` line.
     pub chunk_ops: usize,
     /// A `data` line closes once its row data reaches this many bytes (a lower bound: one
@@ -25,8 +29,9 @@ impl Default for Budgets {
     fn default() -> Self {
         Self {
             batch_ops: 1000,
+            batch_bytes: 64 << 10,
             chunk_ops: 1000,
-            chunk_bytes: 1 << 20,
+            chunk_bytes: 16 << 10,
         }
     }
 }
@@ -143,8 +148,9 @@ impl Download {
         let mut max_target = 0;
         store.read(|view| {
             let mut budget = budgets.batch_ops.max(1);
+            let mut bytes_left = budgets.batch_bytes.max(1);
             for name in &group.buckets {
-                if budget == 0 {
+                if budget == 0 || bytes_left == 0 {
                     break;
                 }
                 let after = positions.get(name).copied().unwrap_or(0);
@@ -152,8 +158,10 @@ impl Download {
                     pages.push((name.clone(), after, Vec::new(), false));
                     continue;
                 };
-                let page = view.ops(state.id, after, checkpoint, budget)?;
+                let page = view.ops_within(state.id, after, checkpoint, budget, bytes_left)?;
                 budget -= page.ops.len();
+                let bytes: usize = page.ops.iter().map(store::OpRead::data_len).sum();
+                bytes_left = bytes_left.saturating_sub(bytes);
                 max_target = max_target.max(page.max_target);
                 pages.push((name.clone(), after, page.ops, page.has_more));
             }
@@ -186,11 +194,7 @@ fn chunk(
     let mut bytes = 0usize;
     for (i, op) in ops.into_iter().enumerate() {
         if op.kind == OpKind::Put {
-            bytes += op
-                .object
-                .as_ref()
-                .and_then(|o| o.data.as_ref())
-                .map_or(0, String::len);
+            bytes += op.data_len();
         }
         current.push(op);
         let last = i + 1 == total;

@@ -476,6 +476,7 @@ fn random_change(db: &Db, rng: &mut Rng) -> Change {
 fn tiny() -> Budgets {
     Budgets {
         batch_ops: 3,
+        batch_bytes: 150,
         chunk_ops: 2,
         chunk_bytes: 64,
     }

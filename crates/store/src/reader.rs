@@ -28,6 +28,16 @@ pub struct OpRead {
     pub object: Option<ObjectRead>,
 }
 
+impl OpRead {
+    /// Bytes of row data it carries (a PUT's JSON; 0 for the rest).
+    pub fn data_len(&self) -> usize {
+        self.object
+            .as_ref()
+            .and_then(|o| o.data.as_ref())
+            .map_or(0, String::len)
+    }
+}
+
 /// The row side of a PUT or REMOVE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRead {
@@ -222,7 +232,22 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         until: u64,
         limit: usize,
     ) -> Result<OpsPage, StoreError> {
+        self.ops_within(bucket_id, after, until, limit, usize::MAX)
+    }
+
+    /// [`Self::ops`], also ending the page once its row data reaches `data_bytes` (the
+    /// op that reaches it is included, so a page holds at least one op): a reader that
+    /// holds a page while its client is slow holds a bounded amount of memory.
+    pub fn ops_within(
+        &self,
+        bucket_id: u32,
+        after: u64,
+        until: u64,
+        limit: usize,
+        data_bytes: usize,
+    ) -> Result<OpsPage, StoreError> {
         let mut page = OpsPage::default();
+        let mut bytes = 0usize;
         if after >= until {
             return Ok(page);
         }
@@ -241,11 +266,13 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                 if op.op_id > until {
                     return Ok(page);
                 }
-                if page.ops.len() == limit {
+                if page.ops.len() == limit || bytes >= data_bytes {
                     page.has_more = true;
                     return Ok(page);
                 }
-                page.ops.push(self.resolve(op)?);
+                let read = self.resolve(op)?;
+                bytes += read.data_len();
+                page.ops.push(read);
                 if matches!(op.kind, OpKind::Move | OpKind::Clear) {
                     page.max_target = page.max_target.max(op.reference);
                 }
