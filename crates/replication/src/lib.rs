@@ -19,6 +19,6 @@ pub use bootstrap::{bootstrap, BootstrapOutcome, SourcePlan};
 pub use error::ReplicationError;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
 pub use progress::Progress;
-pub use release::{release_intent_slot, release_slot};
+pub use release::release_intent_slot;
 pub use store_input::StoreInput;
 pub use stream::{follow_slot, StreamContext};

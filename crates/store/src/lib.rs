@@ -42,7 +42,7 @@ pub use identity::identity_key;
 pub use layout::{
     active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active,
 };
-pub use meta::{stage_record_of_any_format, StoreIdentity, FORMAT};
+pub use meta::{inspect_data_file, stage_record_of_any_format, DataFile, StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use prepared::{PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};

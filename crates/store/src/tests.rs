@@ -136,3 +136,91 @@ fn a_store_of_another_format_still_shows_its_stage_records() {
     );
     assert_eq!(stage_record_of_any_format(&dir, "other").unwrap(), None);
 }
+
+#[test]
+fn only_a_powersync_mdbx_store_is_ours() {
+    let root = tempfile::tempdir().unwrap();
+    let entries = |dir: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let dir = root.path().join("absent");
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(inspect_data_file(&dir, "bootstrap"), DataFile::Absent);
+
+    // Ours, of this format and of another one, with and without the record.
+    let dir = root.path().join("ours");
+    let store = Store::open(&dir).unwrap();
+    store.put_stage_record("bootstrap", b"{}").unwrap();
+    drop(store);
+    let ours = |format: &str| DataFile::Ours {
+        format: format.into(),
+        record: Ok(Some(b"{}".to_vec())),
+    };
+    assert_eq!(inspect_data_file(&dir, "bootstrap"), ours(FORMAT));
+    set_format(&dir, b"powersync_mdbx/store/2");
+    assert_eq!(
+        inspect_data_file(&dir, "bootstrap"),
+        ours("powersync_mdbx/store/2")
+    );
+    assert!(matches!(
+        inspect_data_file(&dir, "other"),
+        DataFile::Ours {
+            record: Ok(None),
+            ..
+        }
+    ));
+    // Another program's metadata in a table of the same name is not ours.
+    set_format(&dir, b"their_program/1");
+    assert!(matches!(
+        inspect_data_file(&dir, "bootstrap"),
+        DataFile::NotOurs { .. }
+    ));
+
+    // An MDBX environment another program wrote.
+    let dir = root.path().join("foreign");
+    std::fs::create_dir(&dir).unwrap();
+    {
+        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
+        let txn = db.begin_rw_txn().unwrap();
+        let t = txn.create_table(None, Default::default()).unwrap();
+        txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let before = entries(&dir);
+    match inspect_data_file(&dir, "bootstrap") {
+        DataFile::NotOurs { reason } => assert!(
+            reason.contains("without powersync_mdbx metadata"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(entries(&dir), before);
+
+    // A file that is no MDBX file, and a directory in the data file's place.
+    let dir = root.path().join("bytes");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("mdbx.dat"), vec![0x42u8; 64 * 1024]).unwrap();
+    match inspect_data_file(&dir, "bootstrap") {
+        DataFile::NotOurs { reason } => {
+            assert!(reason.contains("libmdbx cannot open it"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        entries(&dir),
+        vec!["mdbx.dat"],
+        "nothing was added beside it"
+    );
+    let dir = root.path().join("directory");
+    std::fs::create_dir_all(dir.join("mdbx.dat")).unwrap();
+    assert!(matches!(
+        inspect_data_file(&dir, "bootstrap"),
+        DataFile::NotOurs { .. }
+    ));
+}
