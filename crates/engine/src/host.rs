@@ -331,6 +331,7 @@ impl Host {
             slot_name: self.settings.slot_name.clone(),
             admin_socket: self.settings.admin_socket.clone(),
             http_limits: None,
+            write_checkpoint_max_age: None,
         })
     }
 

@@ -6,6 +6,7 @@
 mod apply;
 mod bootstrap;
 mod error;
+mod expiry;
 mod intent;
 mod pipeline;
 mod progress;
@@ -17,6 +18,7 @@ mod toast;
 pub use apply::StreamProgress;
 pub use bootstrap::{bootstrap, BootstrapOutcome, SourcePlan};
 pub use error::ReplicationError;
+pub use expiry::WRITE_CHECKPOINT_MAX_AGE;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
 pub use progress::Progress;
 pub use release::release_intent_slot;

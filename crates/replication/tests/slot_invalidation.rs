@@ -117,6 +117,7 @@ fn start(
         store: store.clone(),
         published,
         progress: Arc::new(StreamProgress::default()),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = plan.clone();

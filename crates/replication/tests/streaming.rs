@@ -121,6 +121,7 @@ fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
         store: store.clone(),
         published,
         progress: progress.clone(),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();

@@ -168,6 +168,7 @@ async fn verify_full_with_the_ca_bootstraps_and_streams() {
         store: store.clone(),
         published,
         progress: Arc::new(StreamProgress::default()),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let task_plan = plan.clone();
@@ -364,6 +365,7 @@ async fn follow(
         store: store.clone(),
         published,
         progress: Arc::new(StreamProgress::default()),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (_stop, stopped) = watch::channel(false);
     wait_for_future(
