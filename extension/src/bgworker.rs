@@ -35,8 +35,11 @@ pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
         "powersync_mdbx: worker started (pid {})",
         std::process::id()
     );
+    shared::worker_started();
     host.start();
     let mut published = 0;
+    // The reset request being served (the host carries it on over several ticks).
+    let mut reset_number = None;
     let exit_code = loop {
         logbridge::forward(logs.as_ref());
         publish(&status, &mut published);
@@ -47,22 +50,27 @@ pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
             reload_config();
             host.reload(settings());
         }
-        if let Some(number) = shared::pending(Request::Reload) {
+        if let Some((number, _)) = shared::take(Request::Reload) {
             reload_config();
             let result = host.reload(settings());
             logbridge::forward(logs.as_ref());
             shared::complete(Request::Reload, number, &result.to_string());
         }
-        if let Some(number) = shared::pending(Request::Reset) {
-            let result = host.reset();
-            logbridge::forward(logs.as_ref());
-            shared::complete(Request::Reset, number, &result.to_string());
+        if reset_number.is_none() {
+            if let Some((number, force)) = shared::take(Request::Reset) {
+                host.start_reset(force);
+                reset_number = Some(number);
+            }
         }
-        if let Tick::Exit(code) = host.tick() {
+        let tick = host.tick();
+        answer_reset(&mut host, &mut reset_number);
+        if let Tick::Exit(code) = tick {
             break code;
         }
     };
     let joined = host.shutdown();
+    // A reset still waiting for its slots answers that it removed nothing.
+    answer_reset(&mut host, &mut reset_number);
     logbridge::forward(logs.as_ref());
     publish(&status, &mut published);
     if joined {
@@ -74,6 +82,16 @@ pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
     // pg_terminate_backend or an engine failure); during shutdown it is not restarted.
     // SAFETY: ends the process the PostgreSQL way, running its exit callbacks.
     unsafe { pg_sys::proc_exit(exit_code) };
+}
+
+/// Completes the reset request being served once the host has its result.
+fn answer_reset(host: &mut Host, number: &mut Option<u64>) {
+    if let Some(n) = *number {
+        if let Some(result) = host.take_reset_result() {
+            shared::complete(Request::Reset, n, &result.to_string());
+            *number = None;
+        }
+    }
 }
 
 fn publish(status: &StatusCell, published: &mut u64) {

@@ -6,16 +6,24 @@ use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
 
 /// Bytes reserved for the status JSON.
 const STATUS_BYTES: usize = 16 * 1024;
-/// Bytes reserved for the result of the last reset.
-const RESULT_BYTES: usize = 4 * 1024;
+/// Bytes reserved for the result of the last reset or reload (a reset that names the
+/// slots of several stores with their reasons takes a few KiB).
+const RESULT_BYTES: usize = 16 * 1024;
 
-/// A request a backend files and the worker serves: numbered, with the last result.
+/// A request a backend files and the worker serves: numbered, with its flag and the last
+/// result.
 #[derive(Clone, Copy)]
 pub struct Handshake {
     /// Incremented by each request; the worker serves requests up to this number.
     requested: u64,
+    /// The last request number the worker took up (it may still be serving it).
+    taken: u64,
     /// The last request number the worker finished.
     completed: u64,
+    /// The requests not yet taken up all asked for it (`reset(force => true)`): requests
+    /// filed together are served as one, and one that did not ask for force is never
+    /// served forced.
+    flag: bool,
     result_len: usize,
     result: [u8; RESULT_BYTES],
 }
@@ -24,7 +32,9 @@ impl Default for Handshake {
     fn default() -> Self {
         Self {
             requested: 0,
+            taken: 0,
             completed: 0,
+            flag: false,
             result_len: 0,
             result: [0; RESULT_BYTES],
         }
@@ -123,19 +133,40 @@ pub fn read_status() -> Option<String> {
     load(&shared.status, shared.status_len)
 }
 
-/// Files a request; returns its number.
-pub fn file(request: Request) -> u64 {
+/// Files a request with its flag; returns its number.
+pub fn file(request: Request, flag: bool) -> u64 {
     let mut shared = SHARED.exclusive();
     let handshake = shared.handshake_mut(request);
+    handshake.flag = if handshake.requested == handshake.taken {
+        flag
+    } else {
+        handshake.flag && flag
+    };
     handshake.requested += 1;
     handshake.requested
 }
 
-/// For the worker: the newest request of this kind not yet served, if any.
-pub fn pending(request: Request) -> Option<u64> {
-    let shared = SHARED.share();
-    let handshake = shared.handshake(request);
-    (handshake.requested > handshake.completed).then_some(handshake.requested)
+/// For the worker: takes up the newest request of this kind not yet taken, if any, with
+/// its flag; [`complete`] with the number it returned answers every request up to it.
+pub fn take(request: Request) -> Option<(u64, bool)> {
+    let mut shared = SHARED.exclusive();
+    let handshake = shared.handshake_mut(request);
+    if handshake.requested > handshake.taken {
+        handshake.taken = handshake.requested;
+        Some((handshake.requested, handshake.flag))
+    } else {
+        None
+    }
+}
+
+/// For a worker that just started: requests an earlier worker took up but did not finish
+/// (it exited) are served again.
+pub fn worker_started() {
+    let mut shared = SHARED.exclusive();
+    for request in [Request::Reset, Request::Reload] {
+        let handshake = shared.handshake_mut(request);
+        handshake.taken = handshake.completed;
+    }
 }
 
 /// For the worker: marks requests up to `number` served with `result`.

@@ -8,8 +8,10 @@ use pgrx::JsonB;
 
 use crate::shared::{self, Request};
 
-/// How long `reset()` waits for the worker.
+/// How long `reset()` waits for the worker: twice the bound of the worker's own network
+/// work for a reset, so a refusal for a primary that does not answer reaches the caller.
 const RESET_TIMEOUT: Duration = Duration::from_secs(60);
+const _: () = assert!(RESET_TIMEOUT.as_secs() >= 2 * engine::host::RELEASE_TIMEOUT.as_secs());
 /// How long `reload()` waits for the worker.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -54,11 +56,13 @@ fn status() -> JsonB {
     JsonB(value)
 }
 
-/// Asks the worker to drop its replication state and storage and start over. Waits for
-/// the worker and returns what it did.
+/// Asks the worker to drop its replication slots and storage and start over. Waits for
+/// the worker and returns what it did. When a slot cannot be dropped (primary not
+/// reachable, slot in use, configuration not loadable) it removes nothing, unless `force`:
+/// then the stores go anyway and the result names the slots left on the primary.
 #[pg_extern]
-fn reset() -> JsonB {
-    serve(Request::Reset, "reset", RESET_TIMEOUT)
+fn reset(force: default!(bool, false)) -> JsonB {
+    serve(Request::Reset, force, "reset", RESET_TIMEOUT)
 }
 
 /// Asks the worker to re-read postgresql.conf and its configuration file now, as
@@ -67,13 +71,13 @@ fn reset() -> JsonB {
 /// invalid rules or keys change nothing and return the error.
 #[pg_extern]
 fn reload() -> JsonB {
-    serve(Request::Reload, "reload", RELOAD_TIMEOUT)
+    serve(Request::Reload, false, "reload", RELOAD_TIMEOUT)
 }
 
-/// Files `request`, waits for the worker to serve it and returns its result.
-fn serve(request: Request, name: &str, timeout: Duration) -> JsonB {
+/// Files `request` (with `flag`), waits for the worker to serve it and returns its result.
+fn serve(request: Request, flag: bool, name: &str, timeout: Duration) -> JsonB {
     require_preloaded();
-    let number = shared::file(request);
+    let number = shared::file(request, flag);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(text) = shared::result(request, number) {
@@ -97,14 +101,14 @@ fn serve(request: Request, name: &str, timeout: Duration) -> JsonB {
 
 extension_sql!(
     r#"
-REVOKE ALL ON FUNCTION reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION reset(boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION reload() FROM PUBLIC;
 REVOKE ALL ON FUNCTION status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA powersync_mdbx TO pg_monitor;
 GRANT EXECUTE ON FUNCTION status() TO pg_monitor;
 COMMENT ON FUNCTION reload() IS 'Re-reads the configuration now; changed sync rules are built beside the served ones and switched to once caught up.';
 COMMENT ON FUNCTION status() IS 'Status of the powersync_mdbx background worker (jsonb).';
-COMMENT ON FUNCTION reset() IS 'Drops the worker''s replication state and storage and starts over.';
+COMMENT ON FUNCTION reset(boolean) IS 'Drops the worker''s replication slots and storage and starts over; removes nothing when a slot cannot be dropped, unless force => true.';
 CREATE FUNCTION replication() RETURNS TABLE(
     phase text, slot text, consistent_point pg_lsn, applied_lsn pg_lsn, primary_lsn pg_lsn,
     lag_bytes bigint, retained_wal_bytes bigint, last_op_id bigint,

@@ -394,6 +394,52 @@ fn foreign_storage_is_refused_and_reset_rebuilds_our_own() {
 }
 
 #[test]
+fn reset_without_its_primary_refuses_unless_forced() {
+    let rig = Rig::new();
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    wait_phase(&replica, "streaming");
+    let store_id = replica.worker_status().unwrap()["store"]["store_id"].clone();
+    rig.primary.stop_fast();
+
+    let reply: Value = serde_json::from_str(&replica.sql("SELECT powersync_mdbx.reset()")).unwrap();
+    assert_eq!(reply["reset"], false, "{reply}");
+    assert_eq!(reply["force"], false, "{reply}");
+    let error = reply["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("PSM_E1004"), "{reply}");
+    assert!(
+        error.contains("SELECT pg_drop_replication_slot('powersync_mdbx')"),
+        "{reply}"
+    );
+    assert_eq!(reply["removed_files"], serde_json::json!([]), "{reply}");
+    assert!(store_dir(&replica).join("mdbx.dat").exists());
+
+    let reply: Value =
+        serde_json::from_str(&replica.sql("SELECT powersync_mdbx.reset(force => true)")).unwrap();
+    assert_eq!(reply["reset"], true, "{reply}");
+    assert_eq!(reply["force"], true, "{reply}");
+    assert_eq!(reply["slots_left"][0]["slot"], "powersync_mdbx", "{reply}");
+    assert!(
+        reply["warning"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("PSM_E1004")),
+        "{reply}"
+    );
+    assert_eq!(
+        reply["removed_files"],
+        serde_json::json!(["mdbx.dat", "mdbx.lck"]),
+        "{reply}"
+    );
+
+    // The slot left behind is the operator's to drop; then the replica builds anew.
+    rig.primary.start();
+    rig.primary
+        .sql(reply["slots_left"][0]["drop_by_hand"].as_str().unwrap());
+    replica.sql("SELECT powersync_mdbx.reload()");
+    let s = wait_phase(&replica, "streaming");
+    assert_ne!(s["store"]["store_id"], store_id, "a new store");
+}
+
+#[test]
 fn functions_without_preload_explain_the_fix() {
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);

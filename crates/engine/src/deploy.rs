@@ -38,6 +38,8 @@ pub(super) struct Generations {
     source: SourceConnection,
     status: Arc<StatusCell>,
     head: PrimaryHead,
+    /// Given to every generation's stream (see [`crate::EngineConfig`]).
+    write_checkpoint_max_age: std::time::Duration,
     /// The served generation.
     pub active: Generation,
     build: Option<Build>,
@@ -62,6 +64,7 @@ impl Generations {
         source: SourceConnection,
         config_rules: &str,
         status: Arc<StatusCell>,
+        write_checkpoint_max_age: std::time::Duration,
     ) -> Result<Self, EngineError> {
         let active_dir = blocking({
             let root = root.clone();
@@ -86,7 +89,8 @@ impl Generations {
             _ => config_rules.to_owned(),
         };
         let slot = slot_for(&slot_base, &root, &active_dir, number);
-        let active = Generation::new(opened, number, &text, slot, source.clone(), true)?;
+        let mut active = Generation::new(opened, number, &text, slot, source.clone(), true)?;
+        active.write_checkpoint_max_age = write_checkpoint_max_age;
         let head = PrimaryHead::new(source.clone());
         let mut generations = Self {
             root,
@@ -94,6 +98,7 @@ impl Generations {
             source,
             status,
             head,
+            write_checkpoint_max_age,
             active,
             build: None,
             retiring: JoinSet::new(),

@@ -96,6 +96,8 @@ pub(super) struct Generation {
     /// True while this generation is the served one (its replication then reports into
     /// the engine's own status fields, otherwise into the deploy's).
     serving: Arc<AtomicBool>,
+    /// Write-checkpoint requests older than this are removed by its stream's applier.
+    pub write_checkpoint_max_age: std::time::Duration,
 }
 
 impl Generation {
@@ -129,6 +131,7 @@ impl Generation {
             stop: watch::Sender::new(false),
             task: None,
             serving: Arc::new(AtomicBool::new(serving)),
+            write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
         })
     }
 
@@ -178,6 +181,7 @@ impl Generation {
             published: self.published.clone(),
             progress: self.stream_progress.clone(),
             liveness: replication::Liveness::default(),
+            write_checkpoint_max_age: self.write_checkpoint_max_age,
         };
         let reporter = Reporter {
             status,

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use crate::{Engine, EngineConfig, EngineError, EngineHandle};
 use config::{ConfigError, ServiceConfig};
+use reset::Reset;
+pub use reset::{ResetError, SlotLeft, RELEASE_TIMEOUT};
 use status::{ErrorReport, Phase, StatusCell};
 
 /// While waiting for the operator, the host quietly retries this often (a fixed file or a
@@ -73,6 +75,12 @@ pub struct Host {
     failures: u32,
     /// When the running engine was started.
     started_at: Option<Instant>,
+    /// The reset in progress.
+    reset: Option<Reset>,
+    /// What the last reset did, until taken.
+    reset_result: Option<serde_json::Value>,
+    /// The bound of a reset's network work.
+    release_timeout: Duration,
 }
 
 impl Host {
@@ -96,6 +104,9 @@ impl Host {
             exit_requested: false,
             failures: 0,
             started_at: None,
+            reset: None,
+            reset_result: None,
+            release_timeout: RELEASE_TIMEOUT,
         }
     }
 
@@ -119,6 +130,11 @@ impl Host {
     pub fn reload(&mut self, settings: HostSettings) -> serde_json::Value {
         // The operator acted: a fault seen before starts a fresh count.
         self.failures = 0;
+        if self.reset.is_some() {
+            // The engine starts with them once the reset has finished.
+            self.settings = settings;
+            return reload_result("after_reset", None);
+        }
         let changed_settings = settings != self.settings;
         self.settings = settings;
         self.status.update(|s| {
@@ -184,6 +200,10 @@ impl Host {
         if self.exit_requested {
             return Tick::Exit(1);
         }
+        self.poll_reset();
+        if self.reset.is_some() {
+            return Tick::Continue;
+        }
         if let Some(result) = self.engine.as_ref().and_then(EngineHandle::finished) {
             self.engine = None;
             self.running_config = None;
@@ -199,111 +219,95 @@ impl Host {
         Tick::Continue
     }
 
-    /// Stops the engine, removes the store's files and starts again. Returns what it did,
-    /// for `powersync_mdbx.reset()`.
-    pub fn reset(&mut self) -> serde_json::Value {
-        tracing::info!("reset requested");
+    /// Starts `powersync_mdbx.reset()`: stops the engine, checks that every store is
+    /// ours, and starts dropping their slots on a thread of its own. [`Self::tick`]
+    /// carries it on; once it removed the stores (or refused), the engine starts again
+    /// and [`Self::take_reset_result`] returns what it did. Without `force`, a slot that
+    /// could not be dropped leaves everything in place; with it, the stores go and the
+    /// result names the slots left. A reset already running is not started twice.
+    pub fn start_reset(&mut self, force: bool) {
+        if self.reset.is_some() {
+            return;
+        }
+        tracing::info!(force, "reset requested");
         self.failures = 0;
+        self.retry_at = None;
         let was_running = self.engine.is_some();
         if !self.stop_engine() {
             // Removing the store under engine threads that still run could lose the
             // reset's effect or their writes: restart the process and let the operator
             // call reset() again.
             self.exit_requested = true;
-            return serde_json::json!({
+            self.reset_result = Some(serde_json::json!({
                 "reset": false,
                 "error": "the engine did not stop in time; nothing was removed and the worker \
                           process restarts: run SELECT powersync_mdbx.reset() again once \
                           status() shows it running",
                 "engine_was_running": was_running,
-            });
+            }));
+            return;
         }
         self.status.update(|s| {
             s.phase = Phase::Resetting;
             s.ready = false;
         });
-        let dir = self.settings.storage_dir.clone();
-        // Every store: the served one, and a deploy's build or a retired generation the
-        // engine had not removed yet.
-        let (stores, mut error) = match store::active_dir(&dir).and_then(|active| {
-            let mut all = vec![active.clone()];
-            all.extend(store::other_stores(&dir, &active)?);
-            Ok(all)
-        }) {
-            Ok(stores) => (stores, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
-        };
-        // The slots first: storage without its slot can be rebuilt, a slot without its
-        // storage would be refused as foreign on the next start.
-        let mut slots = Vec::new();
-        for store_dir in &stores {
-            if error.is_some() {
-                break;
-            }
-            match self.release_slot(store_dir) {
-                Ok(slot) => slots.extend(slot),
-                Err(e) => error = Some(e),
+        let mut reset = Reset::survey(
+            &self.settings.storage_dir,
+            &self.settings.slot_name,
+            force,
+            was_running,
+            self.guard,
+        );
+        if reset.needs_primary() {
+            match self.load() {
+                Ok(config) => {
+                    reset.release(config.service.source, self.release_timeout, self.guard)
+                }
+                Err(e) => reset.cannot_release(&format!(
+                    "the configuration cannot be loaded, so the primary cannot be reached: {e}"
+                )),
             }
         }
-        // The rebuilt data gets new bucket names. Advanced before the files go: a store
-        // left in place keeps the generation recorded in its own data.
-        let has_store = stores
-            .iter()
-            .any(|d| d.join(store::STORE_FILES[0]).exists());
-        let mut generation = None;
-        let mut removed_files = Vec::new();
-        if error.is_none() {
-            let removed = has_store
-                .then(|| store::advance_generation(&dir))
-                .transpose()
-                .and_then(|g| {
-                    generation = g;
-                    for store_dir in &stores {
-                        removed_files.extend(store::remove_store(&dir, store_dir)?);
-                    }
-                    store::remove_active_file(&dir)
-                });
-            error = removed.err().map(|e| e.to_string());
-        }
-        let slot_dropped = slots.first().cloned();
-        self.start();
-        serde_json::json!({
-            "reset": error.is_none(),
-            "storage_dir": dir.display().to_string(),
-            "removed_files": removed_files,
-            "bucket_generation": generation,
-            "slot_dropped": slot_dropped,
-            "slots_dropped": slots,
-            "engine_was_running": was_running,
-            "error": error,
-            "engine_restarted": self.engine.is_some(),
-        })
+        self.reset = Some(reset);
+        self.poll_reset();
     }
 
-    /// Drops the slot the stored data owns, on a short-lived runtime created with the
-    /// host's spawn guard. Without a usable configuration there is nothing to reach.
-    fn release_slot(&self, dir: &std::path::Path) -> Result<Option<String>, String> {
-        let Ok(config) = self.load() else {
-            return Ok(None);
+    /// True while a reset waits for its slots to be released.
+    pub fn resetting(&self) -> bool {
+        self.reset.is_some()
+    }
+
+    /// The result of the last reset, once it has finished (taken once).
+    pub fn take_reset_result(&mut self) -> Option<serde_json::Value> {
+        self.reset_result.take()
+    }
+
+    /// Sets the bound of a reset's network work (tests shorten it; see
+    /// [`RELEASE_TIMEOUT`]).
+    pub fn set_release_timeout(&mut self, timeout: Duration) {
+        self.release_timeout = timeout;
+    }
+
+    /// Finishes the reset in progress once its slots are answered for.
+    fn poll_reset(&mut self) {
+        if !self.reset.as_mut().is_some_and(Reset::poll) {
+            return;
+        }
+        let Some(reset) = self.reset.take() else {
+            return;
         };
-        let mut result = Err("the reset could not start its runtime".to_owned());
-        (self.guard)(&mut || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            result = match runtime {
-                Ok(rt) => rt
-                    .block_on(replication::release_slot(&config.service.source, dir))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-        });
-        result
+        let mut report = reset.finish();
+        self.start();
+        report["engine_restarted"] = self.engine.is_some().into();
+        self.reset_result = Some(report);
     }
 
     /// Stops the engine for good (process exit). Returns false if its threads did not end
     /// within [`STOP_TIMEOUT`].
     pub fn shutdown(&mut self) -> bool {
+        if let Some(reset) = self.reset.take() {
+            self.reset_result = Some(reset.interrupted());
+        }
         let joined = self.stop_engine();
         self.status.update(|s| {
             s.phase = Phase::Stopped;
@@ -327,6 +331,7 @@ impl Host {
             slot_name: self.settings.slot_name.clone(),
             admin_socket: self.settings.admin_socket.clone(),
             http_limits: None,
+            write_checkpoint_max_age: None,
         })
     }
 
@@ -438,5 +443,6 @@ fn reload_result(outcome: &str, error: Option<String>) -> serde_json::Value {
     serde_json::json!({ "reloaded": error.is_none(), "outcome": outcome, "error": error })
 }
 
+mod reset;
 #[cfg(test)]
 mod tests;

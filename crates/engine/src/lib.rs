@@ -44,6 +44,9 @@ pub struct EngineConfig {
     /// The HTTP server's limits (`None`: derived from the descriptors the process may
     /// hold, [`http::HttpLimits::for_open_files`]).
     pub http_limits: Option<http::HttpLimits>,
+    /// How long write-checkpoint requests are kept (`None`:
+    /// [`replication::WRITE_CHECKPOINT_MAX_AGE`]; tests shorten it).
+    pub write_checkpoint_max_age: Option<std::time::Duration>,
 }
 
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.

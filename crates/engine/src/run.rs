@@ -105,6 +105,9 @@ async fn run_engine(
         config.service.source.clone(),
         &configured,
         status.clone(),
+        config
+            .write_checkpoint_max_age
+            .unwrap_or(replication::WRITE_CHECKPOINT_MAX_AGE),
     )
     .await?;
     let result = serve_generations(&config, &status, &mut generations, rules, stop, halt).await;

@@ -19,6 +19,7 @@ fn config(dir: &Path, port: u16) -> EngineConfig {
         slot_name: "powersync_mdbx_test".into(),
         admin_socket: None,
         http_limits: None,
+        write_checkpoint_max_age: None,
     }
 }
 

@@ -44,6 +44,20 @@ impl EngineRig {
         extra_yaml: &str,
         http_limits: Option<HttpLimits>,
     ) -> Self {
+        Self::start_edited(schema, rules, slot, extra_yaml, |config| {
+            config.http_limits = http_limits;
+        })
+    }
+
+    /// [`Self::start_with`] whose engine configuration `edit` changes before the start
+    /// (limits, ages).
+    pub fn start_edited(
+        schema: &str,
+        rules: &str,
+        slot: &str,
+        extra_yaml: &str,
+        edit: impl FnOnce(&mut EngineConfig),
+    ) -> Self {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
@@ -51,7 +65,7 @@ impl EngineRig {
         let store = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut config = engine_config(&primary, store.path(), port, rules, slot, extra_yaml);
-        config.http_limits = http_limits;
+        edit(&mut config);
         let status = Arc::new(StatusCell::new(std::process::id()));
         let engine = Engine::start(config.clone(), status.clone()).unwrap();
         let rig = Self {
@@ -147,6 +161,7 @@ fn engine_config(
             slot_name: slot.into(),
             admin_socket: None,
             http_limits: None,
+            write_checkpoint_max_age: None,
         }
     }
 }

@@ -348,3 +348,65 @@ fn write_checkpoints_are_rate_limited_per_user() {
     );
     assert!(ask("u2").starts_with("HTTP/1.1 200"));
 }
+
+/// Clients that invent client ids leave one write-checkpoint request each; the writer
+/// removes those older than the age (1 s here, 24 h by default) once a checkpoint passed
+/// them, in its own transactions, while replication goes on.
+#[test]
+fn old_write_checkpoint_requests_are_expired_by_the_writer() {
+    let rig = EngineRig::start_edited(SCHEMA, RULES, "psm_wc_expiry", "", |config| {
+        config.write_checkpoint_max_age = Some(std::time::Duration::from_secs(1));
+    });
+    let metric = || -> u64 {
+        let mut s = TcpStream::connect(("127.0.0.1", rig.port)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("powersync_mdbx_write_checkpoints_expired_total ")?
+                    .parse()
+                    .ok()
+            })
+            .expect("the counter is exported")
+    };
+    assert_eq!(metric(), 0);
+    // Three users, ten invented client ids each (within the per-user rate).
+    for user in ["u1", "u2", "u3"] {
+        let token = token(user, 600);
+        for i in 0..10 {
+            write_checkpoint(rig.port, &token, &format!("invented-{i}"));
+        }
+    }
+    // Each request's ping reaches the writer; one every poll keeps transactions coming.
+    let poller = token("u4", 600);
+    let expired = testkit::wait_for("the writer expiring the invented requests", || {
+        write_checkpoint(rig.port, &poller, "poller");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let expired = metric();
+        if expired >= 30 {
+            Ok(expired)
+        } else {
+            Err(expired)
+        }
+    });
+    assert!(expired >= 30, "{expired}");
+    // Replication went on meanwhile: a change on the primary still reaches the store.
+    rig.primary
+        .sql("INSERT INTO lists VALUES ('l-after-expiry', 'u1')");
+    let (status, mut lines) = post(
+        rig.port,
+        Some(&token("u1", 600)),
+        "application/x-ndjson",
+        &json!({"buckets": [], "raw_data": true, "client_id": "c9"}).to_string(),
+    );
+    assert_eq!(status, 200);
+    let lines = lines.until_complete();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.to_string().contains("l-after-expiry")),
+        "the row applied after the sweep is served"
+    );
+}

@@ -158,6 +158,13 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
         "Bucket ops the stream committed (PUT, REMOVE, MOVE and CLEAR; the op id advance).",
         progress.ops.load(Relaxed),
     );
+    e.single_u64(
+        "powersync_mdbx_write_checkpoints_expired_total",
+        Kind::Counter,
+        "Write-checkpoint requests removed as older than their age (24 h by default) after \
+         a published checkpoint had passed them.",
+        progress.write_checkpoints_expired.load(Relaxed),
+    );
     e.histogram(
         "powersync_mdbx_checkpoint_publish_seconds",
         "Per source transaction: from the arrival of its Commit message on the replication \

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use pg_walstream::{ColumnValue, RowData, SharedLsnFeedback};
 use tokio::sync::{mpsc, watch};
 
+use super::expiry::Sweep;
 use super::intent::IntentTable;
 use super::toast::stash_for;
 use super::ReplicationError;
@@ -103,6 +104,8 @@ pub struct StreamProgress {
     pub publish_latency: Histogram,
     /// Transactions received and not published yet (for the lag in seconds).
     pub pending: PendingCommits,
+    /// Write-checkpoint requests the applier removed as old (`expiry`).
+    pub write_checkpoints_expired: std::sync::atomic::AtomicU64,
 }
 
 impl StreamProgress {
@@ -184,6 +187,8 @@ pub(super) struct Applier {
     pub progress: Arc<StreamProgress>,
     /// Per bucket id: compactable ops not compacted yet.
     pub debt: HashMap<u32, u64>,
+    /// The sweep of old write-checkpoint requests.
+    pub sweep: Sweep,
 }
 
 impl Applier {
@@ -201,7 +206,10 @@ impl Applier {
             };
             match next {
                 Change::Advance { lsn } if lsn > self.durable.lsn => {
-                    let ((), checkpoint) = self.store.write(lsn, |_| Ok(()))?;
+                    let reached = self.durable.lsn;
+                    let ((), checkpoint) = self
+                        .store
+                        .write(lsn, |w| self.sweep.run(w, reached, &self.progress))?;
                     self.publish(checkpoint);
                 }
                 Change::Advance { .. } => {}
@@ -228,6 +236,7 @@ impl Applier {
         use std::sync::atomic::Ordering::Relaxed;
         let durable_lsn = self.durable.lsn;
         let mut debt = std::mem::take(&mut self.debt);
+        let mut sweep = std::mem::take(&mut self.sweep);
         let this = &*self;
         let ((held, commit_times, changes), checkpoint) =
             self.store.write_with(durable_lsn, |w| {
@@ -266,10 +275,12 @@ impl Applier {
                         Err(_) => None,
                     };
                     compact(w, &mut debt)?;
+                    sweep.run(w, durable_lsn, &this.progress)?;
                     return Ok((held, commit_times, changes));
                 }
             })?;
         self.debt = debt;
+        self.sweep = sweep;
         self.progress.uncommitted.store(0, Relaxed);
         self.progress
             .transactions

@@ -99,7 +99,10 @@ impl BootstrapIntent {
         serde_json::from_slice(bytes).map_err(|e| ReplicationError::Ownership {
             code: "PSM_B1000",
             message: format!(
-                "the stored bootstrap record does not parse ({e}); run SELECT powersync_mdbx.reset()"
+                "the stored bootstrap record does not parse ({e}), so the slot the store owns \
+                 is not known: drop it on the primary by hand (pg_replication_slots, named \
+                 like powersync_mdbx.slot_name), then run SELECT \
+                 powersync_mdbx.reset(force => true)"
             ),
         })
     }

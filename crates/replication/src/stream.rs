@@ -37,6 +37,9 @@ pub struct StreamContext {
     pub progress: Arc<StreamProgress>,
     /// When a silent stream is checked and given up.
     pub liveness: Liveness,
+    /// Write-checkpoint requests older than this are removed once reached
+    /// ([`crate::WRITE_CHECKPOINT_MAX_AGE`] by default).
+    pub write_checkpoint_max_age: std::time::Duration,
 }
 
 /// How long a stopping stream waits for the primary to end replication.
@@ -96,6 +99,7 @@ pub async fn follow_slot(
         feedback: stream.shared_lsn_feedback.clone(),
         progress: context.progress.clone(),
         debt: HashMap::new(),
+        sweep: super::expiry::Sweep::new(context.write_checkpoint_max_age),
     };
     let applying = std::thread::Builder::new()
         .name("psm-stream-apply".into())

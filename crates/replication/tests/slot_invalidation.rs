@@ -118,6 +118,7 @@ fn start(
         published,
         progress: Arc::new(StreamProgress::default()),
         liveness: replication::Liveness::default(),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = plan.clone();

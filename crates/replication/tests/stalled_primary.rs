@@ -120,6 +120,7 @@ fn follow(rig: &Rig) -> Following {
         published,
         progress: progress.clone(),
         liveness: LIVENESS,
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();

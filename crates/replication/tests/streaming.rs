@@ -122,6 +122,7 @@ fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
         published,
         progress: progress.clone(),
         liveness: replication::Liveness::default(),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();

@@ -169,6 +169,7 @@ async fn verify_full_with_the_ca_bootstraps_and_streams() {
         published,
         progress: Arc::new(StreamProgress::default()),
         liveness: replication::Liveness::default(),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
     let task_plan = plan.clone();
@@ -366,6 +367,7 @@ async fn follow(
         published,
         progress: Arc::new(StreamProgress::default()),
         liveness: replication::Liveness::default(),
+        write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (_stop, stopped) = watch::channel(false);
     wait_for_future(

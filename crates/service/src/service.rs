@@ -150,7 +150,7 @@ impl SyncService {
         let store = self.current().store.clone();
         let dir = store.dir().to_owned();
         on_blocking_thread(&dir, "record a write checkpoint", move || {
-            store.put_stage_record(&key, &lsn.to_le_bytes())
+            store.put_stage_record(&key, &crate::write_checkpoint::record_value(lsn))
         })
         .await
     }

@@ -8,10 +8,10 @@
 //! storage resets, which a per-key counter would not.
 
 use sha2::{Digest, Sha256};
-use store::{ReadTxn, StoreError};
+use store::{ReadTxn, StoreError, WriteCheckpointRecord};
 
 /// The start of every request's stage-record key.
-pub const RECORD_PREFIX: &str = "write_checkpoint/";
+pub const RECORD_PREFIX: &str = store::WRITE_CHECKPOINT_PREFIX;
 
 /// Stage-record key of a user's (and client's) latest request: the prefix and the
 /// SHA-256 of the length-prefixed ids, in hex. Fixed in length whatever the token's `sub`
@@ -31,12 +31,21 @@ pub fn record_key(user_id: &str, client_id: Option<&str>) -> String {
     format!("{RECORD_PREFIX}{:x}", hash.finalize())
 }
 
-/// The LSN a user/client last asked for, if any.
+/// The stored value of a request for `lsn` made now (the writer expires it once it is
+/// old, `store::Expiry`).
+pub fn record_value(lsn: u64) -> [u8; 16] {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    WriteCheckpointRecord::encode(lsn, now)
+}
+
+/// The LSN a user/client last asked for, if any (records of either format).
 pub fn requested(view: &ReadTxn<'_, '_>, key: &str) -> Result<Option<u64>, StoreError> {
-    Ok(view.stage_record(key)?.and_then(|bytes| {
-        let array: [u8; 8] = bytes.as_slice().try_into().ok()?;
-        Some(u64::from_le_bytes(array))
-    }))
+    Ok(view
+        .stage_record(key)?
+        .and_then(|bytes| WriteCheckpointRecord::decode(&bytes))
+        .map(|record| record.lsn))
 }
 
 /// What a connection reports at a checkpoint of `checkpoint_lsn`.
@@ -72,9 +81,13 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let store = store::Store::open(&dir.path().join("store")).unwrap();
-        store.put_stage_record(&key, &42u64.to_le_bytes()).unwrap();
+        store.put_stage_record(&key, &record_value(42)).unwrap();
         let got = store.read(|view| requested(view, &key)).unwrap();
         assert_eq!(got, Some(42));
+        // A record of an earlier build (the LSN alone) still reads.
+        store.put_stage_record(&key, &43u64.to_le_bytes()).unwrap();
+        let got = store.read(|view| requested(view, &key)).unwrap();
+        assert_eq!(got, Some(43));
     }
 
     #[test]

@@ -84,8 +84,10 @@ pub enum StoreError {
     /// libmdbx file): nothing is served from it.
     #[error(
         "PSM_S1009 storage {path}: the data file is damaged ({source}); nothing is served \
-         from it; run SELECT powersync_mdbx.reset() to rebuild it from the primary, or \
-         restore the directory from a copy of a stopped replica"
+         from it, and reset() leaves it alone (it cannot show the file is a powersync_mdbx \
+         store): move mdbx.dat and mdbx.lck out of that directory and drop the store's \
+         replication slot on the primary by hand, then reload; or restore the directory \
+         from a copy of a stopped replica"
     )]
     Damaged {
         /// The directory.

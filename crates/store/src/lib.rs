@@ -24,6 +24,7 @@ mod reader;
 mod record;
 mod stored_row;
 mod tables;
+mod write_checkpoints;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -42,10 +43,11 @@ pub use identity::identity_key;
 pub use layout::{
     active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active,
 };
-pub use meta::{stage_record_of_any_format, StoreIdentity, FORMAT};
+pub use meta::{inspect_data_file, stage_record_of_any_format, DataFile, StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
 pub use prepared::{PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
+pub use write_checkpoints::{Expiry, ExpiryPass, WriteCheckpointRecord, WRITE_CHECKPOINT_PREFIX};
 pub use writer::{LookupPut, RowPut, Stash, WriteTxn};
 
 /// Named tables the environment reserves slots for.

@@ -102,17 +102,15 @@ fn random_id() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// The prefix of every powersync_mdbx store format (`FORMAT` is one of them).
+const FORMAT_PREFIX: &str = "powersync_mdbx/store/";
+
 /// A stage record (`stage.<key>` in the meta table) of a store of any powersync_mdbx
 /// format, read without opening it as a store: `reset()` needs the slot a store of an
 /// older format owns. `None` when there is no such store or record.
 pub fn stage_record_of_any_format(dir: &Path, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
     let mdbx = |action| move |e| StoreError::mdbx(dir, action, e);
-    let options = libmdbx::DatabaseOptions {
-        max_tables: Some(64),
-        mode: libmdbx::Mode::ReadOnly,
-        ..Default::default()
-    };
-    let db = Database::<NoWriteMap>::open_with_options(dir, options).map_err(mdbx("open"))?;
+    let db = open_read_only(dir).map_err(mdbx("open"))?;
     let txn = db.begin_ro_txn().map_err(mdbx("begin a read"))?;
     let table = match txn.open_table(Some(META_TABLE)) {
         Ok(table) => table,
@@ -120,9 +118,102 @@ pub fn stage_record_of_any_format(dir: &Path, key: &str) -> Result<Option<Vec<u8
         Err(e) => return Err(mdbx("open the meta table")(e)),
     };
     let format: Option<Vec<u8>> = txn.get(&table, KEY_FORMAT).map_err(mdbx("read meta"))?;
-    if !format.is_some_and(|f| f.starts_with(b"powersync_mdbx/store/")) {
+    if !format.is_some_and(|f| f.starts_with(FORMAT_PREFIX.as_bytes())) {
         return Ok(None);
     }
     txn.get(&table, format!("stage.{key}").as_bytes())
         .map_err(mdbx("read a stage record"))
+}
+
+fn open_read_only(dir: &Path) -> Result<Database<NoWriteMap>, libmdbx::Error> {
+    let options = libmdbx::DatabaseOptions {
+        max_tables: Some(64),
+        mode: libmdbx::Mode::ReadOnly,
+        ..Default::default()
+    };
+    Database::<NoWriteMap>::open_with_options(dir, options)
+}
+
+/// What the data file of a store directory is. `reset()` removes only its own stores:
+/// a directory whose data file is anything but [`DataFile::Ours`] keeps all it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataFile {
+    /// The directory holds no data file.
+    Absent,
+    /// A powersync_mdbx store (of any format).
+    Ours {
+        /// The format it records.
+        format: String,
+        /// The stage record asked for: absent, or why it cannot be read.
+        record: Result<Option<Vec<u8>>, String>,
+    },
+    /// Not shown to be a powersync_mdbx store: an MDBX environment without this
+    /// project's metadata, a file libmdbx cannot open (another program's, damaged), or
+    /// one that cannot be read.
+    NotOurs {
+        /// Which of these, for the operator.
+        reason: String,
+    },
+}
+
+/// Reads what the data file in `dir` is, read-only and without opening it as a store
+/// (any powersync_mdbx format is ours), with its stage record `key` when it is ours.
+///
+/// libmdbx may start a thread here: call it from a thread with all signals blocked.
+pub fn inspect_data_file(dir: &Path, key: &str) -> DataFile {
+    let not_ours = |reason: String| DataFile::NotOurs { reason };
+    let path = dir.join(super::dir::DATA_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DataFile::Absent,
+        Err(e) => return not_ours(format!("it cannot be inspected: {e}")),
+        Ok(meta) if !meta.is_file() => {
+            return not_ours("it is not a regular file".into());
+        }
+        Ok(_) => {}
+    }
+    // libmdbx creates the lock file to open even a file it then refuses: one that the
+    // inspection created beside a file that is not ours is taken away again.
+    let lock = dir.join(super::dir::STORE_FILES[1]);
+    let lock_existed = lock.exists();
+    let found = inspect_environment(dir, key);
+    if matches!(found, DataFile::NotOurs { .. }) && !lock_existed {
+        let _ = std::fs::remove_file(&lock);
+    }
+    found
+}
+
+fn inspect_environment(dir: &Path, key: &str) -> DataFile {
+    let not_ours = |reason: String| DataFile::NotOurs { reason };
+    let db = match open_read_only(dir) {
+        Ok(db) => db,
+        Err(e) => return not_ours(format!("libmdbx cannot open it: {e}")),
+    };
+    let read = || -> Result<DataFile, libmdbx::Error> {
+        let txn = db.begin_ro_txn()?;
+        let table = match txn.open_table(Some(META_TABLE)) {
+            Ok(table) => table,
+            Err(libmdbx::Error::NotFound) => {
+                return Ok(not_ours(
+                    "an MDBX environment without powersync_mdbx metadata".into(),
+                ))
+            }
+            Err(e) => return Err(e),
+        };
+        let format: Option<Vec<u8>> = txn.get(&table, KEY_FORMAT)?;
+        let format = match format {
+            Some(f) if f.starts_with(FORMAT_PREFIX.as_bytes()) => {
+                String::from_utf8_lossy(&f).into_owned()
+            }
+            _ => {
+                return Ok(not_ours(
+                    "an MDBX environment whose metadata names no powersync_mdbx format".into(),
+                ))
+            }
+        };
+        let record = txn
+            .get::<Vec<u8>>(&table, format!("stage.{key}").as_bytes())
+            .map_err(|e| e.to_string());
+        Ok(DataFile::Ours { format, record })
+    };
+    read().unwrap_or_else(|e| not_ours(format!("libmdbx cannot read it: {e}")))
 }

@@ -136,3 +136,206 @@ fn a_store_of_another_format_still_shows_its_stage_records() {
     );
     assert_eq!(stage_record_of_any_format(&dir, "other").unwrap(), None);
 }
+
+#[test]
+fn only_a_powersync_mdbx_store_is_ours() {
+    let root = tempfile::tempdir().unwrap();
+    let entries = |dir: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let dir = root.path().join("absent");
+    std::fs::create_dir(&dir).unwrap();
+    assert_eq!(inspect_data_file(&dir, "bootstrap"), DataFile::Absent);
+
+    // Ours, of this format and of another one, with and without the record.
+    let dir = root.path().join("ours");
+    let store = Store::open(&dir).unwrap();
+    store.put_stage_record("bootstrap", b"{}").unwrap();
+    drop(store);
+    let ours = |format: &str| DataFile::Ours {
+        format: format.into(),
+        record: Ok(Some(b"{}".to_vec())),
+    };
+    assert_eq!(inspect_data_file(&dir, "bootstrap"), ours(FORMAT));
+    set_format(&dir, b"powersync_mdbx/store/2");
+    assert_eq!(
+        inspect_data_file(&dir, "bootstrap"),
+        ours("powersync_mdbx/store/2")
+    );
+    assert!(matches!(
+        inspect_data_file(&dir, "other"),
+        DataFile::Ours {
+            record: Ok(None),
+            ..
+        }
+    ));
+    // Another program's metadata in a table of the same name is not ours.
+    set_format(&dir, b"their_program/1");
+    assert!(matches!(
+        inspect_data_file(&dir, "bootstrap"),
+        DataFile::NotOurs { .. }
+    ));
+
+    // An MDBX environment another program wrote.
+    let dir = root.path().join("foreign");
+    std::fs::create_dir(&dir).unwrap();
+    {
+        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
+        let txn = db.begin_rw_txn().unwrap();
+        let t = txn.create_table(None, Default::default()).unwrap();
+        txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let before = entries(&dir);
+    match inspect_data_file(&dir, "bootstrap") {
+        DataFile::NotOurs { reason } => assert!(
+            reason.contains("without powersync_mdbx metadata"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(entries(&dir), before);
+
+    // A file that is no MDBX file, and a directory in the data file's place.
+    let dir = root.path().join("bytes");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("mdbx.dat"), vec![0x42u8; 64 * 1024]).unwrap();
+    match inspect_data_file(&dir, "bootstrap") {
+        DataFile::NotOurs { reason } => {
+            assert!(reason.contains("libmdbx cannot open it"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        entries(&dir),
+        vec!["mdbx.dat"],
+        "nothing was added beside it"
+    );
+    let dir = root.path().join("directory");
+    std::fs::create_dir_all(dir.join("mdbx.dat")).unwrap();
+    assert!(matches!(
+        inspect_data_file(&dir, "bootstrap"),
+        DataFile::NotOurs { .. }
+    ));
+}
+
+#[test]
+fn old_write_checkpoints_expire_once_reached_and_in_bounded_passes() {
+    const AGE: u64 = 86_400;
+    let root = tempfile::tempdir().unwrap();
+    let store = Store::open(&root.path().join("store")).unwrap();
+    let key = |name: &str| format!("{WRITE_CHECKPOINT_PREFIX}{name}");
+    store.put_stage_record("bootstrap", b"{}").unwrap();
+    store
+        .put_stage_records(&[
+            (
+                key("asked-long-ago"),
+                WriteCheckpointRecord::encode(50, 1_000).to_vec(),
+            ),
+            (
+                key("not-reached"),
+                WriteCheckpointRecord::encode(500, 1_000).to_vec(),
+            ),
+            (
+                key("recent"),
+                WriteCheckpointRecord::encode(60, 80_000).to_vec(),
+            ),
+            // Written by a build that stored the LSN alone.
+            (key("earlier-format"), 40u64.to_le_bytes().to_vec()),
+            (key("garbage"), b"xyz".to_vec()),
+        ])
+        .unwrap();
+    let expire = |now: u64| {
+        let expiry = Expiry {
+            now,
+            max_age: AGE,
+            reached_lsn: 100,
+            budget: 100,
+        };
+        store
+            .write(0, |w| w.expire_write_checkpoints(&expiry, None))
+            .unwrap()
+            .0
+    };
+    let left = || -> Vec<String> {
+        store
+            .read(|view| view.stage_records(WRITE_CHECKPOINT_PREFIX))
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k[WRITE_CHECKPOINT_PREFIX.len()..].to_owned())
+            .collect()
+    };
+
+    // Younger than the age: kept; the earlier format gets the pass's time.
+    let pass = expire(1_000 + AGE - 1);
+    assert_eq!(
+        (pass.examined, pass.expired, pass.stamped),
+        (5, 1, 1),
+        "{pass:?}"
+    );
+    assert_eq!(
+        left(),
+        ["asked-long-ago", "earlier-format", "not-reached", "recent"]
+    );
+    let stamped = store
+        .read(|view| view.stage_record(&key("earlier-format")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        WriteCheckpointRecord::decode(&stamped),
+        Some(WriteCheckpointRecord {
+            lsn: 40,
+            requested_at: Some(1_000 + AGE - 1)
+        })
+    );
+
+    // Past the age: gone, but not the one whose LSN no checkpoint has reached (a client
+    // may still wait for it), nor a younger one, nor other stage records.
+    let pass = expire(1_000 + AGE);
+    assert_eq!(pass.expired, 1, "{pass:?}");
+    assert_eq!(left(), ["earlier-format", "not-reached", "recent"]);
+    expire(1_000 + 2 * AGE);
+    assert_eq!(left(), ["not-reached"]);
+    assert!(store
+        .read(|view| view.stage_record("bootstrap"))
+        .unwrap()
+        .is_some());
+
+    // Many: each pass looks at no more than its budget and says where to go on.
+    let many: Vec<(String, Vec<u8>)> = (0..25)
+        .map(|i| {
+            (
+                key(&format!("c{i:02}")),
+                WriteCheckpointRecord::encode(1, 0).to_vec(),
+            )
+        })
+        .collect();
+    store.put_stage_records(&many).unwrap();
+    let expiry = Expiry {
+        now: AGE,
+        max_age: AGE,
+        reached_lsn: 100,
+        budget: 10,
+    };
+    let mut from: Option<Vec<u8>> = None;
+    let mut passes = Vec::new();
+    loop {
+        let pass = store
+            .write(0, |w| w.expire_write_checkpoints(&expiry, from.as_deref()))
+            .unwrap()
+            .0;
+        passes.push((pass.examined, pass.expired));
+        from = pass.resume;
+        if from.is_none() {
+            break;
+        }
+    }
+    assert_eq!(passes, [(10, 10), (10, 10), (6, 5)]);
+    assert_eq!(left(), ["not-reached"]);
+}

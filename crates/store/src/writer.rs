@@ -13,6 +13,7 @@
 
 mod buckets;
 mod compaction;
+mod expiry;
 mod lookups;
 pub(super) mod packing;
 mod rows;

@@ -132,7 +132,10 @@ impl Generations {
     ) -> Result<Generation, EngineError> {
         let opened = OpenedStore::open(dir.clone()).await?;
         let slot = slot_for(&self.slot_base, &self.root, &dir, number);
-        Generation::new(opened, number, text, slot, self.source.clone(), false)
+        let mut generation =
+            Generation::new(opened, number, text, slot, self.source.clone(), false)?;
+        generation.write_checkpoint_max_age = self.write_checkpoint_max_age;
+        Ok(generation)
     }
 
     /// Refreshes the deploy's progress in `status()` (from the engine's heartbeat).

@@ -144,7 +144,7 @@ fn reset_recreates_the_store_and_reload_restarts_only_on_change() {
         "unchanged config must not restart"
     );
 
-    let report = host.reset();
+    let report = reset_and_wait(&mut host, false);
     assert_eq!(report["reset"], true, "{report}");
     assert_eq!(
         report["removed_files"],
@@ -220,4 +220,381 @@ fn the_backoff_doubles_up_to_its_limit() {
     assert_eq!(restart_backoff(3), RESTART_BACKOFF_FIRST * 4);
     assert_eq!(restart_backoff(7), RESTART_BACKOFF_MAX);
     assert_eq!(restart_backoff(u32::MAX), RESTART_BACKOFF_MAX);
+}
+
+/// A store of ours in `dir` whose bootstrap record names `slot` on database `postgres`.
+fn store_owning_slot(dir: &Path, slot: &str) {
+    let store = store::Store::open(dir).unwrap();
+    let intent = replication::BootstrapIntent {
+        system_identifier: "7000000000000000001".into(),
+        timeline: Some(1),
+        database: "postgres".into(),
+        slot: slot.into(),
+        publication: "powersync".into(),
+        rules_hash: String::new(),
+        generation: 1,
+        tables: Vec::new(),
+        state: replication::BootstrapState::Complete,
+        consistent_point: Some(1),
+        rows: 0,
+    };
+    store
+        .put_stage_record(replication::BootstrapIntent::KEY, &intent.encode().unwrap())
+        .unwrap();
+}
+
+/// An MDBX environment another program wrote (no powersync_mdbx metadata) in `dir`.
+fn foreign_mdbx(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(dir).unwrap();
+    let txn = db.begin_rw_txn().unwrap();
+    let table = txn.create_table(None, Default::default()).unwrap();
+    txn.put(&table, b"their", b"data", libmdbx::WriteFlags::UPSERT)
+        .unwrap();
+    txn.commit().unwrap();
+}
+
+#[test]
+fn reset_removes_nothing_of_a_data_file_that_is_not_ours() {
+    for case in ["foreign MDBX environment", "not an MDBX file", "unreadable"] {
+        let dir = tempfile::tempdir().unwrap();
+        write_config(&dir.path().join("config.yaml"), free_port());
+        let root = dir.path().join("store");
+        // Our own store serves; the other store directory holds someone else's file.
+        drop(store::Store::open(&root).unwrap());
+        let other = root.join("g2");
+        match case {
+            "foreign MDBX environment" => foreign_mdbx(&other),
+            "not an MDBX file" => {
+                std::fs::create_dir(&other).unwrap();
+                std::fs::write(other.join("mdbx.dat"), vec![0x42u8; 64 * 1024]).unwrap();
+            }
+            _ => {
+                // Cannot be opened or read, also by root (the tests may run as root).
+                std::fs::create_dir_all(other.join("mdbx.dat")).unwrap();
+                std::fs::write(other.join("mdbx.dat/inside"), "kept").unwrap();
+            }
+        }
+        let before = std::fs::read_dir(&other).unwrap().count();
+        let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+        let report = reset_and_wait(&mut host, false);
+        assert_eq!(report["reset"], false, "{case}: {report}");
+        let error = report["error"].as_str().unwrap_or_default();
+        assert!(error.starts_with("PSM_E1003"), "{case}: {report}");
+        assert!(error.contains("g2"), "{case}: {report}");
+        assert!(error.contains("move that file"), "{case}: {report}");
+        assert!(
+            other.join("mdbx.dat").exists(),
+            "{case}: its file was removed"
+        );
+        assert_eq!(std::fs::read_dir(&other).unwrap().count(), before, "{case}");
+        assert!(
+            root.join("mdbx.dat").exists(),
+            "{case}: nothing at all is removed"
+        );
+        // Not even force removes it: force is about slots, not about other files.
+        let report = reset_and_wait(&mut host, true);
+        assert_eq!(report["reset"], false, "{case}: {report}");
+        assert!(other.join("mdbx.dat").exists(), "{case}: removed by force");
+        assert!(host.shutdown());
+    }
+}
+
+#[test]
+fn reset_refuses_when_the_configuration_cannot_be_loaded_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.yaml"), "replication: [oops\n").unwrap();
+    let root = dir.path().join("store");
+    store_owning_slot(&root, "powersync_mdbx_test");
+    let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+    let report = reset_and_wait(&mut host, false);
+    assert_eq!(report["reset"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("PSM_E1004"), "{report}");
+    assert!(error.contains("PSM_C1003"), "says why: {report}");
+    assert!(
+        error.contains("SELECT pg_drop_replication_slot('powersync_mdbx_test')"),
+        "{report}"
+    );
+    assert!(error.contains("force => true"), "{report}");
+    assert!(root.join("mdbx.dat").exists(), "nothing removed");
+    assert_eq!(report["removed_files"], serde_json::json!([]), "{report}");
+
+    // Forced: the store goes, and the slot left behind is named.
+    let report = reset_and_wait(&mut host, true);
+    assert_eq!(report["reset"], true, "{report}");
+    assert_eq!(
+        report["removed_files"],
+        serde_json::json!(["mdbx.dat", "mdbx.lck"]),
+        "{report}"
+    );
+    assert_eq!(
+        report["slots_left"][0]["slot"], "powersync_mdbx_test",
+        "{report}"
+    );
+    assert!(report["warning"]
+        .as_str()
+        .is_some_and(|w| w.starts_with("PSM_E1004")));
+    assert!(!root.join("mdbx.dat").exists());
+    assert!(host.shutdown());
+}
+
+/// A loopback listener that accepts connections and never answers (a hung primary, a
+/// proxy whose far side is gone); connections are held until the returned guard drops.
+fn silent_primary() -> (u16, std::sync::mpsc::Sender<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Err(std::sync::mpsc::TryRecvError::Empty) = stopped.try_recv() {
+            if let Ok((socket, _)) = listener.accept() {
+                held.push(socket);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    (port, stop)
+}
+
+/// A configuration whose primary listens on `port` of the loopback address.
+fn write_config_for_primary(path: &Path, port: u16) {
+    std::fs::write(
+        path,
+        format!(
+            "replication:\n  connections:\n    - uri: postgresql://u@127.0.0.1:{port}/postgres?sslmode=disable\n\
+             sync_config:\n  content: 'bucket_definitions: {{}}'\nport: {}\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_silent_primary_gets_a_timely_refusal_while_the_host_loop_keeps_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _stop) = silent_primary();
+    write_config_for_primary(&dir.path().join("config.yaml"), port);
+    let root = dir.path().join("store");
+    store_owning_slot(&root, "powersync_mdbx_test");
+    let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+    let bound = Duration::from_secs(2);
+    host.set_release_timeout(bound);
+
+    // The network work runs on its own thread: the host's thread is back at once and
+    // its loop keeps answering (ticks, status) while the primary says nothing.
+    let began = Instant::now();
+    host.start_reset(false);
+    let took = began.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the host's thread was held {took:?}"
+    );
+    assert!(host.resetting());
+    assert_eq!(host.status().snapshot().phase, Phase::Resetting);
+    let report = testkit::wait_until("the reset's refusal", || {
+        assert_eq!(host.tick(), Tick::Continue);
+        std::thread::sleep(Duration::from_millis(10));
+        host.take_reset_result()
+    });
+    let took = began.elapsed();
+    assert!(
+        took >= bound && took < bound + RELEASE_GRACE_FOR_TESTS,
+        "refused after {took:?}: {report}"
+    );
+    assert_eq!(report["reset"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("PSM_E1004"), "{report}");
+    assert!(error.contains("did not answer within 2 s"), "{report}");
+    assert_eq!(report["slots_left"][0]["slot"], "powersync_mdbx_test");
+    assert!(root.join("mdbx.dat").exists(), "nothing removed");
+
+    // SIGTERM during a reset: the host stops at once, the reset removed nothing and
+    // says so (the worker answers the waiting reset() with it).
+    host.start_reset(true);
+    assert!(host.resetting());
+    let began = Instant::now();
+    assert!(host.shutdown());
+    assert!(
+        began.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+    let report = host
+        .take_reset_result()
+        .expect("the interrupted reset answers");
+    assert_eq!(report["reset"], false, "{report}");
+    assert!(
+        report["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("PSM_E1005")),
+        "{report}"
+    );
+    assert!(root.join("mdbx.dat").exists(), "nothing removed");
+}
+
+/// What the host waits beyond the release thread's bound, plus the test's own slack.
+const RELEASE_GRACE_FOR_TESTS: Duration = Duration::from_secs(4);
+
+/// Starts a reset and ticks the host until it has finished; its result.
+fn reset_and_wait(host: &mut Host, force: bool) -> serde_json::Value {
+    host.start_reset(force);
+    testkit::wait_until("the reset's result", || {
+        assert_eq!(host.tick(), Tick::Continue);
+        let result = host.take_reset_result();
+        if result.is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        result
+    })
+}
+
+#[test]
+fn reset_drops_the_slot_on_a_primary_and_without_it_refuses_unless_forced() {
+    use testkit::{Cluster, ClusterKind, PgInstall, TestDir};
+    let install = PgInstall::pg16();
+    let cluster_dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &cluster_dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(
+        "CREATE TABLE lists (id text PRIMARY KEY, name text);
+         INSERT INTO lists VALUES ('l1', 'groceries');
+         CREATE PUBLICATION powersync FOR ALL TABLES;",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        format!(
+            "replication:\n  connections:\n    - uri: {}\n\
+             sync_config:\n  content: 'bucket_definitions: {{global: {{data: [SELECT * FROM lists]}}}}'\n\
+             port: {}\n",
+            primary.uri("postgres"),
+            free_port()
+        ),
+    )
+    .unwrap();
+    let root = dir.path().join("store");
+    let slots =
+        || primary.sql("SELECT coalesce(string_agg(slot_name, ','), '') FROM pg_replication_slots");
+    let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+    host.start();
+    wait_phase(&mut host, Phase::Streaming);
+    assert_eq!(slots(), "powersync_mdbx_test");
+
+    // Reachable: the slot is dropped, the store rebuilt with a new one.
+    let report = reset_and_wait(&mut host, false);
+    assert_eq!(report["reset"], true, "{report}");
+    assert_eq!(
+        report["slots_dropped"],
+        serde_json::json!(["powersync_mdbx_test"])
+    );
+    assert_eq!(report["slots_left"], serde_json::json!([]));
+    wait_phase(&mut host, Phase::Streaming);
+
+    // The slot in use by another consumer: refused, nothing removed.
+    assert!(host.shutdown());
+    let mut consumer = install
+        .command("pg_recvlogical")
+        .args([
+            "--no-loop",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-p", &primary.port().to_string()])
+        .args([
+            "--slot",
+            "powersync_mdbx_test",
+            "--start",
+            "-f",
+            "/dev/null",
+        ])
+        .args(["-o", "proto_version=1", "-o", "publication_names=powersync"])
+        .spawn()
+        .unwrap();
+    testkit::wait_until("the other consumer holding the slot", || {
+        (primary.sql("SELECT active FROM pg_replication_slots") == "t").then_some(())
+    });
+    let report = reset_and_wait(&mut host, false);
+    assert_eq!(report["reset"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("PSM_E1004") && error.contains("PSM_B1005"),
+        "{report}"
+    );
+    assert!(root.join("mdbx.dat").exists());
+    primary.sql("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots");
+    consumer.wait().unwrap();
+    assert!(host.shutdown());
+
+    // The primary down: refused, naming the slot and how to drop it by hand.
+    primary.stop_fast();
+    let report = reset_and_wait(&mut host, false);
+    assert_eq!(report["reset"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("PSM_E1004"), "{report}");
+    assert!(error.contains("PSM_R3001"), "says why: {report}");
+    assert!(
+        error.contains("in database \"postgres\" of the primary: SELECT pg_drop_replication_slot('powersync_mdbx_test')"),
+        "{report}"
+    );
+    assert!(root.join("mdbx.dat").exists(), "nothing removed");
+
+    // Forced: the store goes, the slot stays on the primary and is named.
+    let report = reset_and_wait(&mut host, true);
+    assert_eq!(report["reset"], true, "{report}");
+    assert_eq!(
+        report["removed_files"],
+        serde_json::json!(["mdbx.dat", "mdbx.lck"])
+    );
+    assert_eq!(
+        report["slots_left"][0]["slot"], "powersync_mdbx_test",
+        "{report}"
+    );
+    assert!(host.shutdown());
+    primary.start();
+    assert_eq!(slots(), "powersync_mdbx_test", "the slot left behind");
+    // The statement the result gives drops it.
+    primary.sql(report["slots_left"][0]["drop_by_hand"].as_str().unwrap());
+    assert_eq!(slots(), "");
+}
+
+#[test]
+fn a_store_whose_slot_is_not_known_is_removed_only_when_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(&dir.path().join("config.yaml"), free_port());
+    // A deploy's build whose bootstrap record does not parse.
+    let build = dir.path().join("store").join("g3");
+    std::fs::create_dir_all(dir.path().join("store")).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("store"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let store = store::Store::open(&build).unwrap();
+    store
+        .put_stage_record(replication::BootstrapIntent::KEY, b"{not json")
+        .unwrap();
+    drop(store);
+    let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+    let report = reset_and_wait(&mut host, false);
+    assert_eq!(report["reset"], false, "{report}");
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("PSM_E1004"), "{report}");
+    assert!(error.contains("is not known"), "{report}");
+    assert!(error.contains("\"powersync_mdbx_test_g3\""), "{report}");
+    assert!(build.join("mdbx.dat").exists());
+    let report = reset_and_wait(&mut host, true);
+    assert_eq!(report["reset"], true, "{report}");
+    assert_eq!(
+        report["slots_left"][0]["slot"],
+        serde_json::Value::Null,
+        "{report}"
+    );
+    assert!(!build.exists(), "{report}");
+    assert!(host.shutdown());
 }

@@ -1,0 +1,73 @@
+//! Write-checkpoint requests (`GET /write-checkpoint2.json`): one stage record per user
+//! and client under [`WRITE_CHECKPOINT_PREFIX`], holding the source LSN asked for and when
+//! it was asked. The sync service writes and reads them; the single writer expires old
+//! ones ([`super::WriteTxn::expire_write_checkpoints`]), so clients that invent client ids
+//! cannot grow the store without bound.
+
+/// The start of every request's stage-record key.
+pub const WRITE_CHECKPOINT_PREFIX: &str = "write_checkpoint/";
+
+/// One stored request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteCheckpointRecord {
+    /// The source LSN the request asked for (its id).
+    pub lsn: u64,
+    /// Unix seconds when it was asked; `None` for a record of a build that did not record
+    /// the time (8 bytes: the LSN alone).
+    pub requested_at: Option<u64>,
+}
+
+impl WriteCheckpointRecord {
+    /// The stored value: the LSN and the time, little-endian.
+    pub fn encode(lsn: u64, requested_at: u64) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..8].copy_from_slice(&lsn.to_le_bytes());
+        out[8..].copy_from_slice(&requested_at.to_le_bytes());
+        out
+    }
+
+    /// A stored value of either format; `None` when it is neither.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let word = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        match bytes.len() {
+            8 => Some(Self {
+                lsn: word(0)?,
+                requested_at: None,
+            }),
+            16 => Some(Self {
+                lsn: word(0)?,
+                requested_at: Some(word(8)?),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What one expiry pass may remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    /// Unix seconds now (injected: tests move the clock).
+    pub now: u64,
+    /// A request older than this many seconds may go.
+    pub max_age: u64,
+    /// Only requests at or below this LSN go: every checkpoint published since has
+    /// reported them, so no connected client still waits for one.
+    pub reached_lsn: u64,
+    /// Records looked at in this pass, at most (bounds the transaction).
+    pub budget: usize,
+}
+
+/// What one expiry pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExpiryPass {
+    /// Records looked at.
+    pub examined: usize,
+    /// Records removed.
+    pub expired: usize,
+    /// Records of the earlier format given the pass's time (they expire one age later).
+    pub stamped: usize,
+    /// Where the next pass continues, when the budget ran out before the last record.
+    pub resume: Option<Vec<u8>>,
+}
