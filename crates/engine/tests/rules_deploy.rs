@@ -156,11 +156,12 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     ));
     assert!(want.contains_key("n-new") && want.contains_key("i2"));
     assert_eq!(held(&client), want);
-    // The old generation's slot and files go once nobody reads them.
+    // The old generation's slot and files go once nobody reads them (its data file
+    // first, then its lock file).
     wait_for(&rig, "the old slot and store to go", || {
-        slots(&rig) == vec![format!("{SLOT}_g2")] && !rig.storage_dir().join("mdbx.dat").exists()
+        slots(&rig) == vec![format!("{SLOT}_g2")]
+            && store_entries(&rig) == vec!["active", "g2", "generation"]
     });
-    assert_eq!(store_entries(&rig), vec!["active", "g2", "generation"]);
 
     // The new generation follows the primary.
     rig.primary.sql(

@@ -773,7 +773,13 @@ fn a_large_bucket_streams_in_bounded_lines() {
     let n = 2500;
     let changes: Vec<Change> = (0..n).map(|i| item(&i.to_string(), "cold", "v")).collect();
     db.commit(changes);
-    let mut s = db.session(&[], Budgets::default());
+    // The op counts bound lines when the byte bounds do not.
+    let by_count = Budgets {
+        batch_bytes: usize::MAX,
+        chunk_bytes: usize::MAX,
+        ..Budgets::default()
+    };
+    let mut s = db.session(&[], by_count);
     let mut client = Client::default();
     let first = s.checkpoint(&db.store, None).unwrap().unwrap();
     client.apply(&first.to_bytes(Encoding::Ndjson), None);
@@ -785,6 +791,23 @@ fn a_large_bucket_streams_in_bounded_lines() {
         client.apply(&line.to_bytes(Encoding::Ndjson), None);
     }
     assert_eq!(sizes, [(1000, true), (1000, true), (500, false)]);
+    assert_eq!(client.completions, 1);
+    // By default a line closes at 16 KiB of rows and a batch at 64 KiB (what a stream
+    // holds toward a slow client): every line stays near 16 KiB, all rows arrive.
+    let mut s = db.session(&[], Budgets::default());
+    let mut client = Client::default();
+    let first = s.checkpoint(&db.store, None).unwrap().unwrap();
+    client.apply(&first.to_bytes(Encoding::Ndjson), None);
+    let mut rows = 0;
+    while let Some(line) = s.next_line(&db.store).unwrap() {
+        if let SyncLine::Data(d) = &line {
+            let bytes: usize = d.ops.iter().map(store::OpRead::data_len).sum();
+            assert!(bytes < (16 << 10) + 100, "a line of {bytes} bytes of rows");
+            rows += d.ops.len();
+        }
+        client.apply(&line.to_bytes(Encoding::Ndjson), None);
+    }
+    assert_eq!(rows, n);
     assert_eq!(client.completions, 1);
     // A byte budget closes chunks early.
     let mut s = db.session(
