@@ -6,6 +6,8 @@
 mod apply;
 mod bootstrap;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod intent;
 mod pipeline;
 mod progress;
