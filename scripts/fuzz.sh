@@ -9,7 +9,8 @@
 # fuzz/README.md to minimise them into the committed corpus). Fails, naming the input that
 # reproduces it, when a target crashes (panic, sanitizer report), leaks, runs out of
 # memory or hangs. Installs cargo-fuzz when missing; fails when the nightly toolchain is
-# missing (libFuzzer's instrumentation needs it).
+# missing (libFuzzer's instrumentation needs it). PSM_FUZZ_TIMEOUT_S (10) and
+# PSM_FUZZ_RSS_LIMIT_MB (2048) override the per-input time and memory limits.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root/fuzz"
@@ -17,10 +18,10 @@ cd "$root/fuzz"
 # Exact: the cargo-fuzz these targets and this script were run with.
 CARGO_FUZZ_VERSION=0.13.2
 ALL_TARGETS=(sync_request admin_protocol copy_text pgoutput rules_yaml rules_sql jwt)
-# One input running longer than this is a hang.
-TIMEOUT_SECONDS=10
-# A target whose memory passes this is a failure (all targets stay far below).
-RSS_LIMIT_MB=2048
+# One input running longer than this many seconds is a hang.
+TIMEOUT_SECONDS="${PSM_FUZZ_TIMEOUT_S:-10}"
+# A target whose memory passes this many MB is a failure (the targets peak near 650 MB).
+RSS_LIMIT_MB="${PSM_FUZZ_RSS_LIMIT_MB:-2048}"
 
 seconds="${1:-600}"
 [[ $# -gt 0 ]] && shift
