@@ -3,7 +3,8 @@
 # the crate-graph and documentation checks, clippy with warnings denied, installs the
 # extension into PostgreSQL 16 and runs every crate's tests (unit, in-process engine, live
 # clusters); then builds the extension for Debian's PostgreSQL 15 and runs the extension's
-# live tests (testkit) there too.
+# live tests (testkit) there too; last, a short coverage-guided fuzzing pass of every
+# parser of outside input (scripts/fuzz.sh, PSM_FUZZ_SECONDS per target, 20 by default).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -40,5 +41,8 @@ step "install the extension into PostgreSQL 15 ($PSM_PG15_BIN)"
 
 step "the extension's live tests on PostgreSQL 15 (sync replica and primaries)"
 PSM_PG16_BIN="$PSM_PG15_BIN" cargo test -p powersync-mdbx-testkit --no-fail-fast
+
+step "fuzzing: a short pass of each target (scripts/fuzz.sh ${PSM_FUZZ_SECONDS:-20})"
+scripts/fuzz.sh "${PSM_FUZZ_SECONDS:-20}"
 
 step "all checks passed"

@@ -24,7 +24,7 @@ use crate::store_input::StoreInput;
 use metrics::{Histogram, PendingCommits};
 use rules::{PgType, RowEvaluation, RulesError, SourceColumn, SourceRow, SyncRules};
 use source::ColumnMeta;
-use store::{identity_key, Checkpoint, Store, WriteTxn};
+use store::{identity_key, Checkpoint, Stash, Store, WriteTxn};
 
 /// Source transactions share one store commit while this few rows were applied in it.
 const GROUP_ROWS: u64 = 4096;
@@ -348,43 +348,10 @@ impl Applier {
     ) -> Result<(), ReplicationError> {
         let old_values = old.map(|old| values_of(table, old));
         let mut values = values_of(table, new);
-        let new_identity_known = table
-            .identity
-            .iter()
-            .all(|&i| values.get(i).is_some_and(Presence::is_known));
-        // The old key: from the old tuple when the key changed (or FULL), else the new one.
-        let old_identity = match &old_values {
-            Some(old) => identity_of(table, old),
-            None if new_identity_known => identity_of(table, &values),
-            None => return Err(toast_error(table, "a replica identity column")),
-        };
-        // Unchanged TOAST values: from the FULL old tuple, else from the stored row.
-        let mut used_stash = false;
-        if values.iter().any(|v| matches!(v, Presence::Unchanged)) {
-            let stash = w.stash(table.store_id, &old_identity)?.unwrap_or_default();
-            for (i, value) in values.iter_mut().enumerate() {
-                if !matches!(value, Presence::Unchanged) {
-                    continue;
-                }
-                let from_old = old_values
-                    .as_ref()
-                    .and_then(|o| o.get(i))
-                    .filter(|v| v.is_known())
-                    .cloned();
-                let column = &table.columns[i];
-                *value = match from_old {
-                    Some(v) => v,
-                    None => {
-                        used_stash = true;
-                        stash
-                            .iter()
-                            .find(|(name, _)| name == &column.name)
-                            .map(|(_, v)| Presence::Value(Bytes::copy_from_slice(v)))
-                            .ok_or_else(|| toast_error(table, &column.name))?
-                    }
-                };
-            }
-        }
+        let old_identity = old_identity_of(table, old_values.as_deref(), &values)?;
+        let used_stash = fill_unchanged(table, old_values.as_deref(), &mut values, || {
+            Ok(w.stash(table.store_id, &old_identity)?.unwrap_or_default())
+        })?;
         let new_identity = identity_of(table, &values);
         if new_identity != old_identity {
             w.rekey_row(table.store_id, &old_identity, &new_identity)?;
@@ -401,45 +368,14 @@ impl Applier {
         values: &[Option<&[u8]>],
         used_stash: bool,
     ) -> Result<(), ReplicationError> {
-        let columns = table
-            .columns
-            .iter()
-            .zip(&table.types)
-            .zip(values)
-            .map(|((c, t), v)| {
-                let value =
-                    v.map(std::str::from_utf8)
-                        .transpose()
-                        .map_err(|_| RulesError::Row {
-                            table: format!("{}.{}", table.schema, table.name),
-                            column: c.name.clone(),
-                            message: "value is not valid UTF-8".into(),
-                        })?;
-                Ok(SourceColumn {
-                    name: &c.name,
-                    pg_type: *t,
-                    value,
-                })
-            })
-            .collect::<Result<Vec<SourceColumn<'_>>, RulesError>>()?;
-        let row = SourceRow {
-            schema: &table.schema,
-            table: &table.name,
-            columns: &columns,
-        };
-        let eval = match self.rules.plan_for(&table.schema, &table.name) {
-            Some(plan) => plan.evaluate(&row)?,
-            None => RowEvaluation::default(),
-        };
-        let identity = identity_key(table.identity.iter().map(|&i| values[i]));
-        let input = StoreInput::of(&eval);
-        let stash = stash_for(&table.columns, |i| values[i], used_stash);
+        let row = evaluate_row(&self.rules, table, values, used_stash)?;
+        let input = StoreInput::of(&row.eval);
         w.upsert_row_stashed(
             table.store_id,
-            &identity,
+            &row.identity,
             &input.memberships,
             &input.lookup_puts(),
-            stash,
+            row.stash,
         )?;
         Ok(())
     }
@@ -451,9 +387,119 @@ impl Applier {
     }
 }
 
+/// The key an update addresses: from the old tuple when the key changed (or the table is
+/// REPLICA IDENTITY FULL), else from the new one, which must then carry every key column.
+pub(super) fn old_identity_of(
+    table: &StreamTable,
+    old_values: Option<&[Presence]>,
+    values: &[Presence],
+) -> Result<Vec<u8>, ReplicationError> {
+    let new_identity_known = table
+        .identity
+        .iter()
+        .all(|&i| values.get(i).is_some_and(Presence::is_known));
+    match old_values {
+        Some(old) => Ok(identity_of(table, old)),
+        None if new_identity_known => Ok(identity_of(table, values)),
+        None => Err(toast_error(table, "a replica identity column")),
+    }
+}
+
+/// Replaces the update's unchanged TOAST values: from the FULL old tuple, else from the
+/// values kept with the stored row (`stored`, read only when needed). Returns whether a
+/// kept value was used.
+pub(super) fn fill_unchanged(
+    table: &StreamTable,
+    old_values: Option<&[Presence]>,
+    values: &mut [Presence],
+    stored: impl FnOnce() -> Result<Stash, ReplicationError>,
+) -> Result<bool, ReplicationError> {
+    if !values.iter().any(|v| matches!(v, Presence::Unchanged)) {
+        return Ok(false);
+    }
+    let stash = stored()?;
+    let mut used_stash = false;
+    for (i, (value, column)) in values.iter_mut().zip(&table.columns).enumerate() {
+        if !matches!(value, Presence::Unchanged) {
+            continue;
+        }
+        let from_old = old_values
+            .and_then(|o| o.get(i))
+            .filter(|v| v.is_known())
+            .cloned();
+        *value = match from_old {
+            Some(v) => v,
+            None => {
+                used_stash = true;
+                stash
+                    .iter()
+                    .find(|(name, _)| name == &column.name)
+                    .map(|(_, v)| Presence::Value(Bytes::copy_from_slice(v)))
+                    .ok_or_else(|| toast_error(table, &column.name))?
+            }
+        };
+    }
+    Ok(used_stash)
+}
+
+/// A complete row as the store takes it.
+pub(super) struct EvaluatedRow {
+    pub identity: Vec<u8>,
+    pub eval: RowEvaluation,
+    pub stash: Stash,
+}
+
+/// Evaluates a complete row (values in the table's column order) against the rules: its
+/// identity, bucket memberships and lookups, and the values kept for later TOAST updates.
+pub(super) fn evaluate_row(
+    rules: &SyncRules,
+    table: &StreamTable,
+    values: &[Option<&[u8]>],
+    used_stash: bool,
+) -> Result<EvaluatedRow, ReplicationError> {
+    let columns = table
+        .columns
+        .iter()
+        .zip(&table.types)
+        .zip(values)
+        .map(|((c, t), v)| {
+            let value = v
+                .map(std::str::from_utf8)
+                .transpose()
+                .map_err(|_| RulesError::Row {
+                    table: format!("{}.{}", table.schema, table.name),
+                    column: c.name.clone(),
+                    message: "value is not valid UTF-8".into(),
+                })?;
+            Ok(SourceColumn {
+                name: &c.name,
+                pg_type: *t,
+                value,
+            })
+        })
+        .collect::<Result<Vec<SourceColumn<'_>>, RulesError>>()?;
+    let row = SourceRow {
+        schema: &table.schema,
+        table: &table.name,
+        columns: &columns,
+    };
+    let eval = match rules.plan_for(&table.schema, &table.name) {
+        Some(plan) => plan.evaluate(&row)?,
+        None => RowEvaluation::default(),
+    };
+    let value = |i: usize| values.get(i).copied().flatten();
+    let identity = identity_key(table.identity.iter().map(|&i| value(i)));
+    let stash = stash_for(&table.columns, value, used_stash);
+    Ok(EvaluatedRow {
+        identity,
+        eval,
+        stash,
+    })
+}
+
 /// One column of a decoded tuple.
 #[derive(Debug, Clone)]
-enum Presence {
+pub(super) enum Presence {
     Null,
     Value(Bytes),
     /// pgoutput's "unchanged TOAST value" (the column is absent from the tuple).
@@ -465,7 +511,7 @@ impl Presence {
         !matches!(self, Self::Unchanged)
     }
 
-    fn as_deref(&self) -> Option<&[u8]> {
+    pub(super) fn as_deref(&self) -> Option<&[u8]> {
         match self {
             Self::Value(b) => Some(b),
             Self::Null | Self::Unchanged => None,
@@ -474,7 +520,7 @@ impl Presence {
 }
 
 /// The tuple's values in the table's column order.
-fn values_of(table: &StreamTable, data: &RowData) -> Vec<Presence> {
+pub(super) fn values_of(table: &StreamTable, data: &RowData) -> Vec<Presence> {
     table
         .columns
         .iter()
@@ -486,7 +532,7 @@ fn values_of(table: &StreamTable, data: &RowData) -> Vec<Presence> {
         .collect()
 }
 
-fn identity_of(table: &StreamTable, values: &[Presence]) -> Vec<u8> {
+pub(super) fn identity_of(table: &StreamTable, values: &[Presence]) -> Vec<u8> {
     identity_key(
         table
             .identity

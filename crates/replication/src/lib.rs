@@ -7,6 +7,8 @@ mod apply;
 mod bootstrap;
 mod error;
 mod expiry;
+#[doc(hidden)]
+pub mod fuzzing;
 mod intent;
 mod liveness;
 mod pipeline;

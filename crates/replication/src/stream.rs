@@ -74,21 +74,9 @@ pub async fn follow_slot(
     let mut stream = start_stream(&plan.connection, &plan.slot, start).await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
-    let by_oid: HashMap<u32, usize> = tables.iter().enumerate().map(|(i, t)| (t.oid, i)).collect();
-    let by_name: HashMap<String, usize> = tables
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.qualified(), i))
-        .collect();
     context.progress.pending.clear();
     context.progress.uncommitted.store(0, Relaxed);
-    let mut decoder = Decoder {
-        pending: &context.progress.pending,
-        tables: &tables,
-        by_oid,
-        by_name,
-        in_transaction: false,
-    };
+    let mut decoder = Decoder::new(&context.progress.pending, &tables);
     let (input, changes) = mpsc::channel(CHANGE_QUEUE);
     let applier = Applier {
         store: context.store.clone(),
@@ -357,7 +345,7 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
 }
 
 /// pgoutput events → changes for the tables the rules read.
-struct Decoder<'a> {
+pub(super) struct Decoder<'a> {
     /// Where each transaction's Begin is noted for the lag in seconds.
     pending: &'a PendingCommits,
     tables: &'a [StreamTable],
@@ -366,8 +354,26 @@ struct Decoder<'a> {
     in_transaction: bool,
 }
 
-impl Decoder<'_> {
-    fn decode(&mut self, event: ChangeEvent) -> Result<Option<Change>, ReplicationError> {
+impl<'a> Decoder<'a> {
+    /// A decoder for `tables`, outside any transaction.
+    pub(super) fn new(pending: &'a PendingCommits, tables: &'a [StreamTable]) -> Self {
+        Self {
+            pending,
+            tables,
+            by_oid: tables.iter().enumerate().map(|(i, t)| (t.oid, i)).collect(),
+            by_name: tables
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.qualified(), i))
+                .collect(),
+            in_transaction: false,
+        }
+    }
+
+    pub(super) fn decode(
+        &mut self,
+        event: ChangeEvent,
+    ) -> Result<Option<Change>, ReplicationError> {
         Ok(match event.event_type {
             EventType::Begin {
                 final_lsn,
