@@ -312,6 +312,13 @@ fn fast_stop_is_prompt_and_clean_and_storage_survives() {
         log.contains("worker stopped, engine threads joined"),
         "{log}"
     );
+    // A fast stop ends client sessions with a FATAL; a psql session of this test that is
+    // still closing when it arrives logs one. Only the worker's own lines count.
+    let log: String = log
+        .lines()
+        .filter(|l| !l.contains("terminating connection due to administrator command"))
+        .collect::<Vec<_>>()
+        .join("\n");
     for bad in [
         "ERROR",
         "PANIC",
