@@ -177,6 +177,17 @@ impl Cluster {
         }
         conf.extend(extra_conf.iter().cloned());
         configure(install, &data, &socket_dir, port, &conf);
+        Self::started(install, data, socket_dir, log, port)
+    }
+
+    /// The configured cluster in `data`, started.
+    fn started(
+        install: &PgInstall,
+        data: PathBuf,
+        socket_dir: PathBuf,
+        log: PathBuf,
+        port: u16,
+    ) -> Self {
         let cluster = Self {
             install: install.clone(),
             data,
@@ -211,73 +222,45 @@ impl Cluster {
         }
         let port = free_port();
         configure(install, &data, &socket_dir, port, &[]);
-        let cluster = Self {
-            install: install.clone(),
-            data,
-            socket_dir,
-            log,
-            port,
-            started_pid: std::cell::Cell::new(None),
-        };
-        cluster.start();
-        cluster
+        Self::started(install, data, socket_dir, log, port)
     }
 
     /// Promotes a standby (`pg_ctl promote`, waiting until it accepts writes): it starts
     /// a new timeline.
     pub fn promote(&self) {
+        self.pg_ctl(&[], "promote");
+    }
+
+    /// Runs `pg_ctl -w … -D <data> <options> <action>`, panicking with its error (and the
+    /// server log) when it fails.
+    fn pg_ctl(&self, options: &[&std::ffi::OsStr], action: &str) {
         let out = self
             .install
             .command("pg_ctl")
             .args(["-w", "-t", &pg_ctl_wait(), "-D"])
             .arg(&self.data)
-            .arg("promote")
+            .args(options)
+            .arg(action)
             .output()
             .expect("pg_ctl runs");
         assert!(
             out.status.success(),
-            "pg_ctl promote failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "pg_ctl {action} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
         );
     }
 
     /// Starts the postmaster and waits until it accepts connections.
     pub fn start(&self) {
-        let out = self
-            .install
-            .command("pg_ctl")
-            .args(["-w", "-t", &pg_ctl_wait(), "-D"])
-            .arg(&self.data)
-            .arg("-l")
-            .arg(&self.log)
-            .arg("start")
-            .output()
-            .expect("pg_ctl runs");
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log_text()
-        );
+        self.pg_ctl(&["-l".as_ref(), self.log.as_os_str()], "start");
         self.started_pid.set(self.postmaster_pid());
     }
 
     /// `pg_ctl stop -m fast`; returns how long it took.
     pub fn stop_fast(&self) -> Duration {
         let started = Instant::now();
-        let out = self
-            .install
-            .command("pg_ctl")
-            .args(["-w", "-t", &pg_ctl_wait(), "-m", "fast", "-D"])
-            .arg(&self.data)
-            .arg("stop")
-            .output()
-            .expect("pg_ctl runs");
-        assert!(
-            out.status.success(),
-            "pg_ctl stop failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.pg_ctl(&["-m".as_ref(), "fast".as_ref()], "stop");
         started.elapsed()
     }
 

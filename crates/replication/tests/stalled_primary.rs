@@ -169,6 +169,26 @@ impl Following {
     }
 }
 
+impl Following {
+    /// Waits (while it keeps retrying) until the stream stops with an error for the
+    /// operator with `code`, reached at `where_`; returns the error's text.
+    async fn stopped_for_the_operator(&mut self, where_: &str, code: &str) -> String {
+        let retried = self.retried.clone();
+        let ended = testkit::wait_for_future(
+            &format!("the stream to stop at {where_}"),
+            || retried.lock().len(),
+            &mut self.task,
+        )
+        .await
+        .unwrap();
+        let error = ended.expect_err("the stream stops with an error");
+        let text = error.to_string();
+        assert!(text.contains(code), "{text}");
+        assert!(error.needs_operator(), "{text}");
+        text
+    }
+}
+
 async fn assert_matches_primary(rig: &Rig, when: &str) {
     let conn = SourceConnection::from_uri(&rig.primary.uri("postgres")).unwrap();
     let expected = expected(&conn, &rig.rules, &["notes"]).await;
@@ -234,17 +254,10 @@ async fn a_reconnect_that_reaches_another_cluster_fails_closed() {
     rig.proxy.retarget(other.port());
     rig.proxy.stall_open_connections();
 
-    let ended = testkit::wait_for_future(
-        "the stream to stop at the other cluster",
-        || following.retried.lock().len(),
-        &mut following.task,
-    )
-    .await
-    .unwrap();
-    let error = ended.expect_err("the stream refuses another cluster");
-    let text = error.to_string();
-    assert!(text.contains("PSM_R2008"), "{text}");
-    assert!(error.needs_operator(), "{text}");
+    let text = following
+        .stopped_for_the_operator("the other cluster", "PSM_R2008")
+        .await;
+    assert!(text.contains("another PostgreSQL cluster"), "{text}");
     assert_matches_primary(&rig, "the refused reconnect").await;
 }
 
@@ -269,19 +282,11 @@ async fn a_slot_lost_to_a_failover_is_reported_as_such() {
     rig.proxy.retarget(standby.port());
     rig.proxy.stall_open_connections();
 
-    let ended = testkit::wait_for_future(
-        "the stream to stop at the promoted standby",
-        || following.retried.lock().len(),
-        &mut following.task,
-    )
-    .await
-    .unwrap();
-    let error = ended.expect_err("the slot is gone on the promoted standby");
-    let text = error.to_string();
-    assert!(text.contains("PSM_R2005"), "{text}");
+    let text = following
+        .stopped_for_the_operator("the promoted standby", "PSM_R2005")
+        .await;
     assert!(
         text.contains("now runs on timeline 2") && text.contains("failover"),
         "the error names the failover: {text}"
     );
-    assert!(error.needs_operator(), "{text}");
 }
