@@ -160,8 +160,7 @@ impl Download {
                 };
                 let page = view.ops_within(state.id, after, checkpoint, budget, bytes_left)?;
                 budget -= page.ops.len();
-                let bytes: usize = page.ops.iter().map(store::OpRead::data_len).sum();
-                bytes_left = bytes_left.saturating_sub(bytes);
+                bytes_left = bytes_left.saturating_sub(page.data_bytes);
                 max_target = max_target.max(page.max_target);
                 pages.push((name.clone(), after, page.ops, page.has_more));
             }

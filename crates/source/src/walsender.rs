@@ -71,8 +71,11 @@ pub async fn slot_walsender(
         )
         .await
         .map_err(SourceError::query("the walsender of the replication slot"))?;
-    Ok(row.map(|r| SlotWalsender {
-        pid: r.try_get(0).unwrap_or_default(),
+    let Some(r) = row else { return Ok(None) };
+    Ok(Some(SlotWalsender {
+        pid: r
+            .try_get(0)
+            .map_err(SourceError::query("the walsender of the replication slot"))?,
         same_role: r.try_get::<_, Option<bool>>(1).ok().flatten() == Some(true),
         silent_for: r
             .try_get::<_, Option<f64>>(2)

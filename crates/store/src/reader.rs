@@ -61,6 +61,8 @@ pub struct OpsPage {
     /// The largest MOVE/CLEAR target among the ops: above the checkpoint being served,
     /// the page reflects changes newer than it, and that checkpoint must not complete.
     pub max_target: u64,
+    /// Bytes of row data the ops carry (see [`OpRead::data_len`]).
+    pub data_bytes: usize,
 }
 
 /// An open read. Build it with [`super::Store::read`].
@@ -247,7 +249,6 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         data_bytes: usize,
     ) -> Result<OpsPage, StoreError> {
         let mut page = OpsPage::default();
-        let mut bytes = 0usize;
         if after >= until {
             return Ok(page);
         }
@@ -266,12 +267,12 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                 if op.op_id > until {
                     return Ok(page);
                 }
-                if page.ops.len() == limit || bytes >= data_bytes {
+                if page.ops.len() == limit || page.data_bytes >= data_bytes {
                     page.has_more = true;
                     return Ok(page);
                 }
                 let read = self.resolve(op)?;
-                bytes += read.data_len();
+                page.data_bytes += read.data_len();
                 page.ops.push(read);
                 if matches!(op.kind, OpKind::Move | OpKind::Clear) {
                     page.max_target = page.max_target.max(op.reference);
