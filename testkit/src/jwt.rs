@@ -25,3 +25,22 @@ pub fn hs256_token(secret: &[u8], audience: &str, sub: &str, lifetime: u64) -> S
     )
     .expect("an HS256 token always encodes")
 }
+
+/// A sync replica's configuration file: replication from `primary_uri` without TLS, one
+/// global bucket of `data_query`, HS256 tokens signed with `secret` for `audience`, HTTP
+/// on `port`.
+pub fn global_bucket_config(
+    primary_uri: &str,
+    data_query: &str,
+    secret: &[u8],
+    audience: &str,
+    port: u16,
+) -> String {
+    format!(
+        "replication:\n  connections:\n    - uri: {primary_uri}\n      sslmode: disable\n\
+         sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - {data_query}\n\
+         client_auth:\n  audience: [{audience}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
+         port: {port}\n",
+        base64_url(secret)
+    )
+}

@@ -5,7 +5,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use testkit::{base64_url, free_port, wait_for_future, Cluster, ClusterKind, PgInstall, TestDir};
+use testkit::{
+    free_port, global_bucket_config, wait_for_future, Cluster, ClusterKind, PgInstall, TestDir,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Streams held open at once (the process limit here is 20,000 descriptors);
@@ -90,13 +92,12 @@ fn ten_thousand_streams_are_served_and_all_see_a_change() {
          INSERT INTO notes SELECT 'n' || g, 'note ' || g FROM generate_series(1, 100) g;",
     );
     let http_port = free_port();
-    let config = format!(
-        "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
-         sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - SELECT * FROM notes\n\
-         client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
-         port: {http_port}\n",
-        primary.uri("postgres"),
-        base64_url(SECRET)
+    let config = global_bucket_config(
+        &primary.uri("postgres"),
+        "SELECT * FROM notes",
+        SECRET,
+        AUDIENCE,
+        http_port,
     );
     let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
     let status = replica.wait_worker_phase("streaming");

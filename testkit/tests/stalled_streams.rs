@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use testkit::{
-    base64_url, free_port, wait_for, wait_for_future, Cluster, ClusterKind, PgInstall, TestDir,
+    free_port, global_bucket_config, wait_for, wait_for_future, Cluster, ClusterKind, PgInstall,
+    TestDir,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -148,13 +149,12 @@ fn stalled_streams_stay_bounded(accept_encoding: &str) {
          FROM generate_series(1, {ROWS}) g;"
     ));
     let port = free_port();
-    let config = format!(
-        "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
-         sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - SELECT * FROM docs\n\
-         client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
-         port: {port}\n",
-        primary.uri("postgres"),
-        base64_url(SECRET)
+    let config = global_bucket_config(
+        &primary.uri("postgres"),
+        "SELECT * FROM docs",
+        SECRET,
+        AUDIENCE,
+        port,
     );
     let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
     let status = replica.wait_worker_phase("streaming");

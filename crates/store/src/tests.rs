@@ -48,14 +48,7 @@ fn refuses_an_mdbx_environment_it_did_not_write() {
     let dir = root.path().join("store");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    {
-        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
-        let txn = db.begin_rw_txn().unwrap();
-        let t = txn.create_table(None, Default::default()).unwrap();
-        txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    write_foreign_mdbx(&dir);
     let err = Store::open(&dir).err().unwrap();
     assert!(
         err.to_string().contains("without powersync_mdbx metadata"),
@@ -184,14 +177,7 @@ fn only_a_powersync_mdbx_store_is_ours() {
     // An MDBX environment another program wrote.
     let dir = root.path().join("foreign");
     std::fs::create_dir(&dir).unwrap();
-    {
-        let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(&dir).unwrap();
-        let txn = db.begin_rw_txn().unwrap();
-        let t = txn.create_table(None, Default::default()).unwrap();
-        txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
-            .unwrap();
-        txn.commit().unwrap();
-    }
+    write_foreign_mdbx(&dir);
     let before = entries(&dir);
     match inspect_data_file(&dir, "bootstrap") {
         DataFile::NotOurs { reason } => assert!(
@@ -338,4 +324,14 @@ fn old_write_checkpoints_expire_once_reached_and_in_bounded_passes() {
     }
     assert_eq!(passes, [(10, 10), (10, 10), (6, 5)]);
     assert_eq!(left(), ["not-reached"]);
+}
+
+/// An MDBX environment in `dir` that another program wrote (one key, no metadata of ours).
+fn write_foreign_mdbx(dir: &std::path::Path) {
+    let db = libmdbx::Database::<libmdbx::NoWriteMap>::open(dir).unwrap();
+    let txn = db.begin_rw_txn().unwrap();
+    let t = txn.create_table(None, Default::default()).unwrap();
+    txn.put(&t, b"k", b"v", libmdbx::WriteFlags::UPSERT)
+        .unwrap();
+    txn.commit().unwrap();
 }
