@@ -388,10 +388,8 @@ fn a_silent_primary_gets_a_timely_refusal_while_the_host_loop_keeps_answering() 
     let began = Instant::now();
     host.start_reset(false);
     let took = began.elapsed();
-    assert!(
-        took < Duration::from_secs(1),
-        "the host's thread was held {took:?}"
-    );
+    // Not waiting for the primary: back well before the release's own bound.
+    assert!(took < bound, "the host's thread was held {took:?}");
     assert!(host.resetting());
     assert_eq!(host.status().snapshot().phase, Phase::Resetting);
     let report = testkit::wait_until("the reset's refusal", || {
@@ -417,11 +415,8 @@ fn a_silent_primary_gets_a_timely_refusal_while_the_host_loop_keeps_answering() 
     assert!(host.resetting());
     let began = Instant::now();
     assert!(host.shutdown());
-    assert!(
-        began.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        began.elapsed()
-    );
+    // The release thread still waits on the silent primary; the stop does not.
+    assert!(began.elapsed() < bound, "{:?}", began.elapsed());
     let report = host
         .take_reset_result()
         .expect("the interrupted reset answers");
