@@ -90,15 +90,23 @@ impl Compressor {
             Self::Zstd(encoder) => {
                 encoder.write_all(&chunk)?;
                 encoder.flush()?;
-                Ok(std::mem::take(encoder.get_mut()))
+                Ok(fitted(std::mem::take(encoder.get_mut())))
             }
             Self::Gzip(encoder) => {
                 encoder.write_all(&chunk)?;
                 encoder.flush()?;
-                Ok(std::mem::take(encoder.get_mut()))
+                Ok(fitted(std::mem::take(encoder.get_mut())))
             }
         }
     }
+}
+
+/// `compressed` without the spare capacity it grew: a chunk waits in the connection's
+/// queue toward a client that stops reading, and a compressed chunk is often a small part
+/// of the capacity its writes grew.
+fn fitted(mut compressed: Vec<u8>) -> Vec<u8> {
+    compressed.shrink_to_fit();
+    compressed
 }
 
 #[cfg(test)]

@@ -64,6 +64,14 @@ pub fn raise_open_files_limit() -> u64 {
 /// the sync stream's own queue, `docs/operations.md` 4.5). hyper's default is ~400 KiB.
 const CONNECTION_BUFFER_BYTES: usize = 64 << 10;
 
+/// Bytes a connection's socket may hold that the client has not been sent yet before it
+/// stops taking more (`TCP_NOTSENT_LOWAT`). Without it the kernel takes up to its
+/// autotuned send buffer (megabytes on loopback) toward a client that stopped reading, and
+/// the worker reads and compresses that much for nothing while reading clients wait
+/// (`docs/benchmark.md`, "Clients that stop reading"). Bytes in flight are not counted, so
+/// a long, fast link still fills its window.
+const UNSENT_BYTES: u32 = 16 << 10;
+
 /// Binds `port` on every address in `hosts`. `*` means every IPv4 and every IPv6 address:
 /// the IPv6 wildcard is bound IPv6-only (on a dual-stack host it would otherwise claim
 /// IPv4 too and collide with the IPv4 wildcard), and is left out on a host without IPv6.
@@ -175,6 +183,9 @@ pub async fn serve(
                 // to 40 ms.
                 if let Err(e) = stream.set_nodelay(true) {
                     tracing::debug!(error = %e, "TCP_NODELAY not set");
+                }
+                if let Err(e) = socket2::SockRef::from(&stream).set_tcp_notsent_lowat(UNSENT_BYTES) {
+                    tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT not set");
                 }
                 let state = state.clone();
                 let service = hyper::service::service_fn(move |req| {

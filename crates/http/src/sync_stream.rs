@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{header, Request, Response, StatusCode};
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, OwnedPermit};
 
 use super::accept::quality;
 use super::authorization::authenticate;
@@ -294,6 +294,9 @@ impl Stream {
             .as_ref()
             .is_some_and(SyncSession::is_downloading)
         {
+            // Room in the queue first: a client that stops reading then holds no chunk
+            // that waits to be queued.
+            let room = self.room().await?;
             let store = self.served.store.clone();
             let encoding = self.encoding;
             let chunk = self
@@ -312,7 +315,7 @@ impl Stream {
                 })
                 .await?;
             if !chunk.is_empty() {
-                self.send(chunk).await?;
+                self.queue(room, chunk)?;
             }
         }
         Ok(())
@@ -348,18 +351,29 @@ impl Stream {
     }
 
     async fn send(&mut self, bytes: Vec<u8>) -> Result<(), End> {
+        let room = self.room().await?;
+        self.queue(room, bytes)
+    }
+
+    /// Waits for room in the send queue. A client that stops reading holds the stream
+    /// here; its token still ends the stream (and the connection's write timeout ends the
+    /// connection).
+    async fn room(&self) -> Result<OwnedPermit<Bytes>, End> {
+        match tokio::time::timeout_at(self.expires_at.into(), self.tx.clone().reserve_owned()).await
+        {
+            Ok(room) => room.map_err(|_| End::ClientGone),
+            Err(_) => Err(End::TokenExpired),
+        }
+    }
+
+    /// Compresses `bytes` and queues them in the `room` made for them.
+    fn queue(&mut self, room: OwnedPermit<Bytes>, bytes: Vec<u8>) -> Result<(), End> {
         let bytes = self
             .compressor
             .chunk(bytes)
             .map_err(|e| End::Failed(format!("compression: {e}")))?;
-        // A client that stops reading holds the send here; its token still ends the stream
-        // (and the connection's write timeout ends the connection).
-        match tokio::time::timeout_at(self.expires_at.into(), self.tx.send(Bytes::from(bytes)))
-            .await
-        {
-            Ok(sent) => sent.map_err(|_| End::ClientGone),
-            Err(_) => Err(End::TokenExpired),
-        }
+        room.send(Bytes::from(bytes));
+        Ok(())
     }
 }
 
