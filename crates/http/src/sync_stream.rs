@@ -103,9 +103,11 @@ async fn start(
         let mut stream = Stream {
             service,
             served,
-            session: Some(session),
+            producer: Some(Producer {
+                session,
+                compressor,
+            }),
             encoding,
-            compressor,
             key,
             reported: None,
             registration,
@@ -175,15 +177,32 @@ enum End {
     Failed(String),
 }
 
+/// What a stream's blocking calls work on.
+struct Producer {
+    session: SyncSession,
+    /// Response compression, flushed per chunk.
+    compressor: Compressor,
+}
+
+impl From<SyncError> for End {
+    fn from(e: SyncError) -> Self {
+        End::Failed(e.to_string())
+    }
+}
+
+impl From<store::StoreError> for End {
+    fn from(e: store::StoreError) -> Self {
+        SyncError::from(e).into()
+    }
+}
+
 struct Stream {
     service: Arc<SyncService>,
     /// The generation the session's rules belong to.
     served: Arc<service::Served>,
-    /// Taken out while a blocking read works on it.
-    session: Option<SyncSession>,
+    /// Taken out while a blocking call works on it.
+    producer: Option<Producer>,
     encoding: Encoding,
-    /// Response compression, flushed per chunk.
-    compressor: Compressor,
     key: String,
     /// The `write_checkpoint` of the last checkpoint-type line.
     reported: Option<u64>,
@@ -258,8 +277,8 @@ impl Stream {
     /// (spec §7.6), and the client keeps its data until that checkpoint completes.
     fn follow(&mut self, served: Arc<service::Served>) {
         if served.generation != self.served.generation {
-            if let Some(session) = self.session.as_mut() {
-                session.switch_rules(served.rules.clone());
+            if let Some(producer) = self.producer.as_mut() {
+                producer.session.switch_rules(served.rules.clone());
             }
         }
         self.served = served;
@@ -273,26 +292,27 @@ impl Stream {
         let key = self.key.clone();
         let reported = self.reported;
         let (line, report) = self
-            .blocking(move |session| {
+            .blocking(move |producer| {
                 let wanted = store.read(|view| requested(view, &key))?;
                 let report = to_report(wanted, checkpoint.lsn, reported);
-                Ok((session.checkpoint(&store, report)?, report))
+                Ok((producer.session.checkpoint(&store, report)?, report))
             })
             .await?;
         let Some(line) = line else { return Ok(()) };
         self.reported = report;
-        if let Some(session) = &self.session {
+        if let Some(Producer { session, .. }) = &self.producer {
             self.registration
                 .checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
         }
         let mut out = Vec::new();
         line.encode(self.encoding, &mut out);
         self.send(out).await?;
-        // The data, a batch per blocking call, whole lines per send.
+        // The data: a chunk of whole lines per blocking call, read, encoded and compressed
+        // off the runtime's threads.
         while self
-            .session
+            .producer
             .as_ref()
-            .is_some_and(SyncSession::is_downloading)
+            .is_some_and(|p| p.session.is_downloading())
         {
             // Room in the queue first: a client that stops reading then holds no chunk
             // that waits to be queued.
@@ -300,22 +320,10 @@ impl Stream {
             let store = self.served.store.clone();
             let encoding = self.encoding;
             let chunk = self
-                .blocking(move |session| {
-                    // Sized for a chunk and its last line (data lines close at 16 KiB of
-                    // rows), so that a chunk does not keep twice its size of capacity
-                    // while it waits to be sent.
-                    let mut out = Vec::with_capacity(CHUNK_BYTES + (32 << 10));
-                    while out.len() < CHUNK_BYTES {
-                        match session.next_line(&store)? {
-                            Some(line) => line.encode(encoding, &mut out),
-                            None => break,
-                        }
-                    }
-                    Ok(out)
-                })
+                .blocking(move |producer| producer.chunk(&store, encoding))
                 .await?;
             if !chunk.is_empty() {
-                self.queue(room, chunk)?;
+                room.send(Bytes::from(chunk));
             }
         }
         Ok(())
@@ -324,7 +332,7 @@ impl Stream {
     /// Runs `work` on a blocking thread (store reads), under the process-wide limit.
     async fn blocking<R: Send + 'static>(
         &mut self,
-        work: impl FnOnce(&mut SyncSession) -> Result<R, SyncError> + Send + 'static,
+        work: impl FnOnce(&mut Producer) -> Result<R, End> + Send + 'static,
     ) -> Result<R, End> {
         let _permit = self
             .service
@@ -332,18 +340,18 @@ impl Stream {
             .acquire()
             .await
             .map_err(|_| End::Shutdown)?;
-        let mut session = self
-            .session
+        let mut producer = self
+            .producer
             .take()
             .ok_or_else(|| End::Failed("the session is gone".into()))?;
-        let (session, result) = tokio::task::spawn_blocking(move || {
-            let result = work(&mut session);
-            (session, result)
+        let (producer, result) = tokio::task::spawn_blocking(move || {
+            let result = work(&mut producer);
+            (producer, result)
         })
         .await
         .map_err(|e| End::Failed(format!("a sync read panicked: {e}")))?;
-        self.session = Some(session);
-        result.map_err(|e| End::Failed(e.to_string()))
+        self.producer = Some(producer);
+        result
     }
 
     async fn send_line(&mut self, line: &SyncLine) -> Result<(), End> {
@@ -368,12 +376,38 @@ impl Stream {
 
     /// Compresses `bytes` and queues them in the `room` made for them.
     fn queue(&mut self, room: OwnedPermit<Bytes>, bytes: Vec<u8>) -> Result<(), End> {
-        let bytes = self
+        let producer = self
+            .producer
+            .as_mut()
+            .ok_or_else(|| End::Failed("the session is gone".into()))?;
+        let bytes = producer
             .compressor
             .chunk(bytes)
             .map_err(|e| End::Failed(format!("compression: {e}")))?;
         room.send(Bytes::from(bytes));
         Ok(())
+    }
+}
+
+impl Producer {
+    /// The next chunk of the download, compressed: whole lines of about [`CHUNK_BYTES`]
+    /// (empty when the download is complete).
+    fn chunk(&mut self, store: &store::Store, encoding: Encoding) -> Result<Vec<u8>, End> {
+        // Sized for a chunk and its last line (data lines close at 16 KiB of rows), so
+        // that a chunk does not keep twice its size of capacity while it waits to be sent.
+        let mut out = Vec::with_capacity(CHUNK_BYTES + (32 << 10));
+        while out.len() < CHUNK_BYTES {
+            match self.session.next_line(store)? {
+                Some(line) => line.encode(encoding, &mut out),
+                None => break,
+            }
+        }
+        if out.is_empty() {
+            return Ok(out);
+        }
+        self.compressor
+            .chunk(out)
+            .map_err(|e| End::Failed(format!("compression: {e}")))
     }
 }
 
