@@ -1,11 +1,13 @@
 //! Crash recovery at start: a build the configured rules still want is resumed; every
-//! other store the storage directory holds beside the served one is retired.
+//! other store the storage directory holds beside the served one is retired. A data file
+//! that is not a powersync_mdbx store is left where it is.
 
 use std::sync::Arc;
 
 use super::{blocking, Generations};
 use crate::EngineError;
 use replication::BootstrapIntent;
+use store::DataFile;
 
 impl Generations {
     /// Resumes the build of `config_rules` if the directory holds one; retires every
@@ -18,6 +20,21 @@ impl Generations {
         })
         .await?;
         for dir in others {
+            let found = blocking({
+                let dir = dir.clone();
+                move || Ok(store::inspect_data_file(&dir, BootstrapIntent::KEY))
+            })
+            .await?;
+            if let DataFile::NotOurs { reason } = found {
+                // Never removed: it may be someone's data (the same rule as reset()'s).
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "PSM_E1006 left alone: {} is not a powersync_mdbx store ({reason}); move \
+                     it out of the storage directory",
+                    dir.join(store::STORE_FILES[0]).display()
+                );
+                continue;
+            }
             let peek = blocking({
                 let dir = dir.clone();
                 move || {

@@ -593,3 +593,37 @@ fn a_store_whose_slot_is_not_known_is_removed_only_when_forced() {
     assert!(!build.exists(), "{report}");
     assert!(host.shutdown());
 }
+
+#[test]
+fn a_generation_left_behind_is_removed_but_a_data_file_not_ours_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(&dir.path().join("config.yaml"), free_port());
+    let root = dir.path().join("store");
+    drop(store::Store::open(&root).unwrap());
+    // Left behind by a crash during a deploy (before its slot existed): removed at start.
+    let ours = root.join("g3");
+    drop(store::Store::open(&ours).unwrap());
+    // A generation directory holding another program's file: never removed.
+    let other = root.join("g2");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("mdbx.dat"), vec![0x42u8; 64 * 1024]).unwrap();
+    let mut host = Host::new(settings(dir.path()), Arc::new(StatusCell::new(1)), no_guard);
+    host.start();
+    testkit::wait_for("the generation left behind to be removed", || {
+        assert_eq!(host.tick(), Tick::Continue);
+        if ours.exists() {
+            std::thread::sleep(Duration::from_millis(10));
+            let snap = host.status().snapshot();
+            Err(testkit::worker_progress(
+                &serde_json::to_value(snap).unwrap(),
+            ))
+        } else {
+            Ok(())
+        }
+    });
+    assert!(
+        other.join("mdbx.dat").exists(),
+        "the engine removed a data file that is not a powersync_mdbx store"
+    );
+    assert!(host.shutdown());
+}
