@@ -8,7 +8,6 @@
 //! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
 //! slices, so memory stays bounded.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -185,8 +184,6 @@ pub(super) struct Applier {
     pub published: watch::Sender<Checkpoint>,
     pub feedback: Arc<SharedLsnFeedback>,
     pub progress: Arc<StreamProgress>,
-    /// Per bucket id: compactable ops not compacted yet.
-    pub debt: HashMap<u32, u64>,
     /// The sweep of old write-checkpoint requests.
     pub sweep: Sweep,
 }
@@ -235,7 +232,6 @@ impl Applier {
     ) -> Result<Option<Change>, ReplicationError> {
         use std::sync::atomic::Ordering::Relaxed;
         let durable_lsn = self.durable.lsn;
-        let mut debt = std::mem::take(&mut self.debt);
         let mut sweep = std::mem::take(&mut self.sweep);
         let this = &*self;
         let ((held, commit_times, changes), checkpoint) =
@@ -250,6 +246,8 @@ impl Applier {
                         })?;
                         match change {
                             Change::Commit { end_lsn, received } => {
+                                // Decided per source transaction, whatever the grouping.
+                                w.compact_due(COMPACT_AFTER_OPS)?;
                                 w.set_lsn(end_lsn);
                                 commit_times.push(received);
                                 break;
@@ -274,12 +272,10 @@ impl Applier {
                         Ok(other) => Some(other),
                         Err(_) => None,
                     };
-                    compact(w, &mut debt)?;
                     sweep.run(w, durable_lsn, &this.progress)?;
                     return Ok((held, commit_times, changes));
                 }
             })?;
-        self.debt = debt;
         self.sweep = sweep;
         self.progress.uncommitted.store(0, Relaxed);
         self.progress
@@ -539,24 +535,6 @@ pub(super) fn identity_of(table: &StreamTable, values: &[Presence]) -> Vec<u8> {
             .iter()
             .map(|&i| values.get(i).and_then(Presence::as_deref)),
     )
-}
-
-/// Adds this transaction's superseded ops to the debt and CLEAR-compacts the buckets
-/// that owe enough, in the same commit (storage stays bounded under update churn).
-fn compact(w: &mut WriteTxn<'_, '_>, debt: &mut HashMap<u32, u64>) -> Result<(), ReplicationError> {
-    for (bucket, ops) in w.take_compactable() {
-        *debt.entry(bucket).or_default() += ops;
-    }
-    let due: Vec<u32> = debt
-        .iter()
-        .filter(|(_, &ops)| ops >= COMPACT_AFTER_OPS)
-        .map(|(&bucket, _)| bucket)
-        .collect();
-    for bucket in due {
-        w.compact_bucket(bucket)?;
-        debt.remove(&bucket);
-    }
-    Ok(())
 }
 
 /// Drops the changes of a transaction that is already in the store.

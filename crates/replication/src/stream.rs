@@ -86,7 +86,6 @@ pub async fn follow_slot(
         published: context.published.clone(),
         feedback: stream.shared_lsn_feedback.clone(),
         progress: context.progress.clone(),
-        debt: HashMap::new(),
         sweep: super::expiry::Sweep::new(context.write_checkpoint_max_age),
     };
     let applying = std::thread::Builder::new()

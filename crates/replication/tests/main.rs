@@ -4,6 +4,7 @@
 extern crate powersync_mdbx_replication as replication;
 
 mod bootstrap;
+mod history;
 mod slot_invalidation;
 mod stalled_primary;
 mod streaming;

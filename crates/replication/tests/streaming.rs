@@ -61,41 +61,56 @@ bucket_definitions:
 
 const TABLES: &[&str] = &["lists", "todos", "docs", "notes"];
 
-struct Rig {
+/// A primary with `schema` and the rules the stores are built with.
+pub(crate) struct Rig {
     _dir: TestDir,
-    primary: Cluster,
+    pub(crate) primary: Cluster,
     store_dir: tempfile::TempDir,
-    rules: Arc<SyncRules>,
+    pub(crate) rules: Arc<SyncRules>,
 }
 
 impl Rig {
     fn new() -> Self {
+        Self::with(SCHEMA, RULES)
+    }
+
+    pub(crate) fn with(schema: &str, rules: &str) -> Self {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
-        primary.sql(SCHEMA);
+        primary.sql(schema);
         Self {
             _dir: dir,
             primary,
             store_dir: tempfile::tempdir().unwrap(),
-            rules: Arc::new(SyncRules::parse(RULES).unwrap()),
+            rules: Arc::new(SyncRules::parse(rules).unwrap()),
         }
     }
 
     fn plan(&self) -> SourcePlan {
+        self.plan_on(SLOT)
+    }
+
+    /// The source plan of a store that owns `slot`.
+    pub(crate) fn plan_on(&self, slot: &str) -> SourcePlan {
         SourcePlan {
             connection: SourceConnection::from_uri(&self.primary.uri("postgres")).unwrap(),
-            slot: SLOT.into(),
+            slot: slot.into(),
         }
     }
 
     fn open_store(&self) -> Arc<Store> {
-        Arc::new(Store::open(&self.store_dir.path().join("store")).unwrap())
+        self.open_store_in("store")
+    }
+
+    /// The store in the rig's directory `name` (several replicas of one primary).
+    pub(crate) fn open_store_in(&self, name: &str) -> Arc<Store> {
+        Arc::new(Store::open(&self.store_dir.path().join(name)).unwrap())
     }
 }
 
 /// A running stream task and its stop switch.
-struct Streaming {
+pub(crate) struct Streaming {
     stop: watch::Sender<bool>,
     checkpoints: watch::Receiver<Checkpoint>,
     progress: Arc<StreamProgress>,
@@ -106,9 +121,15 @@ struct Streaming {
 /// may still hold it for a moment, and `follow_slot` refuses a busy slot (the engine
 /// retries; these tests start once).
 fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
+    start_streaming_on(rig, store, rig.plan())
+}
+
+/// [`start_streaming`] for a store that owns `plan`'s slot.
+pub(crate) fn start_streaming_on(rig: &Rig, store: &Arc<Store>, plan: SourcePlan) -> Streaming {
     let busy = format!(
         "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = \
-         '{SLOT}'"
+         '{}'",
+        plan.slot
     );
     wait_until("the primary to release the slot", || {
         (rig.primary.sql(&busy) == "f").then_some(())
@@ -125,7 +146,6 @@ fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
     };
     let (stop, stopped) = watch::channel(false);
-    let plan = rig.plan();
     let task = tokio::spawn(async move { follow_slot(&plan, &context, stopped).await });
     Streaming {
         stop,
@@ -139,7 +159,7 @@ impl Streaming {
     /// Waits until everything committed on the primary so far is in a published
     /// checkpoint (a logical message makes an idle source advance), while the stream
     /// advances (checkpoints, changes received and applied).
-    async fn sync_point(&mut self, primary: &Cluster) -> Checkpoint {
+    pub(crate) async fn sync_point(&mut self, primary: &Cluster) -> Checkpoint {
         let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
         primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
         let mut waiting = Waiting::new(format!("a checkpoint at {head:X}"));
@@ -157,7 +177,7 @@ impl Streaming {
         }
     }
 
-    async fn stop(self) -> Result<(), ReplicationError> {
+    pub(crate) async fn stop(self) -> Result<(), ReplicationError> {
         self.stop.send_replace(true);
         wait_for_future("the stream task to end", || (), self.task)
             .await
@@ -176,9 +196,13 @@ async fn assert_matches_primary(rig: &Rig, store: &Store, when: &str) {
 }
 
 async fn bootstrapped(rig: &Rig) -> Arc<Store> {
-    let store = rig.open_store();
+    bootstrapped_on(rig, rig.open_store(), rig.plan()).await
+}
+
+/// `store` bootstrapped with its own slot (`plan`).
+pub(crate) async fn bootstrapped_on(rig: &Rig, store: Arc<Store>, plan: SourcePlan) -> Arc<Store> {
     bootstrap(
-        &rig.plan(),
+        &plan,
         rig.rules.clone(),
         store.clone(),
         Arc::new(Progress::default()),

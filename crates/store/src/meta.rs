@@ -64,6 +64,14 @@ pub(super) fn load_or_init(
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0),
         };
+        drop(txn);
+        // Tables added since the format was fixed (`compaction_debt`) start empty.
+        let txn = db.begin_rw_txn().map_err(mdbx("begin a write"))?;
+        for (name, flags) in TABLES {
+            txn.create_table(Some(name), *flags)
+                .map_err(mdbx("create a table"))?;
+        }
+        txn.commit().map_err(mdbx("commit the tables"))?;
         return Ok((identity, false));
     }
     let identity = StoreIdentity {

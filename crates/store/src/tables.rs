@@ -14,6 +14,7 @@ pub(super) const TABLES: &[(&str, TableFlags)] = &[
     (ROW_KEYS, TableFlags::empty()),
     (TOMBSTONES, TableFlags::INTEGER_KEY),
     (LOOKUPS, TableFlags::DUP_SORT),
+    (COMPACTION_DEBT, TableFlags::INTEGER_KEY),
 ];
 
 /// Store metadata: format, identity, counters, checkpoint.
@@ -32,6 +33,8 @@ const ROW_KEYS: &str = "row_keys";
 const TOMBSTONES: &str = "tombstones";
 /// Lookup key → row id (u64 BE) + lookup outputs, one dup per row.
 const LOOKUPS: &str = "lookups";
+/// Bucket id (u32) → ops made compactable since its last compaction (u64 LE).
+const COMPACTION_DEBT: &str = "compaction_debt";
 
 /// Handles of every table, valid for one transaction.
 pub(super) struct Tables<'t> {
@@ -43,6 +46,7 @@ pub(super) struct Tables<'t> {
     pub row_keys: Table<'t>,
     pub tombstones: Table<'t>,
     pub lookups: Table<'t>,
+    pub compaction_debt: Table<'t>,
 }
 
 impl<'t> Tables<'t> {
@@ -64,6 +68,7 @@ impl<'t> Tables<'t> {
             row_keys: open(ROW_KEYS)?,
             tombstones: open(TOMBSTONES)?,
             lookups: open(LOOKUPS)?,
+            compaction_debt: open(COMPACTION_DEBT)?,
         })
     }
 }

@@ -1,7 +1,5 @@
 //! CLEAR compaction: a bucket's leading REMOVE, MOVE and CLEAR ops folded into one CLEAR.
 
-use std::collections::HashMap;
-
 use super::WriteTxn;
 use crate::op::{OpKind, StoredOp};
 use crate::op_blocks::{self, block_error, BlockCursor};
@@ -11,10 +9,46 @@ use crate::StoreError;
 const CLEAR_BATCH: usize = 100_000;
 
 impl WriteTxn<'_, '_> {
-    /// Per bucket id, the ops this transaction made compactable so far (and resets the
-    /// tally): the writer's caller decides when a bucket is worth compacting.
-    pub fn take_compactable(&mut self) -> HashMap<u32, u64> {
-        std::mem::take(&mut self.compactable)
+    /// Settles the compaction debt at the end of one source transaction: adds the ops it
+    /// made compactable (superseded PUTs, REMOVEs) to each bucket's debt and
+    /// CLEAR-compacts the buckets that owe `after_ops` or more. The debt is stored with
+    /// the ops, so when a bucket is compacted depends only on the source transactions
+    /// applied, never on how they were grouped into commits or on restarts.
+    pub fn compact_due(&mut self, after_ops: u64) -> Result<(), StoreError> {
+        let mut made: Vec<(u32, u64)> = std::mem::take(&mut self.compactable).into_iter().collect();
+        made.sort_unstable();
+        for (bucket_id, ops) in made {
+            let key = bucket_id.to_ne_bytes();
+            let stored: Option<Vec<u8>> = self
+                .txn
+                .get(&self.tables.compaction_debt, key)
+                .map_err(self.mdbx("read a compaction debt"))?;
+            let owed = match stored {
+                None => 0,
+                Some(bytes) => u64::from_le_bytes(
+                    bytes
+                        .try_into()
+                        .map_err(|_| self.corrupt("compaction debt"))?,
+                ),
+            } + ops;
+            if owed >= after_ops {
+                self.compact_bucket(bucket_id)?;
+                match self.txn.del(&self.tables.compaction_debt, key, None) {
+                    Ok(_) | Err(libmdbx::Error::NotFound) => {}
+                    Err(e) => return Err(self.mdbx("clear a compaction debt")(e)),
+                }
+            } else {
+                self.txn
+                    .put(
+                        &self.tables.compaction_debt,
+                        key,
+                        owed.to_le_bytes(),
+                        libmdbx::WriteFlags::UPSERT,
+                    )
+                    .map_err(self.mdbx("write a compaction debt"))?;
+            }
+        }
+        Ok(())
     }
 
     /// CLEAR compaction (spec §4.5): the longest prefix of a bucket's ops made only of
