@@ -1,10 +1,11 @@
 //! End-to-end: the official PowerSync JavaScript SDK (`@powersync/node`, run by
 //! `e2e/client.mjs`) syncs from a PostgreSQL 16 sync replica running the extension, and
 //! what the client holds is compared with what the primary says the user should see:
-//! the initial sync, incremental changes (insert, update, delete, a row moving between
-//! buckets, a parameter row adding a bucket, TRUNCATE, reset()), local writes uploaded through
-//! the connector and acknowledged by a write checkpoint, reconnects and a new process
-//! resuming from the stored positions, and token refreshes.
+//! the initial sync, incremental changes (insert, update, delete, a column no rule reads
+//! added by a migration, a row moving between buckets, a parameter row adding a bucket,
+//! TRUNCATE, reset()), local writes uploaded through the connector and acknowledged by a
+//! write checkpoint, reconnects and a new process resuming from the stored positions, and
+//! token refreshes.
 //!
 //! Without the e2e packages (`e2e/install.sh`, which `scripts/setup.sh` and so
 //! `scripts/test.sh` run) every test here fails and says so.
@@ -316,6 +317,16 @@ fn sync_end_to_end(rules: Rules) {
          DELETE FROM tasks WHERE id = 'task-sentinel-delete-0001';",
     );
     wait_equal(&mut client, &rig, "insert, update, delete");
+
+    // A migration adds a column no rule reads: the stream goes on, and the next write of
+    // the table, which comes with the new column, reaches the client.
+    rig.primary.sql(
+        "ALTER TABLE tasks ADD COLUMN note text DEFAULT 'none';
+         UPDATE tasks SET title = 'After a migration', note = 'x' \
+         WHERE id = 'task-sentinel-update-0001';",
+    );
+    wait_equal(&mut client, &rig, "a column no rule reads added");
+    assert_eq!(rig.status()["phase"], "streaming", "{}", rig.status());
 
     step("watch client synced; insert/update/delete arrived");
     // A row moving from an accessible project to another, in one transaction with a

@@ -55,6 +55,13 @@ pub(super) enum Change {
     Truncate {
         tables: Vec<usize>,
     },
+    /// From here on the table's rows come with these columns (a Relation message whose
+    /// change the rules do not see: columns they do not read were added, dropped,
+    /// renamed or retyped).
+    Relation {
+        table: usize,
+        columns: Vec<ColumnMeta>,
+    },
     /// The transaction ends; the store commits with `end_lsn`. `received` is when the
     /// Commit message arrived from the primary.
     Commit {
@@ -131,41 +138,63 @@ pub(super) struct StreamTable {
     pub identity_names: Vec<String>,
     pub schema: String,
     pub name: String,
+    /// The columns rows come with now (the snapshot's, then each Relation message's).
     pub columns: Vec<ColumnMeta>,
     types: Vec<PgType>,
     /// Indices (into `columns`) of the replica identity, in key order.
     identity: Vec<usize>,
+    /// Per column: whether the rules read it (a value of a column they do not read
+    /// cannot change their output).
+    reads: Vec<bool>,
 }
 
 impl StreamTable {
     /// The table from the bootstrap record; `None` when the record predates column
     /// tracking or names an identity column the table lacks.
-    pub fn from_intent(table: &IntentTable) -> Option<Self> {
+    pub fn from_intent(table: &IntentTable, rules: &SyncRules) -> Option<Self> {
         if table.columns.is_empty() || table.identity.is_empty() || table.oid == 0 {
             return None;
         }
-        let identity = table
-            .identity
+        Self {
+            store_id: table.id,
+            oid: table.oid,
+            identity_names: table.identity.clone(),
+            schema: table.schema.clone(),
+            name: table.name.clone(),
+            columns: Vec::new(),
+            types: Vec::new(),
+            identity: Vec::new(),
+            reads: Vec::new(),
+        }
+        .with_columns(table.columns.clone(), rules)
+    }
+
+    /// This table with rows of `columns`; `None` when a replica identity column is not
+    /// among them.
+    pub fn with_columns(&self, columns: Vec<ColumnMeta>, rules: &SyncRules) -> Option<Self> {
+        let identity = self
+            .identity_names
             .iter()
-            .map(|name| table.columns.iter().position(|c| &c.name == name))
+            .map(|name| columns.iter().position(|c| &c.name == name))
             .collect::<Option<Vec<usize>>>()?;
-        let types = table
-            .columns
+        let types = columns
             .iter()
             .map(|c| PgType {
                 oid: c.type_oid,
                 element: c.element_oid.or(PgType::from_oid(c.type_oid).element),
             })
             .collect();
+        let plan = rules.plan_for(&self.schema, &self.name);
+        let reads = columns
+            .iter()
+            .map(|c| plan.is_some_and(|p| p.reads_column(&c.name)))
+            .collect();
         Some(Self {
-            store_id: table.id,
-            oid: table.oid,
-            identity_names: table.identity.clone(),
-            schema: table.schema.clone(),
-            name: table.name.clone(),
-            columns: table.columns.clone(),
+            columns,
             types,
             identity,
+            reads,
+            ..self.clone()
         })
     }
 
@@ -215,6 +244,11 @@ impl Applier {
                     self.progress.pending.published(self.durable.lsn);
                 }
                 Change::Begin { .. } => held = self.apply_group(&mut input)?,
+                Change::Relation { table, columns } => {
+                    let mut tables = std::mem::take(&mut self.tables);
+                    self.rebind(&mut tables, table, columns)?;
+                    self.tables = tables;
+                }
                 other => {
                     return Err(stream_error(format!(
                         "the replication stream sent {other:?} outside a transaction"
@@ -233,6 +267,7 @@ impl Applier {
         use std::sync::atomic::Ordering::Relaxed;
         let durable_lsn = self.durable.lsn;
         let mut sweep = std::mem::take(&mut self.sweep);
+        let mut tables = std::mem::take(&mut self.tables);
         let this = &*self;
         let ((held, commit_times, changes), checkpoint) =
             self.store.write_with(durable_lsn, |w| {
@@ -258,7 +293,7 @@ impl Applier {
                                 ))
                             }
                             change => {
-                                changes += this.apply(w, change)?;
+                                changes += this.apply(w, &mut tables, change)?;
                                 this.progress.uncommitted.store(changes, Relaxed);
                             }
                         }
@@ -277,6 +312,7 @@ impl Applier {
                 }
             })?;
         self.sweep = sweep;
+        self.tables = tables;
         self.progress.uncommitted.store(0, Relaxed);
         self.progress
             .transactions
@@ -303,36 +339,63 @@ impl Applier {
     }
 
     /// Applies one row change; returns the rows it touched.
-    fn apply(&self, w: &mut WriteTxn<'_, '_>, change: Change) -> Result<u64, ReplicationError> {
+    fn apply(
+        &self,
+        w: &mut WriteTxn<'_, '_>,
+        tables: &mut [StreamTable],
+        change: Change,
+    ) -> Result<u64, ReplicationError> {
         match change {
             Change::Insert { table, new } => {
-                let table = self.table(table)?;
+                let table = table_at(tables, table)?;
                 let values = values_of(table, &new);
                 let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
                 self.write_row(w, table, &filled, false)?;
                 Ok(1)
             }
             Change::Update { table, old, new } => {
-                let table = self.table(table)?;
+                let table = table_at(tables, table)?;
                 self.update(w, table, old.as_ref(), &new)?;
                 Ok(1)
             }
             Change::Delete { table, old } => {
-                let table = self.table(table)?;
+                let table = table_at(tables, table)?;
                 let values = values_of(table, &old);
                 let identity = identity_of(table, &values);
                 w.delete_row(table.store_id, &identity)?;
                 Ok(1)
             }
-            Change::Truncate { tables } => {
+            Change::Truncate { tables: truncated } => {
                 let mut rows = 0;
-                for index in tables {
-                    rows += w.truncate_table(self.table(index)?.store_id)?;
+                for index in truncated {
+                    rows += w.truncate_table(table_at(tables, index)?.store_id)?;
                 }
                 Ok(rows)
             }
+            Change::Relation { table, columns } => {
+                self.rebind(tables, table, columns)?;
+                Ok(0)
+            }
             Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => Ok(0),
         }
+    }
+
+    /// Rows of table `index` come with `columns` from here on.
+    fn rebind(
+        &self,
+        tables: &mut [StreamTable],
+        index: usize,
+        columns: Vec<ColumnMeta>,
+    ) -> Result<(), ReplicationError> {
+        let table = table_at(tables, index)?;
+        let rebound = table.with_columns(columns, &self.rules).ok_or_else(|| {
+            stream_error(format!(
+                "a Relation message of {} left out a replica identity column",
+                table.qualified()
+            ))
+        })?;
+        tables[index] = rebound;
+        Ok(())
     }
 
     fn update(
@@ -375,12 +438,12 @@ impl Applier {
         )?;
         Ok(())
     }
+}
 
-    fn table(&self, index: usize) -> Result<&StreamTable, ReplicationError> {
-        self.tables
-            .get(index)
-            .ok_or_else(|| stream_error(format!("a change for unknown table #{index}")))
-    }
+fn table_at(tables: &[StreamTable], index: usize) -> Result<&StreamTable, ReplicationError> {
+    tables
+        .get(index)
+        .ok_or_else(|| stream_error(format!("a change for unknown table #{index}")))
 }
 
 /// The key an update addresses: from the old tuple when the key changed (or the table is
@@ -426,12 +489,20 @@ pub(super) fn fill_unchanged(
         *value = match from_old {
             Some(v) => v,
             None => {
-                used_stash = true;
-                stash
+                let kept = stash
                     .iter()
                     .find(|(name, _)| name == &column.name)
-                    .map(|(_, v)| Presence::Value(Bytes::copy_from_slice(v)))
-                    .ok_or_else(|| toast_error(table, &column.name))?
+                    .map(|(_, v)| Presence::Value(Bytes::copy_from_slice(v)));
+                match kept {
+                    Some(value) => {
+                        used_stash = true;
+                        value
+                    }
+                    // Not kept (renamed since, say): the rules do not read it, so its
+                    // value cannot change what they produce.
+                    None if !table.reads.get(i).copied().unwrap_or(true) => Presence::Null,
+                    None => return Err(toast_error(table, &column.name)),
+                }
             }
         };
     }

@@ -32,10 +32,12 @@ pub fn pgoutput_session<'m>(
 ) -> Option<Result<u64, ReplicationError>> {
     let tables = tables
         .iter()
-        .map(StreamTable::from_intent)
+        .map(|t| StreamTable::from_intent(t, rules))
         .collect::<Option<Vec<_>>>()?;
     let pending = PendingCommits::default();
-    let mut decoder = Decoder::new(&pending, &tables);
+    let mut decoder = Decoder::new(&pending, &tables, rules);
+    // The applier's copy, rebound by Relation changes.
+    let mut applied = tables.clone();
     let mut wire = PgOutputDecoder::with_protocol_version(1);
     let mut kept: HashMap<(usize, Vec<u8>), Stash> = HashMap::new();
     let mut handled = 0u64;
@@ -50,7 +52,7 @@ pub fn pgoutput_session<'m>(
             Ok(None) => continue,
             Err(e) => return Some(Err(e)),
         };
-        match apply(rules, &tables, &mut kept, change) {
+        match apply(rules, &mut applied, &mut kept, change) {
             Ok(rows) => handled += rows,
             Err(e) => return Some(Err(e)),
         }
@@ -61,7 +63,7 @@ pub fn pgoutput_session<'m>(
 /// The applier's `apply` with the map `kept` in place of the store.
 fn apply(
     rules: &SyncRules,
-    tables: &[StreamTable],
+    tables: &mut [StreamTable],
     kept: &mut HashMap<(usize, Vec<u8>), Stash>,
     change: Change,
 ) -> Result<u64, ReplicationError> {
@@ -81,6 +83,17 @@ fn apply(
         Change::Truncate { tables: truncated } => {
             kept.retain(|(table, _), _| !truncated.contains(table));
             return Ok(truncated.len() as u64);
+        }
+        Change::Relation { table, columns } => {
+            let rebound = table_of(table)?
+                .with_columns(columns, rules)
+                .ok_or_else(|| {
+                    super::apply::stream_error(
+                        "a Relation message left out an identity column".into(),
+                    )
+                })?;
+            tables[table] = rebound;
+            return Ok(0);
         }
         Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => return Ok(0),
     };

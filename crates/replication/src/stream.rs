@@ -18,7 +18,7 @@ use metrics::PendingCommits;
 use rules::SyncRules;
 use source::{
     connect, format_lsn, primary_identity, replication_error, slot_info, slot_walsender,
-    start_stream, terminate_backend, wal_sender_timeout,
+    start_stream, terminate_backend, wal_sender_timeout, ColumnMeta,
 };
 use store::{Checkpoint, Store};
 
@@ -59,7 +59,7 @@ pub async fn follow_slot(
     let tables = intent
         .tables
         .iter()
-        .map(StreamTable::from_intent)
+        .map(|t| StreamTable::from_intent(t, &context.rules))
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| ReplicationError::Stream {
             code: "PSM_R2004",
@@ -76,7 +76,7 @@ pub async fn follow_slot(
 
     context.progress.pending.clear();
     context.progress.uncommitted.store(0, Relaxed);
-    let mut decoder = Decoder::new(&context.progress.pending, &tables);
+    let mut decoder = Decoder::new(&context.progress.pending, &tables, &context.rules);
     let (input, changes) = mpsc::channel(CHANGE_QUEUE);
     let applier = Applier {
         store: context.store.clone(),
@@ -348,6 +348,10 @@ pub(super) struct Decoder<'a> {
     /// Where each transaction's Begin is noted for the lag in seconds.
     pending: &'a PendingCommits,
     tables: &'a [StreamTable],
+    rules: &'a SyncRules,
+    /// Per table, the columns its rows come with now (the snapshot's, then each Relation
+    /// message's the rules do not see).
+    shapes: Vec<Vec<ColumnMeta>>,
     by_oid: HashMap<u32, usize>,
     by_name: HashMap<String, usize>,
     in_transaction: bool,
@@ -355,10 +359,16 @@ pub(super) struct Decoder<'a> {
 
 impl<'a> Decoder<'a> {
     /// A decoder for `tables`, outside any transaction.
-    pub(super) fn new(pending: &'a PendingCommits, tables: &'a [StreamTable]) -> Self {
+    pub(super) fn new(
+        pending: &'a PendingCommits,
+        tables: &'a [StreamTable],
+        rules: &'a SyncRules,
+    ) -> Self {
         Self {
             pending,
             tables,
+            rules,
+            shapes: tables.iter().map(|t| t.columns.clone()).collect(),
             by_oid: tables.iter().enumerate().map(|(i, t)| (t.oid, i)).collect(),
             by_name: tables
                 .iter()
@@ -399,10 +409,9 @@ impl<'a> Decoder<'a> {
                 relation_name,
                 columns,
                 ..
-            } => {
-                self.check_relation(relation_id, &namespace, &relation_name, &columns)?;
-                None
-            }
+            } => self
+                .check_relation(relation_id, &namespace, &relation_name, &columns)?
+                .map(|(table, columns)| Change::Relation { table, columns }),
             EventType::Insert {
                 relation_oid, data, ..
             } => self
@@ -452,20 +461,23 @@ impl<'a> Decoder<'a> {
         })
     }
 
-    /// A Relation message for a table the rules read must describe the table the snapshot
-    /// copied: same OID, name, columns (names and types, in order) and identity columns.
+    /// A Relation message for a table the rules read: the same table (OID, name) with the
+    /// same replica identity, and no column the rules read added, dropped, renamed or
+    /// retyped since the rows were last decoded. Returns the columns to decode its rows
+    /// with from here on when only columns the rules do not read changed.
     fn check_relation(
-        &self,
+        &mut self,
         oid: u32,
         namespace: &str,
         name: &str,
         columns: &[RelationColumn],
-    ) -> Result<(), ReplicationError> {
+    ) -> Result<Option<(usize, Vec<ColumnMeta>)>, ReplicationError> {
         let qualified = format!("{namespace}.{name}");
-        let known = match (self.by_oid.get(&oid), self.by_name.get(&qualified)) {
-            (None, None) => return Ok(()),
-            (Some(&i), _) | (None, Some(&i)) => &self.tables[i],
+        let index = match (self.by_oid.get(&oid), self.by_name.get(&qualified)) {
+            (None, None) => return Ok(None),
+            (Some(&i), _) | (None, Some(&i)) => i,
         };
+        let known = &self.tables[index];
         let mut problems = Vec::new();
         if known.oid != oid {
             problems.push(format!(
@@ -480,14 +492,28 @@ impl<'a> Decoder<'a> {
             .iter()
             .map(|c| (c.name.as_ref(), c.type_id))
             .collect();
-        let then: Vec<(&str, u32)> = known
-            .columns
+        let shape = &self.shapes[index];
+        let then: Vec<(&str, u32)> = shape
             .iter()
             .map(|c| (c.name.as_str(), c.type_oid))
             .collect();
-        if now != then {
+        let plan = self.rules.plan_for(&known.schema, &known.name);
+        let read = |column: &str| plan.is_some_and(|p| p.reads_column(column));
+        // Added, dropped (a rename is both) or retyped columns the rules read.
+        let seen: Vec<&str> = now
+            .iter()
+            .filter(|c| !then.contains(c))
+            .chain(then.iter().filter(|c| !now.contains(c)))
+            .map(|(name, _)| *name)
+            .filter(|name| read(name))
+            .collect();
+        if !seen.is_empty() {
+            let mut names = seen;
+            names.sort_unstable();
+            names.dedup();
             problems.push(format!(
-                "its columns changed from ({}) to ({})",
+                "columns the sync rules read changed ({}): from ({}) to ({})",
+                names.join(", "),
                 describe(&then),
                 describe(&now)
             ));
@@ -507,20 +533,46 @@ impl<'a> Decoder<'a> {
                 keys_now.join(", ")
             ));
         }
-        if problems.is_empty() {
-            return Ok(());
+        if !problems.is_empty() {
+            return Err(ReplicationError::Stream {
+                code: "PSM_R2002",
+                message: format!(
+                    "table {} changed on the primary after the snapshot: {}. Rows of the new \
+                     shape cannot be matched with the stored ones, so nothing of it was \
+                     applied; run SELECT powersync_mdbx.reset() to take a new snapshot",
+                    known.qualified(),
+                    problems.join("; ")
+                ),
+                operator: true,
+            });
         }
-        Err(ReplicationError::Stream {
-            code: "PSM_R2002",
-            message: format!(
-                "table {} changed on the primary after the snapshot: {}. Rows of the new shape \
-                 cannot be matched with the stored ones, so nothing of it was applied; run \
-                 SELECT powersync_mdbx.reset() to take a new snapshot",
-                known.qualified(),
-                problems.join("; ")
-            ),
-            operator: true,
-        })
+        if now == then {
+            return Ok(None);
+        }
+        // Only columns the rules do not read changed: decode with the new columns.
+        let rebound: Vec<ColumnMeta> = columns
+            .iter()
+            .map(|c| {
+                shape
+                    .iter()
+                    .find(|s| s.name == *c.name && s.type_oid == c.type_id)
+                    .cloned()
+                    .unwrap_or(ColumnMeta {
+                        name: c.name.to_string(),
+                        type_oid: c.type_id,
+                        element_oid: None,
+                        // Unknown here: counted as variable length (may be TOASTed).
+                        typlen: -1,
+                    })
+            })
+            .collect();
+        tracing::info!(
+            table = %known.qualified(),
+            "columns the sync rules do not read changed on the primary; rows are decoded \
+             with the new columns"
+        );
+        self.shapes[index] = rebound.clone();
+        Ok(Some((index, rebound)))
     }
 }
 

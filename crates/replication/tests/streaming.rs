@@ -363,3 +363,64 @@ async fn a_changed_table_or_a_lost_slot_stops_with_its_error() {
     let message = result.unwrap_err().to_string();
     assert!(message.starts_with("PSM_R2005"), "{message}");
 }
+
+/// Columns the rules do not read (`docs` is read as `id, title, body`) are added, filled
+/// with an out-of-line value, renamed, retyped and dropped while the stream runs: it goes
+/// on, and the buckets keep matching the primary. A column the rules read renamed still
+/// stops the stream before anything of the new shape is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_the_rules_do_not_read_change_without_stopping_the_stream() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    let steps = [
+        (
+            "a column added",
+            "ALTER TABLE docs ADD COLUMN extra text; \
+             INSERT INTO docs VALUES (2, 'second', 'body two', 'x')",
+        ),
+        (
+            "an out-of-line value in another added column",
+            "ALTER TABLE docs ADD COLUMN blob text; \
+             ALTER TABLE docs ALTER COLUMN blob SET STORAGE EXTERNAL; \
+             UPDATE docs SET blob = repeat(md5('b'), 400) WHERE id = 1",
+        ),
+        (
+            // The update leaves blob2 out as an unchanged TOAST value.
+            "a column renamed and another retyped",
+            "ALTER TABLE docs RENAME COLUMN blob TO blob2; \
+             ALTER TABLE docs ALTER COLUMN extra TYPE integer USING NULL; \
+             UPDATE docs SET title = 'renamed' WHERE id = 1",
+        ),
+        (
+            "a column dropped",
+            "ALTER TABLE docs DROP COLUMN extra; \
+             DELETE FROM docs WHERE id = 2; \
+             INSERT INTO docs (id, title, body) VALUES (3, 'third', 'body three')",
+        ),
+    ];
+    for (what, sql) in steps {
+        rig.primary.sql(sql);
+        streaming.sync_point(&rig.primary).await;
+        assert_matches_primary(&rig, &store, what).await;
+    }
+
+    rig.primary.sql(
+        "ALTER TABLE docs RENAME COLUMN title TO heading; \
+         UPDATE docs SET body = 'after' WHERE id = 3",
+    );
+    let result = wait_for_future("the stream task to end", || (), streaming.task)
+        .await
+        .unwrap();
+    let message = result.unwrap_err().to_string();
+    assert!(message.starts_with("PSM_R2002"), "{message}");
+    assert!(message.contains("read changed (title)"), "{message}");
+    let stored = stored(&store);
+    assert!(
+        stored
+            .values()
+            .flat_map(|rows| rows.values())
+            .all(|data| !data.contains("after")),
+        "a row of the new shape was applied"
+    );
+}

@@ -285,6 +285,24 @@ impl TablePlan {
     pub fn has_lookups(&self) -> bool {
         !self.lookups.is_empty()
     }
+
+    /// True when a source column named `name` can change what this plan produces: a
+    /// query reads it by name (output, `id`, filter, parameter), or a data query's `*`
+    /// takes it (every column not starting with `_`). Adding, dropping, renaming or
+    /// retyping any other column changes nothing the rules produce.
+    pub fn reads_column(&self, name: &str) -> bool {
+        let by_star = !name.starts_with('_')
+            && self.data.iter().any(|d| {
+                d.projection.iter().any(|p| matches!(p, Projection::Star))
+                    || (d.id.is_none() && name == "id")
+            });
+        by_star
+            || self.data.iter().any(|d| d.slots.iter().any(|s| s == name))
+            || self
+                .lookups
+                .iter()
+                .any(|l| l.slots.iter().any(|s| s == name))
+    }
 }
 
 /// `"name":` for an output column, computed once.

@@ -493,3 +493,36 @@ fn quoted_identifiers_keep_case() {
         .column("Name", ty("text"), Some("x"));
     assert_eq!(&*eval(&r, &row).buckets[0].data, r#"{"id":"1","n":"x"}"#);
 }
+
+#[test]
+fn a_plan_reads_the_columns_its_queries_name_and_what_star_takes() {
+    let rules = SyncRules::parse(
+        "
+bucket_definitions:
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT id, title FROM todos WHERE list_id = bucket.list_id AND status != 'gone'
+  everything:
+    data:
+      - SELECT * FROM notes
+",
+    )
+    .unwrap();
+    let todos = rules.plan_for("public", "todos").unwrap();
+    for read in ["id", "title", "list_id", "status"] {
+        assert!(todos.reads_column(read), "todos.{read}");
+    }
+    for unread in ["note", "due", "_internal"] {
+        assert!(!todos.reads_column(unread), "todos.{unread}");
+    }
+    let lists = rules.plan_for("public", "lists").unwrap();
+    assert!(lists.reads_column("id") && lists.reads_column("owner_id"));
+    assert!(!lists.reads_column("name"));
+    let notes = rules.plan_for("public", "notes").unwrap();
+    assert!(notes.reads_column("anything_new") && notes.reads_column("id"));
+    assert!(
+        !notes.reads_column("_hidden"),
+        "* leaves out columns starting with _"
+    );
+}
