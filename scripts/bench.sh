@@ -11,6 +11,9 @@
 #   PSM_BENCH_PROFILE=<file>          perf record of the worker to readiness
 #   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
 #   PSM_BENCH_DEPLOY=1                at the end, time a rules deploy (scripts/bench_deploy.py)
+#   PSM_BENCH_MIGRATION=1             then ALTER TABLE tasks ADD COLUMN (a column the rules do
+#                                     not read) under a connected client, and time the next
+#                                     PSM_BENCH_COMMITS commits (scripts/bench_stream.py)
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
@@ -222,6 +225,18 @@ fi
 status_after="$(psql_r -c "SELECT powersync_mdbx.status()")"
 mdbx_bytes_after="$(stat -c %s "$store_dir/mdbx.dat")"
 
+migration='{}'
+if [ "${PSM_BENCH_MIGRATION:-0}" != 0 ]; then
+  log "a migration: ALTER TABLE tasks ADD COLUMN under a connected client, then $commits commits"
+  mdbx_before_migration="$(stat -c %s "$store_dir/mdbx.dat")"
+  migration="$(python3 "$root/scripts/bench_stream.py" migration "$http_port" "$secret" \
+    "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres -- "$commits")"
+  phase_after="$(psql_r -c "SELECT powersync_mdbx.status()->>'phase'")"
+  mdbx_after_migration="$(stat -c %s "$store_dir/mdbx.dat")"
+  migration="$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); m["migration_phase_after"]=sys.argv[2]; m["migration_extra_file_bytes"]=int(sys.argv[4])-int(sys.argv[3]); print(json.dumps(m))' \
+    "$migration" "$phase_after" "$mdbx_before_migration" "$mdbx_after_migration")"
+fi
+
 deploy='{}'
 if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
   log "timing a rules deploy (every bucket rebuilt under the next generation)"
@@ -230,7 +245,7 @@ if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
     -U postgres -d postgres)"
 fi
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -240,6 +255,7 @@ download = json.loads(sys.argv[5])
 download_raw = json.loads(sys.argv[6])
 gates = json.loads(sys.argv[7])
 deploy = json.loads(sys.argv[8])
+migration = json.loads(sys.argv[9])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -275,6 +291,7 @@ out = {
   "mdbx_used_bytes_after_churn": after["store"]["used_bytes"],
   "peak_anon_rss_bytes_streaming": $churn_anon * 1024,
   **deploy,
+  **migration,
 }
 print(json.dumps(out))
 PY

@@ -5,6 +5,8 @@
                                                        reached checkpoint_complete, its rows
   bench_stream.py churn   PORT SECRET PSQL... --     -> JSON: commit-to-checkpoint latency
                                                        (median, p99) and full-table rounds
+  bench_stream.py migration PORT SECRET PSQL... --   -> JSON: a column no rule reads added
+                                                       to tasks; the next commits' latency
 
 Only the standard library: tokens are HS256 JWTs signed here, the stream is read with
 http.client, commits go through one long-lived psql process.
@@ -265,6 +267,46 @@ def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
     )
 
 
+def migration(port: int, secret: str, psql_argv, commits: int) -> None:
+    """A schema migration under a connected client: ALTER TABLE tasks ADD COLUMN (a column
+    the fixture's rules do not read), then single-row commits of the table timed from
+    COMMIT to the client holding their checkpoint, the first one apart: how long until
+    clients see new writes again."""
+    stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
+    stream.until_complete()
+    db = Psql(psql_argv)
+    t0 = time.time()
+    db.run("ALTER TABLE tasks ADD COLUMN bench_note text DEFAULT 'none'")
+    alter = time.time() - t0
+    latencies = []
+    for i in range(max(commits, 1)):
+        db.run(
+            "UPDATE tasks SET priority = priority + 1, bench_note = 'n' "
+            f"WHERE id = 'task-sentinel-update-0001' /* migration {i} */"
+        )
+        t0 = time.time()
+        stream.until_complete()
+        latencies.append(time.time() - t0)
+    db.close()
+    first = latencies[0]
+    rest = sorted(latencies[1:]) or [first]
+
+    def pct(p):
+        return round(rest[min(len(rest) - 1, int(p * len(rest)))] * 1000, 2)
+
+    print(
+        json.dumps(
+            {
+                "migration_alter_ms": round(alter * 1000, 2),
+                "migration_first_commit_to_client_ms": round(first * 1000, 2),
+                "migration_commits": len(latencies),
+                "migration_commit_to_client_ms_median": pct(0.5),
+                "migration_commit_to_client_ms_p99": pct(0.99),
+            }
+        )
+    )
+
+
 def main() -> None:
     mode, port, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "probe":
@@ -279,6 +321,10 @@ def main() -> None:
         psql_argv = rest[:split]
         commits, rounds = int(rest[split + 1]), int(rest[split + 2])
         churn(port, secret, psql_argv, commits, rounds)
+    elif mode == "migration":
+        rest = sys.argv[4:]
+        split = rest.index("--")
+        migration(port, secret, rest[:split], int(rest[split + 1]))
     else:
         sys.exit(f"unknown mode {mode}")
 
