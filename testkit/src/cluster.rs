@@ -299,6 +299,11 @@ impl Cluster {
         }
     }
 
+    /// The installation this cluster runs.
+    pub(crate) fn install(&self) -> &PgInstall {
+        &self.install
+    }
+
     /// `psql` connected to this cluster as `postgres`: unaligned, tuples only, stopping
     /// at the first error.
     fn psql(&self) -> Command {

@@ -11,6 +11,7 @@
 pub mod buckets;
 mod certs;
 mod cluster;
+mod held;
 mod http;
 mod install;
 mod jwt;
@@ -21,6 +22,7 @@ mod wait;
 
 pub use certs::{ServerCert, TestCa};
 pub use cluster::{Cluster, ClusterKind, TestDir};
+pub use held::HeldTransaction;
 pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
 pub use jwt::{base64_url, global_bucket_config, hs256_token};

@@ -107,15 +107,20 @@ impl EngineRig {
         self.engine.as_ref().unwrap().deploy_rules(rules);
     }
 
-    /// Stops the engine (as a worker crash or restart would) and starts a new one on the
-    /// same storage with `rules` configured; does not wait for it.
-    pub fn restart_with_rules(&mut self, rules: &str) {
+    /// Stops the engine, as a worker crash or restart would.
+    pub fn stop(&mut self) {
         if let Some(engine) = self.engine.take() {
             assert!(
                 engine.shutdown(Duration::from_secs(10)),
                 "the engine stopped"
             );
         }
+    }
+
+    /// Starts an engine (after [`Self::stop`]) on the same storage, configured with
+    /// `rules`.
+    pub fn start_with_rules(&mut self, rules: &str) {
+        assert!(self.engine.is_none(), "the engine is stopped first");
         self.config = engine_config(
             &self.primary,
             self.store.path(),

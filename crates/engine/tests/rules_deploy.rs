@@ -192,13 +192,26 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     });
 
     // A crash during the build of v3: the restarted engine serves v2 from its own stored
-    // rules, resumes the build and switches.
+    // rules, resumes the build (the same generation) and switches. A long transaction on
+    // the primary holds the build while it creates its slot (its bootstrap record is
+    // written by then), so the crash comes at that step every run.
+    let long_transaction = rig.primary.hold_transaction("SELECT pg_current_xact_id()");
     rig.deploy_rules(RULES_V3);
-    wait_for(&rig, "the build to start", || {
-        rig.status.snapshot().deploy.is_some() && rig.storage_dir().join("g3").exists()
+    let slot_g3 = format!("{SLOT}_g3");
+    wait_for(&rig, "the build to create its slot", || {
+        rig.status.snapshot().deploy.is_some() && slots(&rig).contains(&slot_g3)
     });
-    rig.restart_with_rules(RULES_V3);
+    rig.stop();
     drop(lines);
+    // The slot's creation ends with the long transaction; its walsender then finds the
+    // engine gone.
+    long_transaction.commit();
+    wait_for(&rig, "the interrupted slot creation to end", || {
+        rig.primary.sql(&format!(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot_g3}' AND active"
+        )) == "0"
+    });
+    rig.start_with_rules(RULES_V3);
     rig.wait_phase(Phase::Streaming);
     wait_for(&rig, "the resumed deploy to switch", || {
         rig.status.snapshot().generation == Some(3)

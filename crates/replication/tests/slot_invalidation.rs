@@ -208,8 +208,6 @@ async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
 /// is refused with `PSM_R2006`; the store holds exactly the rows of its last checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_invalidated_while_streaming_stops_the_stream() {
-    use std::io::Write;
-
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
@@ -238,25 +236,7 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
 
     // An open transaction with an xid: decoding must restart before it, so the slot's
     // restart_lsn stays put while WAL grows.
-    let mut held = std::process::Command::new(install.bin().join("psql"))
-        .arg(primary.uri("postgres"))
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut input = held.stdin.take().unwrap();
-    writeln!(
-        input,
-        "BEGIN; INSERT INTO items VALUES (500, 'u1', 'held open'); SELECT pg_sleep(0);"
-    )
-    .unwrap();
-    input.flush().unwrap();
-    testkit_wait(
-        &primary,
-        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'",
-        "1",
-    );
+    let held = primary.hold_transaction("INSERT INTO items VALUES (500, 'u1', 'held open')");
 
     let mut rounds = 0;
     while !slot_state(&primary).starts_with("lost") {
@@ -272,9 +252,7 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
         primary.sql("CHECKPOINT");
     }
     eprintln!("slot lost while streaming after {rounds} rounds");
-    writeln!(input, "COMMIT;").unwrap();
-    drop(input);
-    held.wait().unwrap();
+    held.commit();
 
     let ended = wait_for_future("the stream task to end", || (), task)
         .await
@@ -292,10 +270,6 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
     assert!(primary
         .log_text()
         .contains("to release replication slot \"psm_lost_slot_test\""));
-}
-
-fn testkit_wait(primary: &Cluster, sql: &str, want: &str) {
-    testkit::wait_until(sql, || (primary.sql(sql) == want).then_some(()));
 }
 
 /// A store that is behind its slot (as after restoring a backup: the slot confirmed

@@ -1,6 +1,8 @@
 //! The replication slot: inspecting it, dropping one we own, and creating it with an
 //! exported snapshot (through `pg_walstream`'s replication connection).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pg_walstream::{
@@ -74,6 +76,13 @@ pub struct ExportedSlot {
 }
 
 /// Creates logical slot `name` (pgoutput) with `EXPORT_SNAPSHOT`.
+///
+/// The primary finishes creating a slot only once every transaction running when it
+/// began has ended, which a long transaction makes take as long as it does; the
+/// replication connection's commands block their thread meanwhile. So the creation runs
+/// on a blocking thread, and a caller that stops waiting (the future is dropped: the
+/// engine stops, the deploy is abandoned) has the primary cancel it (see
+/// [`CancelOnDrop`]) instead of leaving a thread and a walsender waiting on it.
 pub async fn create_slot(
     conn: &SourceConnection,
     client: &Client,
@@ -90,13 +99,23 @@ pub async fn create_slot(
             snapshot: Some("export".into()),
             ..ReplicationSlotOptions::default()
         });
-    let mut stream = LogicalReplicationStream::new(&replication_uri(conn)?, config)
-        .await
-        .map_err(replication_error)?;
-    stream
-        .ensure_replication_slot()
-        .await
-        .map_err(replication_error)?;
+    let uri = replication_uri(conn)?;
+    let guard = CancelOnDrop::new(conn.clone(), name.to_owned());
+    let finished = guard.finished.clone();
+    let runtime = tokio::runtime::Handle::current();
+    let created = tokio::task::spawn_blocking(move || {
+        let created = runtime.block_on(async {
+            let mut stream = LogicalReplicationStream::new(&uri, config).await?;
+            stream.ensure_replication_slot().await?;
+            Ok(stream)
+        });
+        finished.store(true, Ordering::Release);
+        created
+    })
+    .await
+    .map_err(|e| SourceError::Connection(format!("creating slot \"{name}\": {e}")))?;
+    guard.disarm();
+    let stream = created.map_err(replication_error)?;
     let Some(snapshot) = stream.exported_snapshot_name().map(str::to_owned) else {
         return Err(SourceError::setup(
             "PSM_R1013",
@@ -116,6 +135,91 @@ pub async fn create_slot(
         snapshot,
         consistent_point,
     })
+}
+
+/// How long an abandoned slot creation is cancelled again and again (it may not have
+/// reached the primary yet when first cancelled) before it is left to end by itself.
+const CANCEL_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Armed while a slot creation runs: dropped armed (its caller stopped waiting), it
+/// cancels the creation's command on the primary (`pg_cancel_backend` of the walsender
+/// holding the slot) until the creating thread has ended. It works from a thread and a
+/// runtime of its own, so that it also completes while the engine's runtime shuts down
+/// (which waits for the creating thread).
+struct CancelOnDrop {
+    conn: SourceConnection,
+    slot: String,
+    /// Set by the creating thread when the creation has ended either way.
+    finished: Arc<AtomicBool>,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn new(conn: SourceConnection, slot: String) -> Self {
+        Self {
+            conn,
+            slot,
+            finished: Arc::new(AtomicBool::new(false)),
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed || self.finished.load(Ordering::Acquire) {
+            return;
+        }
+        let (conn, slot, finished) = (
+            self.conn.clone(),
+            std::mem::take(&mut self.slot),
+            self.finished.clone(),
+        );
+        tracing::info!(slot = %slot, "cancelling the abandoned creation of the slot");
+        let cancelling = std::thread::Builder::new()
+            .name("psm-slot-cancel".into())
+            .spawn(move || cancel_creation(&conn, &slot, &finished));
+        if let Err(e) = cancelling {
+            tracing::warn!(error = %e, "the abandoned slot creation cannot be cancelled; it ends with the transactions it waits for");
+        }
+    }
+}
+
+/// Cancels the walsender creating `slot` until `finished` (bounded by
+/// [`CANCEL_PATIENCE`]).
+fn cancel_creation(conn: &SourceConnection, slot: &str, finished: &AtomicBool) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + CANCEL_PATIENCE;
+    runtime.block_on(async {
+        let mut client = None;
+        while !finished.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            if client.is_none() {
+                client = super::client::connect(conn).await.ok();
+            }
+            if let Some(c) = &client {
+                let cancelled = c
+                    .execute(
+                        "SELECT pg_cancel_backend(active_pid) FROM pg_replication_slots \
+                         WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                        &[&slot],
+                    )
+                    .await;
+                if cancelled.is_err() {
+                    client = None;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
 }
 
 /// Opens a replication connection and starts streaming slot `name` from `start_lsn`
