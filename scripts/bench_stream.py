@@ -217,6 +217,11 @@ class Psql:
         self.proc.wait()
 
 
+def percentile_ms(ordered, p: float) -> float:
+    """The `p` quantile of ascending latencies in seconds, in milliseconds."""
+    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 2)
+
+
 def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
     stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
     stream.until_complete()
@@ -249,16 +254,12 @@ def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
         stream.until_complete()
     seconds = time.time() - t0
     db.close()
-
-    def pct(p):
-        return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 2)
-
     print(
         json.dumps(
             {
                 "commits": commits,
-                "commit_to_client_ms_median": pct(0.5),
-                "commit_to_client_ms_p99": pct(0.99),
+                "commit_to_client_ms_median": percentile_ms(latencies, 0.5),
+                "commit_to_client_ms_p99": percentile_ms(latencies, 0.99),
                 "commit_to_client_ms_max": round(latencies[-1] * 1000, 2),
                 "rounds": rounds,
                 "rounds_seconds": round(seconds, 3),
@@ -291,17 +292,14 @@ def migration(port: int, secret: str, psql_argv, commits: int) -> None:
     first = latencies[0]
     rest = sorted(latencies[1:]) or [first]
 
-    def pct(p):
-        return round(rest[min(len(rest) - 1, int(p * len(rest)))] * 1000, 2)
-
     print(
         json.dumps(
             {
                 "migration_alter_ms": round(alter * 1000, 2),
                 "migration_first_commit_to_client_ms": round(first * 1000, 2),
                 "migration_commits": len(latencies),
-                "migration_commit_to_client_ms_median": pct(0.5),
-                "migration_commit_to_client_ms_p99": pct(0.99),
+                "migration_commit_to_client_ms_median": percentile_ms(rest, 0.5),
+                "migration_commit_to_client_ms_p99": percentile_ms(rest, 0.99),
             }
         )
     )
@@ -315,16 +313,15 @@ def main() -> None:
         download(port, secret)
     elif mode == "download-raw":
         download_raw(port, secret)
-    elif mode == "churn":
+    elif mode in ("churn", "migration"):
+        # PSQL... -- NUMBERS...
         rest = sys.argv[4:]
         split = rest.index("--")
-        psql_argv = rest[:split]
-        commits, rounds = int(rest[split + 1]), int(rest[split + 2])
-        churn(port, secret, psql_argv, commits, rounds)
-    elif mode == "migration":
-        rest = sys.argv[4:]
-        split = rest.index("--")
-        migration(port, secret, rest[:split], int(rest[split + 1]))
+        numbers = [int(n) for n in rest[split + 1 :]]
+        if mode == "churn":
+            churn(port, secret, rest[:split], *numbers)
+        else:
+            migration(port, secret, rest[:split], *numbers)
     else:
         sys.exit(f"unknown mode {mode}")
 

@@ -380,11 +380,7 @@ impl Stream {
             .producer
             .as_mut()
             .ok_or_else(|| End::Failed("the session is gone".into()))?;
-        let bytes = producer
-            .compressor
-            .chunk(bytes)
-            .map_err(|e| End::Failed(format!("compression: {e}")))?;
-        room.send(Bytes::from(bytes));
+        room.send(Bytes::from(producer.compress(bytes)?));
         Ok(())
     }
 }
@@ -405,8 +401,13 @@ impl Producer {
         if out.is_empty() {
             return Ok(out);
         }
+        self.compress(out)
+    }
+
+    /// `bytes` through the response's compression, flushed.
+    fn compress(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>, End> {
         self.compressor
-            .chunk(out)
+            .chunk(bytes)
             .map_err(|e| End::Failed(format!("compression: {e}")))
     }
 }

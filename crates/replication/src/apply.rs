@@ -245,9 +245,7 @@ impl Applier {
                 }
                 Change::Begin { .. } => held = self.apply_group(&mut input)?,
                 Change::Relation { table, columns } => {
-                    let mut tables = std::mem::take(&mut self.tables);
-                    self.rebind(&mut tables, table, columns)?;
-                    self.tables = tables;
+                    rebind(&mut self.tables, table, columns, &self.rules)?
                 }
                 other => {
                     return Err(stream_error(format!(
@@ -373,29 +371,11 @@ impl Applier {
                 Ok(rows)
             }
             Change::Relation { table, columns } => {
-                self.rebind(tables, table, columns)?;
+                rebind(tables, table, columns, &self.rules)?;
                 Ok(0)
             }
             Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => Ok(0),
         }
-    }
-
-    /// Rows of table `index` come with `columns` from here on.
-    fn rebind(
-        &self,
-        tables: &mut [StreamTable],
-        index: usize,
-        columns: Vec<ColumnMeta>,
-    ) -> Result<(), ReplicationError> {
-        let table = table_at(tables, index)?;
-        let rebound = table.with_columns(columns, &self.rules).ok_or_else(|| {
-            stream_error(format!(
-                "a Relation message of {} left out a replica identity column",
-                table.qualified()
-            ))
-        })?;
-        tables[index] = rebound;
-        Ok(())
     }
 
     fn update(
@@ -440,7 +420,29 @@ impl Applier {
     }
 }
 
-fn table_at(tables: &[StreamTable], index: usize) -> Result<&StreamTable, ReplicationError> {
+/// Rows of `tables[index]` come with `columns` from here on (the decoder's and the
+/// applier's copies of the tables both follow Relation changes through it).
+pub(super) fn rebind(
+    tables: &mut [StreamTable],
+    index: usize,
+    columns: Vec<ColumnMeta>,
+    rules: &SyncRules,
+) -> Result<(), ReplicationError> {
+    let table = table_at(tables, index)?;
+    let rebound = table.with_columns(columns, rules).ok_or_else(|| {
+        stream_error(format!(
+            "a Relation message of {} left out a replica identity column",
+            table.qualified()
+        ))
+    })?;
+    tables[index] = rebound;
+    Ok(())
+}
+
+pub(super) fn table_at(
+    tables: &[StreamTable],
+    index: usize,
+) -> Result<&StreamTable, ReplicationError> {
     tables
         .get(index)
         .ok_or_else(|| stream_error(format!("a change for unknown table #{index}")))

@@ -35,9 +35,9 @@ pub fn pgoutput_session<'m>(
         .map(|t| StreamTable::from_intent(t, rules))
         .collect::<Option<Vec<_>>>()?;
     let pending = PendingCommits::default();
-    let mut decoder = Decoder::new(&pending, &tables, rules);
+    let mut decoder = Decoder::new(&pending, tables.clone(), rules);
     // The applier's copy, rebound by Relation changes.
-    let mut applied = tables.clone();
+    let mut applied = tables;
     let mut wire = PgOutputDecoder::with_protocol_version(1);
     let mut kept: HashMap<(usize, Vec<u8>), Stash> = HashMap::new();
     let mut handled = 0u64;
@@ -85,14 +85,7 @@ fn apply(
             return Ok(truncated.len() as u64);
         }
         Change::Relation { table, columns } => {
-            let rebound = table_of(table)?
-                .with_columns(columns, rules)
-                .ok_or_else(|| {
-                    super::apply::stream_error(
-                        "a Relation message left out an identity column".into(),
-                    )
-                })?;
-            tables[table] = rebound;
+            super::apply::rebind(tables, table, columns, rules)?;
             return Ok(0);
         }
         Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => return Ok(0),

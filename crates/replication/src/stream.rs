@@ -76,12 +76,12 @@ pub async fn follow_slot(
 
     context.progress.pending.clear();
     context.progress.uncommitted.store(0, Relaxed);
-    let mut decoder = Decoder::new(&context.progress.pending, &tables, &context.rules);
+    let mut decoder = Decoder::new(&context.progress.pending, tables.clone(), &context.rules);
     let (input, changes) = mpsc::channel(CHANGE_QUEUE);
     let applier = Applier {
         store: context.store.clone(),
         rules: context.rules.clone(),
-        tables: tables.clone(),
+        tables,
         durable,
         published: context.published.clone(),
         feedback: stream.shared_lsn_feedback.clone(),
@@ -347,11 +347,10 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
 pub(super) struct Decoder<'a> {
     /// Where each transaction's Begin is noted for the lag in seconds.
     pending: &'a PendingCommits,
-    tables: &'a [StreamTable],
+    /// The tables as their rows come now (the snapshot's columns, then each Relation
+    /// message's the rules do not see); the applier keeps its own copy in step.
+    tables: Vec<StreamTable>,
     rules: &'a SyncRules,
-    /// Per table, the columns its rows come with now (the snapshot's, then each Relation
-    /// message's the rules do not see).
-    shapes: Vec<Vec<ColumnMeta>>,
     by_oid: HashMap<u32, usize>,
     by_name: HashMap<String, usize>,
     in_transaction: bool,
@@ -361,20 +360,19 @@ impl<'a> Decoder<'a> {
     /// A decoder for `tables`, outside any transaction.
     pub(super) fn new(
         pending: &'a PendingCommits,
-        tables: &'a [StreamTable],
+        tables: Vec<StreamTable>,
         rules: &'a SyncRules,
     ) -> Self {
         Self {
             pending,
-            tables,
-            rules,
-            shapes: tables.iter().map(|t| t.columns.clone()).collect(),
             by_oid: tables.iter().enumerate().map(|(i, t)| (t.oid, i)).collect(),
             by_name: tables
                 .iter()
                 .enumerate()
                 .map(|(i, t)| (t.qualified(), i))
                 .collect(),
+            tables,
+            rules,
             in_transaction: false,
         }
     }
@@ -492,7 +490,7 @@ impl<'a> Decoder<'a> {
             .iter()
             .map(|c| (c.name.as_ref(), c.type_id))
             .collect();
-        let shape = &self.shapes[index];
+        let shape = &known.columns;
         let then: Vec<(&str, u32)> = shape
             .iter()
             .map(|c| (c.name.as_str(), c.type_oid))
@@ -537,8 +535,8 @@ impl<'a> Decoder<'a> {
             return Err(ReplicationError::Stream {
                 code: "PSM_R2002",
                 message: format!(
-                    "table {} changed on the primary after the snapshot: {}. Rows of the new \
-                     shape cannot be matched with the stored ones, so nothing of it was \
+                    "table {} changed on the primary after the snapshot: {}. The stored \
+                     rows were built from what the table was, so nothing of the new shape was \
                      applied; run SELECT powersync_mdbx.reset() to take a new snapshot",
                     known.qualified(),
                     problems.join("; ")
@@ -571,7 +569,7 @@ impl<'a> Decoder<'a> {
             "columns the sync rules do not read changed on the primary; rows are decoded \
              with the new columns"
         );
-        self.shapes[index] = rebound.clone();
+        super::apply::rebind(&mut self.tables, index, rebound.clone(), self.rules)?;
         Ok(Some((index, rebound)))
     }
 }

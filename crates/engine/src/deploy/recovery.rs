@@ -20,33 +20,40 @@ impl Generations {
         })
         .await?;
         for dir in others {
-            let found = blocking({
-                let dir = dir.clone();
-                move || Ok(store::inspect_data_file(&dir, BootstrapIntent::KEY))
-            })
-            .await?;
-            if let DataFile::NotOurs { reason } = found {
-                // Never removed: it may be someone's data (the same rule as reset()'s).
-                tracing::warn!(
-                    dir = %dir.display(),
-                    "PSM_E1006 left alone: {} is not a powersync_mdbx store ({reason}); move \
-                     it out of the storage directory",
-                    dir.join(store::STORE_FILES[0]).display()
-                );
-                continue;
-            }
-            let peek = blocking({
+            // What the data file is, with its bootstrap record; the rules record too when
+            // it is ours.
+            let (found, rules) = blocking({
                 let dir = dir.clone();
                 move || {
-                    let intent = store::stage_record_of_any_format(&dir, BootstrapIntent::KEY)?;
-                    let rules =
-                        store::stage_record_of_any_format(&dir, BootstrapIntent::RULES_KEY)?;
-                    Ok((intent, rules))
+                    let found = store::inspect_data_file(&dir, BootstrapIntent::KEY);
+                    let rules = match found {
+                        DataFile::Ours { .. } => {
+                            store::stage_record_of_any_format(&dir, BootstrapIntent::RULES_KEY)
+                                .ok()
+                                .flatten()
+                        }
+                        _ => None,
+                    };
+                    Ok((found, rules))
                 }
             })
-            .await;
-            let resumable = match &peek {
-                Ok((Some(intent), Some(rules))) => BootstrapIntent::decode(intent)
+            .await?;
+            let intent = match found {
+                DataFile::NotOurs { reason } => {
+                    // Never removed: it may be someone's data (the same rule as reset()'s).
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        "PSM_E1006 left alone: {} is not a powersync_mdbx store ({reason}); \
+                         move it out of the storage directory",
+                        dir.join(store::STORE_FILES[0]).display()
+                    );
+                    continue;
+                }
+                DataFile::Ours { record, .. } => record.ok().flatten(),
+                DataFile::Absent => None,
+            };
+            let resumable = match (intent, rules) {
+                (Some(intent), Some(rules)) => BootstrapIntent::decode(&intent)
                     .ok()
                     .map(|i| i.generation)
                     .filter(|g| {
