@@ -244,7 +244,11 @@ fn assert_rows(label: &str, got: &Value, want: &Value) {
 }
 
 fn wait_equal(client: &mut testkit::WatchClient, rig: &Rig, what: &str) {
-    let expected = rig.expected_tasks();
+    wait_equal_to(client, rig.expected_tasks(), what);
+}
+
+/// Waits until the client holds exactly `expected` as its tasks.
+fn wait_equal_to(client: &mut testkit::WatchClient, expected: Value, what: &str) {
     let answer = client.try_send(&json!({"cmd": "wait_equal", "table": "tasks", "rows": expected}));
     assert!(
         answer["ok"] == true,
@@ -327,6 +331,33 @@ fn sync_end_to_end(rules: Rules) {
     );
     wait_equal(&mut client, &rig, "a column no rule reads added");
     assert_eq!(rig.status()["phase"], "streaming", "{}", rig.status());
+
+    // Migrations of columns the rules read: the table is copied again beside the stream.
+    // A retype that leaves every value's text as it was; then a selected column renamed
+    // away (the rules now read a column that is not there: every row's summary is null),
+    // and back.
+    rig.primary.sql(
+        "ALTER TABLE tasks ALTER COLUMN title TYPE varchar(300);
+         UPDATE tasks SET title = 'After a retype' WHERE id = 'task-sentinel-update-0001';",
+    );
+    wait_equal(&mut client, &rig, "a selected column retyped");
+    rig.primary.sql(
+        "ALTER TABLE tasks RENAME COLUMN summary TO summary_before;
+         UPDATE tasks SET title = 'After a rename' WHERE id = 'task-sentinel-update-0001';",
+    );
+    wait_equal_to(
+        &mut client,
+        rig.expected_tasks_where("true", "NULL::text"),
+        "a selected column renamed away",
+    );
+    rig.primary.sql(
+        "ALTER TABLE tasks RENAME COLUMN summary_before TO summary;
+         UPDATE tasks SET title = 'After a rename back' WHERE id = 'task-sentinel-update-0001';",
+    );
+    wait_equal(&mut client, &rig, "a selected column renamed back");
+    rig.replica.wait_worker("the re-copies to end", |s| {
+        (s["phase"] == "streaming" && s["replication"]["recopying"] == 0).then_some(())
+    });
 
     step("watch client synced; insert/update/delete arrived");
     // A row moving from an accessible project to another, in one transaction with a

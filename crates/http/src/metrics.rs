@@ -126,6 +126,13 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
         progress.retained_wal_bytes.load(Relaxed),
     );
     e.single_u64(
+        "powersync_mdbx_tables_recopying",
+        Kind::Gauge,
+        "Tables being copied again beside the stream because columns the sync rules read \
+         changed on the primary; their rows are served as they were until merged.",
+        progress.recopying.load(Relaxed),
+    );
+    e.single_u64(
         "powersync_mdbx_source_transactions_applied_total",
         Kind::Counter,
         "Source transactions the stream applied and published.",

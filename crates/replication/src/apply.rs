@@ -8,6 +8,7 @@
 //! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
 //! slices, so memory stays bounded.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,7 +17,9 @@ use pg_walstream::{ColumnValue, RowData, SharedLsnFeedback};
 use tokio::sync::{mpsc, watch};
 
 use super::expiry::Sweep;
-use super::intent::IntentTable;
+use super::intent::{BootstrapIntent, IntentTable};
+use super::merge::Merge;
+use super::recopy::RecopyEvent;
 use super::toast::stash_for;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
@@ -55,13 +58,16 @@ pub(super) enum Change {
     Truncate {
         tables: Vec<usize>,
     },
-    /// From here on the table's rows come with these columns (a Relation message whose
-    /// change the rules do not see: columns they do not read were added, dropped,
-    /// renamed or retyped).
+    /// From here on the table's rows come with these columns (a Relation message that
+    /// added, dropped, renamed or retyped columns). `recopy`: a column the rules read
+    /// changed, so the table's rows are copied again (see `merge`).
     Relation {
         table: usize,
         columns: Vec<ColumnMeta>,
+        recopy: bool,
     },
+    /// A table's re-copy, between transactions (see `recopy`).
+    Recopy(RecopyEvent),
     /// The transaction ends; the store commits with `end_lsn`. `received` is when the
     /// Commit message arrived from the primary.
     Commit {
@@ -112,6 +118,8 @@ pub struct StreamProgress {
     pub pending: PendingCommits,
     /// Write-checkpoint requests the applier removed as old (`expiry`).
     pub write_checkpoints_expired: std::sync::atomic::AtomicU64,
+    /// Tables being copied again now (their columns changed in a way the rules see).
+    pub recopying: std::sync::atomic::AtomicU64,
 }
 
 impl StreamProgress {
@@ -215,6 +223,8 @@ pub(super) struct Applier {
     pub progress: Arc<StreamProgress>,
     /// The sweep of old write-checkpoint requests.
     pub sweep: Sweep,
+    /// Re-copies in progress, by table index.
+    pub merges: HashMap<usize, Merge>,
 }
 
 impl Applier {
@@ -243,10 +253,27 @@ impl Applier {
                     skip_transaction(&mut input)?;
                     self.progress.pending.published(self.durable.lsn);
                 }
-                Change::Begin { .. } => held = self.apply_group(&mut input)?,
-                Change::Relation { table, columns } => {
-                    rebind(&mut self.tables, table, columns, &self.rules)?
+                Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
+                Change::Relation {
+                    table,
+                    columns,
+                    recopy,
+                } => {
+                    let lsn = self.durable.lsn;
+                    let mut tables = std::mem::take(&mut self.tables);
+                    let mut merges = std::mem::take(&mut self.merges);
+                    let relation = Change::Relation {
+                        table,
+                        columns,
+                        recopy,
+                    };
+                    let written = self.store.write_with(lsn, |w| {
+                        self.apply(w, &mut tables, &mut merges, lsn, relation)
+                    });
+                    (self.tables, self.merges) = (tables, merges);
+                    self.publish(written?.1);
                 }
+                Change::Recopy(event) => self.merge(event)?,
                 other => {
                     return Err(stream_error(format!(
                         "the replication stream sent {other:?} outside a transaction"
@@ -261,11 +288,14 @@ impl Applier {
     fn apply_group(
         &mut self,
         input: &mut mpsc::Receiver<Change>,
+        first_commit_lsn: u64,
     ) -> Result<Option<Change>, ReplicationError> {
         use std::sync::atomic::Ordering::Relaxed;
         let durable_lsn = self.durable.lsn;
         let mut sweep = std::mem::take(&mut self.sweep);
         let mut tables = std::mem::take(&mut self.tables);
+        let mut merges = std::mem::take(&mut self.merges);
+        let mut commit_lsn = first_commit_lsn;
         let this = &*self;
         let ((held, commit_times, changes), checkpoint) =
             self.store.write_with(durable_lsn, |w| {
@@ -291,16 +321,18 @@ impl Applier {
                                 ))
                             }
                             change => {
-                                changes += this.apply(w, &mut tables, change)?;
+                                changes +=
+                                    this.apply(w, &mut tables, &mut merges, commit_lsn, change)?;
                                 this.progress.uncommitted.store(changes, Relaxed);
                             }
                         }
                     }
                     let held = match input.try_recv() {
-                        Ok(Change::Begin { commit_lsn })
-                            if changes < GROUP_ROWS && commit_lsn >= durable_lsn =>
+                        Ok(Change::Begin { commit_lsn: next })
+                            if changes < GROUP_ROWS && next >= durable_lsn =>
                         {
-                            continue
+                            commit_lsn = next;
+                            continue;
                         }
                         Ok(other) => Some(other),
                         Err(_) => None,
@@ -311,6 +343,7 @@ impl Applier {
             })?;
         self.sweep = sweep;
         self.tables = tables;
+        self.merges = merges;
         self.progress.uncommitted.store(0, Relaxed);
         self.progress
             .transactions
@@ -334,57 +367,164 @@ impl Applier {
         self.feedback.update_flushed_lsn(checkpoint.lsn);
         self.feedback.update_applied_lsn(checkpoint.lsn);
         self.progress.pending.published(checkpoint.lsn);
+        self.progress.recopying.store(
+            self.merges.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
-    /// Applies one row change; returns the rows it touched.
+    /// Applies one change of the transaction committing at `commit_lsn`; returns the rows
+    /// it touched. A table being re-copied has its changed rows noted (see `merge`).
     fn apply(
         &self,
         w: &mut WriteTxn<'_, '_>,
         tables: &mut [StreamTable],
+        merges: &mut HashMap<usize, Merge>,
+        commit_lsn: u64,
         change: Change,
     ) -> Result<u64, ReplicationError> {
+        let mut touch = |index: usize, identity: &[u8]| {
+            if let Some(merge) = merges.get_mut(&index) {
+                merge.touch(identity, commit_lsn);
+            }
+        };
         match change {
-            Change::Insert { table, new } => {
-                let table = table_at(tables, table)?;
+            Change::Insert { table: index, new } => {
+                let table = table_at(tables, index)?;
                 let values = values_of(table, &new);
                 let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
-                self.write_row(w, table, &filled, false)?;
+                let identity = self.write_row(w, table, &filled, false)?;
+                touch(index, &identity);
                 Ok(1)
             }
-            Change::Update { table, old, new } => {
-                let table = table_at(tables, table)?;
-                self.update(w, table, old.as_ref(), &new)?;
+            Change::Update {
+                table: index,
+                old,
+                new,
+            } => {
+                let table = table_at(tables, index)?;
+                let (old_identity, new_identity) = self.update(w, table, old.as_ref(), &new)?;
+                touch(index, &old_identity);
+                touch(index, &new_identity);
                 Ok(1)
             }
-            Change::Delete { table, old } => {
-                let table = table_at(tables, table)?;
+            Change::Delete { table: index, old } => {
+                let table = table_at(tables, index)?;
                 let values = values_of(table, &old);
                 let identity = identity_of(table, &values);
                 w.delete_row(table.store_id, &identity)?;
+                touch(index, &identity);
                 Ok(1)
             }
             Change::Truncate { tables: truncated } => {
                 let mut rows = 0;
                 for index in truncated {
                     rows += w.truncate_table(table_at(tables, index)?.store_id)?;
+                    if let Some(merge) = merges.get_mut(&index) {
+                        merge.truncate(commit_lsn);
+                    }
                 }
                 Ok(rows)
             }
-            Change::Relation { table, columns } => {
-                rebind(tables, table, columns, &self.rules)?;
+            Change::Relation {
+                table: index,
+                columns,
+                recopy,
+            } => {
+                rebind(tables, index, columns, &self.rules)?;
+                if recopy {
+                    // Any re-copy in progress read the old columns: it starts over.
+                    merges.insert(index, Merge::default());
+                    let table = table_at(tables, index)?;
+                    BootstrapIntent::update_table(w, table.store_id, |t| {
+                        t.columns = table.columns.clone();
+                        t.recopy = true;
+                    })?;
+                }
                 Ok(0)
             }
-            Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => Ok(0),
+            Change::Begin { .. }
+            | Change::Commit { .. }
+            | Change::Advance { .. }
+            | Change::Recopy(_) => Ok(0),
         }
     }
 
+    /// Merges an event of a table's re-copy, between transactions: each in a store commit
+    /// of its own, published as a checkpoint (clients see the rows whose output changed).
+    fn merge(&mut self, event: RecopyEvent) -> Result<(), ReplicationError> {
+        let index = event.table();
+        let Some(mut merge) = self.merges.remove(&index) else {
+            return Ok(()); // a re-copy that was started over
+        };
+        let lsn = self.durable.lsn;
+        let result = match event {
+            RecopyEvent::Started {
+                consistent_point,
+                columns,
+                ..
+            } => {
+                let table = table_at(&self.tables, index)?;
+                let shape = table.with_columns(columns, &self.rules).ok_or_else(|| {
+                    ReplicationError::Stream {
+                        code: "PSM_R2002",
+                        message: format!(
+                            "table {} lost a replica identity column ({}) on the primary; \
+                             nothing of the new shape was applied: run SELECT \
+                             powersync_mdbx.reset()",
+                            table.qualified(),
+                            table.identity_names.join(", ")
+                        ),
+                        operator: true,
+                    }
+                })?;
+                merge.start(consistent_point, shape);
+                Ok(None)
+            }
+            RecopyEvent::Rows { rows, .. } => self
+                .store
+                .write_with(lsn, |w| merge.rows(w, &self.rules, rows))
+                .map(|((), checkpoint)| Some(checkpoint)),
+            RecopyEvent::Done { .. } => {
+                let written = self.store.write_with(lsn, |w| {
+                    let merged = merge.finish(w)?;
+                    if let Some(shape) = merge.shape() {
+                        let columns = shape.columns.clone();
+                        BootstrapIntent::update_table(w, shape.store_id, |t| {
+                            t.columns = columns;
+                            t.recopy = false;
+                        })?;
+                    }
+                    Ok::<_, ReplicationError>(merged)
+                });
+                let (merged, checkpoint) = written?;
+                let table = table_at(&self.tables, index)?;
+                tracing::info!(
+                    table = %table.qualified(),
+                    rows = merged.rows,
+                    written = merged.written,
+                    deleted = merged.deleted,
+                    "the table's re-copy is merged: clients got ops only for rows whose output changed"
+                );
+                self.publish(checkpoint);
+                return Ok(());
+            }
+        };
+        self.merges.insert(index, merge);
+        if let Some(checkpoint) = result? {
+            self.publish(checkpoint);
+        }
+        Ok(())
+    }
+
+    /// Applies an update; returns the row's old and new identities.
     fn update(
         &self,
         w: &mut WriteTxn<'_, '_>,
         table: &StreamTable,
         old: Option<&RowData>,
         new: &RowData,
-    ) -> Result<(), ReplicationError> {
+    ) -> Result<(Vec<u8>, Vec<u8>), ReplicationError> {
         let old_values = old.map(|old| values_of(table, old));
         let mut values = values_of(table, new);
         let old_identity = old_identity_of(table, old_values.as_deref(), &values)?;
@@ -396,17 +536,18 @@ impl Applier {
             w.rekey_row(table.store_id, &old_identity, &new_identity)?;
         }
         let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
-        self.write_row(w, table, &filled, used_stash)
+        self.write_row(w, table, &filled, used_stash)?;
+        Ok((old_identity, new_identity))
     }
 
-    /// Evaluates a complete row and stores it under its identity.
+    /// Evaluates a complete row and stores it under its identity, which it returns.
     fn write_row(
         &self,
         w: &mut WriteTxn<'_, '_>,
         table: &StreamTable,
         values: &[Option<&[u8]>],
         used_stash: bool,
-    ) -> Result<(), ReplicationError> {
+    ) -> Result<Vec<u8>, ReplicationError> {
         let row = evaluate_row(&self.rules, table, values, used_stash)?;
         let input = StoreInput::of(&row.eval);
         w.upsert_row_stashed(
@@ -416,7 +557,7 @@ impl Applier {
             &input.lookup_puts(),
             row.stash,
         )?;
-        Ok(())
+        Ok(row.identity)
     }
 }
 

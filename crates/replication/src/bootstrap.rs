@@ -160,6 +160,7 @@ pub async fn bootstrap(
                 columns: Vec::new(),
                 identity: Vec::new(),
                 oid: 0,
+                recopy: false,
             })
             .collect(),
         state: BootstrapState::CreatingSlot,

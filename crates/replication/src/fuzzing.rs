@@ -84,11 +84,14 @@ fn apply(
             kept.retain(|(table, _), _| !truncated.contains(table));
             return Ok(truncated.len() as u64);
         }
-        Change::Relation { table, columns } => {
+        Change::Relation { table, columns, .. } => {
             super::apply::rebind(tables, table, columns, rules)?;
             return Ok(0);
         }
-        Change::Begin { .. } | Change::Commit { .. } | Change::Advance { .. } => return Ok(0),
+        Change::Begin { .. }
+        | Change::Commit { .. }
+        | Change::Advance { .. }
+        | Change::Recopy(_) => return Ok(0),
     };
     let table = table_of(index)?;
     let old_values = old.as_ref().map(|old| values_of(table, old));
@@ -133,6 +136,7 @@ mod tests {
             ],
             identity: vec!["id".into()],
             oid: 16384,
+            recopy: false,
         }
     }
 

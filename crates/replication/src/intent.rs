@@ -43,6 +43,10 @@ pub struct IntentTable {
     /// The table's OID on the primary (pgoutput addresses relations by it).
     #[serde(default)]
     pub oid: u32,
+    /// Its columns changed in a way the rules see and its rows are being re-copied
+    /// (`columns` are the new ones); a restart starts the re-copy again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recopy: bool,
 }
 
 fn first_generation() -> u64 {
@@ -136,6 +140,31 @@ impl BootstrapIntent {
     /// Writes an [`encode`](Self::encode)d record in `write`'s transaction.
     pub fn save(encoded: &[u8], write: &WriteTxn<'_, '_>) -> Result<(), StoreError> {
         write.put_stage_record(KEY, encoded)
+    }
+
+    /// Changes the record of the table with store id `store_id` in `write`'s transaction.
+    pub(super) fn update_table(
+        write: &WriteTxn<'_, '_>,
+        store_id: u32,
+        change: impl FnOnce(&mut IntentTable),
+    ) -> Result<(), ReplicationError> {
+        let bytes = write.stage_record(KEY)?.ok_or_else(|| {
+            ReplicationError::Store(StoreError::corrupt(write.dir(), "bootstrap record missing"))
+        })?;
+        let mut intent = Self::decode(&bytes)?;
+        let table = intent
+            .tables
+            .iter_mut()
+            .find(|t| t.id == store_id)
+            .ok_or_else(|| {
+                ReplicationError::Store(StoreError::corrupt(
+                    write.dir(),
+                    "a streamed table missing from the bootstrap record",
+                ))
+            })?;
+        change(table);
+        Self::save(&intent.encode()?, write)?;
+        Ok(())
     }
 
     /// The store id of `schema.name`.

@@ -1,18 +1,22 @@
 //! Following the slot after the snapshot: check the slot's health, `START_REPLICATION`
-//! from the durable LSN, turn pgoutput events into [`Change`]s for the applier thread, and
-//! refuse any table whose shape no longer matches the snapshot.
+//! from the durable LSN, turn pgoutput events into [`Change`]s for the applier thread,
+//! follow tables whose columns change (copying one again when the rules see the change,
+//! see `recopy`), and refuse a table renamed, recreated or re-keyed.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pg_walstream::{CancellationToken, ChangeEvent, EventType, RelationColumn};
+use pg_walstream::{
+    CancellationToken, ChangeEvent, EventType, LogicalReplicationStream, RelationColumn,
+};
 use tokio::sync::{mpsc, watch};
 
 use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
+use super::recopy::Recopies;
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
 use rules::SyncRules;
@@ -24,6 +28,8 @@ use store::{Checkpoint, Store};
 
 /// Decoded changes buffered between the connection and the applier.
 const CHANGE_QUEUE: usize = 1024;
+/// Events read from the connection ahead of decoding.
+const EVENT_QUEUE: usize = 256;
 
 /// Everything a stream run needs besides the plan.
 pub struct StreamContext {
@@ -71,12 +77,21 @@ pub async fn follow_slot(
     let durable = context.store.read(|view| view.checkpoint())?;
     let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
     let dead_after = check_slot(plan, &intent, start, &context.liveness).await?;
-    let mut stream = start_stream(&plan.connection, &plan.slot, start).await?;
+    let stream = start_stream(&plan.connection, &plan.slot, start).await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
     context.progress.pending.clear();
     context.progress.uncommitted.store(0, Relaxed);
     let mut decoder = Decoder::new(&context.progress.pending, tables.clone(), &context.rules);
+    let mut recopies = Recopies::new(plan);
+    // Tables whose re-copy a restart interrupted copy again from the start.
+    let mut merges = HashMap::new();
+    for (index, table) in intent.tables.iter().enumerate() {
+        if table.recopy {
+            recopies.start(index, &tables[index]);
+            merges.insert(index, super::merge::Merge::default());
+        }
+    }
     let (input, changes) = mpsc::channel(CHANGE_QUEUE);
     let applier = Applier {
         store: context.store.clone(),
@@ -87,6 +102,7 @@ pub async fn follow_slot(
         feedback: stream.shared_lsn_feedback.clone(),
         progress: context.progress.clone(),
         sweep: super::expiry::Sweep::new(context.write_checkpoint_max_age),
+        merges,
     };
     let applying = std::thread::Builder::new()
         .name("psm-stream-apply".into())
@@ -112,13 +128,23 @@ pub async fn follow_slot(
             cancel.cancel();
         })
     };
+    let (events, mut next_events) = mpsc::channel(EVENT_QUEUE);
+    let reader = tokio::spawn(read_events(stream, cancel.clone(), events));
     let received = loop {
-        // Report what the applier made durable (throttled to the feedback interval) before
-        // waiting: without it the primary learns only at its next keepalive request.
-        stream.maybe_send_feedback().await;
-        // The library checks `cancel` only between messages (over TLS that can be the
-        // primary's next keepalive, half of wal_sender_timeout away): race it here. A
-        // message cut off by the stop is never applied.
+        // A re-copy's events reach the applier between transactions, its rows only once
+        // every transaction committed before its snapshot did.
+        if !decoder.in_transaction {
+            let mut forwarded = false;
+            while let Some(event) = recopies.ready(decoder.passed) {
+                forwarded = true;
+                if input.send(Change::Recopy(event)).await.is_err() {
+                    break;
+                }
+            }
+            if forwarded {
+                heard.now();
+            }
+        }
         // The applier ending (a failed commit, a full disk) must end the stream at once,
         // not at the next change the primary happens to send: an idle source would leave a
         // dead applier unnoticed, and nothing applied, indefinitely.
@@ -126,18 +152,32 @@ pub async fn follow_slot(
             biased;
             () = cancel.cancelled() => break cancelled(&dead),
             () = input.closed() => break Ok(()), // its error is reported below
-            next = stream.next_event(&cancel) => next,
+            next = next_events.recv() => next,
+            recopied = recopies.next_event() => match recopied {
+                Ok(()) => continue,
+                Err(e) => break Err(e),
+            },
         };
         let event = match next {
-            Ok(event) => event,
-            Err(pg_walstream::ReplicationError::Cancelled(_)) => break cancelled(&dead),
-            Err(e) => break Err(ReplicationError::from(replication_error(e))),
+            Some(Ok(event)) => event,
+            None | Some(Err(pg_walstream::ReplicationError::Cancelled(_))) => {
+                break cancelled(&dead)
+            }
+            Some(Err(e)) => break Err(ReplicationError::from(replication_error(e))),
         };
         heard.now();
         match decoder.decode(event) {
             Ok(Some(change)) => {
                 if change.is_row_change() {
                     context.progress.received.fetch_add(1, Relaxed);
+                }
+                if let Change::Relation {
+                    table,
+                    recopy: true,
+                    ..
+                } = &change
+                {
+                    recopies.start(*table, &decoder.tables[*table]);
                 }
                 if input.send(change).await.is_err() {
                     break Ok(()); // the applier stopped; its error is reported below
@@ -152,9 +192,14 @@ pub async fn follow_slot(
     stopper.abort();
     watcher.abort();
     monitor.abort();
+    recopies.abort();
+    cancel.cancel();
+    drop(next_events);
     drop(input);
-    // Ending the replication politely waits for the server; never for long.
-    let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
+    if let Ok(mut stream) = reader.await {
+        // Ending the replication politely waits for the server; never for long.
+        let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
+    }
     let applied = tokio::task::spawn_blocking(move || applying.join())
         .await
         .map_err(|e| stream_error(format!("apply thread: {e}")))?
@@ -164,6 +209,33 @@ pub async fn follow_slot(
     // A stream error is the cause when both failed (the applier then saw its input end
     // inside a transaction); otherwise the applier's own error.
     received.and(applied)
+}
+
+/// Reads the replication stream into `events` until `cancel`, an error, or the receiver
+/// closes; returns the stream (to be stopped). The library's read must not be dropped
+/// midway (a message would be lost), so it runs alone here and is raced only by `cancel`
+/// (the library checks it only between messages, and over TLS the next message can be the
+/// primary's next keepalive, half of wal_sender_timeout away). A message cut off by the
+/// stop is never applied.
+async fn read_events(
+    mut stream: LogicalReplicationStream,
+    cancel: CancellationToken,
+    events: mpsc::Sender<Result<ChangeEvent, pg_walstream::ReplicationError>>,
+) -> LogicalReplicationStream {
+    loop {
+        // Report what the applier made durable (throttled to the feedback interval) before
+        // waiting: without it the primary learns only at its next keepalive request.
+        stream.maybe_send_feedback().await;
+        let next = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return stream,
+            next = stream.next_event(&cancel) => next,
+        };
+        let failed = next.is_err();
+        if events.send(next).await.is_err() || failed {
+            return stream;
+        }
+    }
 }
 
 /// Why the reader was cancelled: a stop (`Ok`), or the liveness check found the
@@ -354,6 +426,8 @@ pub(super) struct Decoder<'a> {
     by_oid: HashMap<u32, usize>,
     by_name: HashMap<String, usize>,
     in_transaction: bool,
+    /// Every source transaction committing below this LSN has been decoded.
+    passed: u64,
 }
 
 impl<'a> Decoder<'a> {
@@ -374,6 +448,7 @@ impl<'a> Decoder<'a> {
             tables,
             rules,
             in_transaction: false,
+            passed: 0,
         }
     }
 
@@ -388,6 +463,7 @@ impl<'a> Decoder<'a> {
                 ..
             } => {
                 self.in_transaction = true;
+                self.passed = self.passed.max(final_lsn.value());
                 self.pending
                     .received(final_lsn.value(), commit_timestamp.timestamp_micros());
                 Some(Change::Begin {
@@ -396,6 +472,7 @@ impl<'a> Decoder<'a> {
             }
             EventType::Commit { end_lsn, .. } => {
                 self.in_transaction = false;
+                self.passed = self.passed.max(end_lsn.value());
                 Some(Change::Commit {
                     end_lsn: end_lsn.value(),
                     received: std::time::Instant::now(),
@@ -409,7 +486,11 @@ impl<'a> Decoder<'a> {
                 ..
             } => self
                 .check_relation(relation_id, &namespace, &relation_name, &columns)?
-                .map(|(table, columns)| Change::Relation { table, columns }),
+                .map(|(table, columns, recopy)| Change::Relation {
+                    table,
+                    columns,
+                    recopy,
+                }),
             EventType::Insert {
                 relation_oid, data, ..
             } => self
@@ -443,9 +524,12 @@ impl<'a> Decoder<'a> {
             }
             EventType::Message {
                 flags, message_lsn, ..
-            } if flags & 1 == 0 && !self.in_transaction => Some(Change::Advance {
-                lsn: message_lsn.value(),
-            }),
+            } if flags & 1 == 0 && !self.in_transaction => {
+                self.passed = self.passed.max(message_lsn.value());
+                Some(Change::Advance {
+                    lsn: message_lsn.value(),
+                })
+            }
             EventType::StreamStart { .. }
             | EventType::StreamCommit { .. }
             | EventType::BeginPrepare { .. }
@@ -459,17 +543,17 @@ impl<'a> Decoder<'a> {
         })
     }
 
-    /// A Relation message for a table the rules read: the same table (OID, name) with the
-    /// same replica identity, and no column the rules read added, dropped, renamed or
-    /// retyped since the rows were last decoded. Returns the columns to decode its rows
-    /// with from here on when only columns the rules do not read changed.
+    /// A Relation message for a table the rules read: it must be the same table (OID,
+    /// name) with the same replica identity. When its columns changed, returns the table,
+    /// the columns to decode its rows with from here on, and whether a column the rules
+    /// read was added, dropped, renamed or retyped (then its rows are copied again).
     fn check_relation(
         &mut self,
         oid: u32,
         namespace: &str,
         name: &str,
         columns: &[RelationColumn],
-    ) -> Result<Option<(usize, Vec<ColumnMeta>)>, ReplicationError> {
+    ) -> Result<Option<(usize, Vec<ColumnMeta>, bool)>, ReplicationError> {
         let qualified = format!("{namespace}.{name}");
         let index = match (self.by_oid.get(&oid), self.by_name.get(&qualified)) {
             (None, None) => return Ok(None),
@@ -505,17 +589,7 @@ impl<'a> Decoder<'a> {
             .map(|(name, _)| *name)
             .filter(|name| read(name))
             .collect();
-        if !seen.is_empty() {
-            let mut names = seen;
-            names.sort_unstable();
-            names.dedup();
-            problems.push(format!(
-                "columns the sync rules read changed ({}): from ({}) to ({})",
-                names.join(", "),
-                describe(&then),
-                describe(&now)
-            ));
-        }
+        let recopy = !seen.is_empty();
         let mut keys_now: Vec<&str> = columns
             .iter()
             .filter(|c| c.is_key)
@@ -547,7 +621,6 @@ impl<'a> Decoder<'a> {
         if now == then {
             return Ok(None);
         }
-        // Only columns the rules do not read changed: decode with the new columns.
         let rebound: Vec<ColumnMeta> = columns
             .iter()
             .map(|c| {
@@ -564,13 +637,27 @@ impl<'a> Decoder<'a> {
                     })
             })
             .collect();
-        tracing::info!(
-            table = %known.qualified(),
-            "columns the sync rules do not read changed on the primary; rows are decoded \
-             with the new columns"
-        );
+        if recopy {
+            let mut names = seen;
+            names.sort_unstable();
+            names.dedup();
+            tracing::info!(
+                table = %known.qualified(),
+                columns = %names.join(", "),
+                "columns the sync rules read changed on the primary (from ({}) to ({})); \
+                 the table is copied again while the stream goes on",
+                describe(&then),
+                describe(&now)
+            );
+        } else {
+            tracing::info!(
+                table = %known.qualified(),
+                "columns the sync rules do not read changed on the primary; rows are \
+                 decoded with the new columns"
+            );
+        }
         super::apply::rebind(&mut self.tables, index, rebound.clone(), self.rules)?;
-        Ok(Some((index, rebound)))
+        Ok(Some((index, rebound, recopy)))
     }
 }
 

@@ -336,16 +336,16 @@ async fn a_changed_table_or_a_lost_slot_stops_with_its_error() {
     rig.primary
         .sql("INSERT INTO todos VALUES ('a', 'l1', 'before', 'open')");
     streaming.sync_point(&rig.primary).await;
-    rig.primary.sql("ALTER TABLE todos ADD COLUMN due date");
+    rig.primary.sql("ALTER TABLE todos REPLICA IDENTITY FULL");
     rig.primary
-        .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open', now())");
+        .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open')");
     let result = wait_for_future("the stream task to end", || (), streaming.task)
         .await
         .unwrap();
     let message = result.unwrap_err().to_string();
     assert!(message.starts_with("PSM_R2002"), "{message}");
     assert!(
-        message.contains("public.todos") && message.contains("due"),
+        message.contains("public.todos") && message.contains("replica identity"),
         "{message}"
     );
     // Nothing of the new shape was applied.
@@ -405,22 +405,134 @@ async fn columns_the_rules_do_not_read_change_without_stopping_the_stream() {
         assert_matches_primary(&rig, &store, what).await;
     }
 
+    streaming.stop().await.unwrap();
+}
+
+/// Columns the rules read change while the stream runs (added with a constant default
+/// under `SELECT *`, retyped, renamed, dropped), with writes to the table before, during
+/// and after: each time the table is copied again in a snapshot of its own while the
+/// stream goes on, and the buckets end up equal to the rules applied to the primary's
+/// rows. A change that leaves every output as it was writes no op.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_the_rules_read_change_and_the_table_is_copied_again() {
+    let (rig, store) = seeded(500).await;
+    let mut streaming = start_streaming(&rig, &store);
+    // The same text in another type: every output stays as it was, no op is written
+    // beyond the change that carried the new columns.
+    let before = streaming.sync_point(&rig.primary).await;
+    rig.primary
+        .sql("ALTER TABLE todos ALTER COLUMN title TYPE varchar(200)");
+    rig.primary
+        .sql("UPDATE todos SET title = 'typed' WHERE id = 'seed5'");
+    until_matches_primary(&rig, &store, &mut streaming, "a selected column retyped").await;
+    let after = streaming.sync_point(&rig.primary).await;
+    // The update writes a PUT in its list bucket and one in its status bucket.
+    assert_eq!(after.op_id - before.op_id, 2, "{before:?} → {after:?}");
+    let steps = [
+        (
+            "a column with a constant default added under SELECT *",
+            "ALTER TABLE todos ADD COLUMN priority int DEFAULT 3; \
+             UPDATE todos SET title = 'touched' WHERE id = 'seed1'",
+        ),
+        (
+            "a column the rules read renamed, with writes right after",
+            "ALTER TABLE docs RENAME COLUMN title TO heading; \
+             INSERT INTO docs (id, heading, body) VALUES (7, 'seven', 'body seven'); \
+             UPDATE docs SET body = 'changed' WHERE id = 1",
+        ),
+        (
+            "a selected column dropped, rows deleted and inserted meanwhile",
+            "ALTER TABLE todos DROP COLUMN status; \
+             DELETE FROM todos WHERE id IN ('seed2', 'seed3'); \
+             INSERT INTO todos VALUES ('late', 'l1', 'late one', 5)",
+        ),
+    ];
+    for (what, sql) in steps {
+        for statement in sql.split("; ") {
+            rig.primary.sql(statement);
+        }
+        rig.primary
+            .sql("UPDATE todos SET title = title || '.' WHERE id = 'seed4'");
+        until_matches_primary(&rig, &store, &mut streaming, what).await;
+    }
+
+    streaming.stop().await.unwrap();
+}
+
+/// A re-copy that cannot get its snapshot (every replication slot of the primary is
+/// taken) ends the stream with its error while the store keeps serving every row as it
+/// was; the next stream starts the re-copy again (the store recorded it) and completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recopy_that_fails_starts_again_with_the_next_stream() {
+    let (rig, store) = seeded(300).await;
+    let rows_in_lists = |store: &Store| -> usize {
+        stored(store)
+            .iter()
+            .filter(|(bucket, _)| bucket.contains("by_list"))
+            .map(|(_, rows)| rows.len())
+            .sum()
+    };
+    let served = rows_in_lists(&store);
+    assert!(served >= 300, "{served}");
+    let streaming = start_streaming(&rig, &store);
     rig.primary.sql(
-        "ALTER TABLE docs RENAME COLUMN title TO heading; \
-         UPDATE docs SET body = 'after' WHERE id = 3",
+        "SELECT pg_create_physical_replication_slot('filler' || g) \
+         FROM generate_series(1, current_setting('max_replication_slots')::int \
+           - (SELECT count(*) FROM pg_replication_slots)::int) g",
     );
-    let result = wait_for_future("the stream task to end", || (), streaming.task)
+    rig.primary
+        .sql("ALTER TABLE todos ADD COLUMN priority int DEFAULT 3");
+    rig.primary
+        .sql("UPDATE todos SET title = 'touched' WHERE id = 'seed1'");
+    let ended = wait_for_future("the stream to end", || (), streaming.task)
         .await
         .unwrap();
-    let message = result.unwrap_err().to_string();
-    assert!(message.starts_with("PSM_R2002"), "{message}");
-    assert!(message.contains("read changed (title)"), "{message}");
-    let stored = stored(&store);
+    let message = ended.unwrap_err().to_string();
     assert!(
-        stored
-            .values()
-            .flat_map(|rows| rows.values())
-            .all(|data| !data.contains("after")),
-        "a row of the new shape was applied"
+        message.starts_with("PSM_R2011") && message.contains("todos"),
+        "{message}"
     );
+    eprintln!("the stream ended with: {message}");
+    assert_eq!(
+        rows_in_lists(&store),
+        served,
+        "every row is served meanwhile"
+    );
+
+    rig.primary.sql(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+         WHERE slot_name LIKE 'filler%'",
+    );
+    let mut streaming = start_streaming(&rig, &store);
+    until_matches_primary(&rig, &store, &mut streaming, "the re-copy started again").await;
+    streaming.stop().await.unwrap();
+}
+
+/// A rig whose `todos` hold `count` more rows (`seed1`, `seed2`, ...), bootstrapped.
+async fn seeded(count: u32) -> (Rig, Arc<Store>) {
+    let rig = Rig::new();
+    rig.primary.sql(&format!(
+        "INSERT INTO todos SELECT 'seed' || g, 'l' || (g % 3), 'seeded ' || g, 'open' \
+         FROM generate_series(1, {count}) g"
+    ));
+    let store = bootstrapped(&rig).await;
+    (rig, store)
+}
+
+/// Waits until no table is being copied again and the store holds exactly what the
+/// rules make of the primary's rows now, while the stream advances.
+async fn until_matches_primary(rig: &Rig, store: &Store, streaming: &mut Streaming, when: &str) {
+    let mut waiting = Waiting::new(format!("the buckets to match the primary after {when}"));
+    loop {
+        streaming.sync_point(&rig.primary).await;
+        let expected = expected(&rig.plan().connection, &rig.rules, TABLES).await;
+        let stored = stored(store);
+        let recopying = streaming.progress.recopying.load(Relaxed);
+        if stored == expected && recopying == 0 {
+            return;
+        }
+        let checkpoint = store.read(|v| v.checkpoint()).unwrap();
+        waiting.progress((checkpoint.op_id, diff(&stored, &expected)));
+        tokio::time::sleep(POLL).await;
+    }
 }

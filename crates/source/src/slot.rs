@@ -88,6 +88,26 @@ pub async fn create_slot(
     client: &Client,
     name: &str,
 ) -> Result<ExportedSlot, SourceError> {
+    create_exporting_slot(conn, client, name, false).await
+}
+
+/// [`create_slot`] for a temporary slot: the primary drops it when the returned
+/// connection closes (a table's re-copy reads its exported snapshot and never streams
+/// from it).
+pub async fn create_temporary_slot(
+    conn: &SourceConnection,
+    client: &Client,
+    name: &str,
+) -> Result<ExportedSlot, SourceError> {
+    create_exporting_slot(conn, client, name, true).await
+}
+
+async fn create_exporting_slot(
+    conn: &SourceConnection,
+    client: &Client,
+    name: &str,
+    temporary: bool,
+) -> Result<ExportedSlot, SourceError> {
     let config = ReplicationStreamConfig::builder(name, PUBLICATION)
         .with_protocol_version(1)
         .with_connection_timeout(Duration::from_secs(10))
@@ -97,6 +117,7 @@ pub async fn create_slot(
         })
         .with_slot_options(ReplicationSlotOptions {
             snapshot: Some("export".into()),
+            temporary,
             ..ReplicationSlotOptions::default()
         });
     let uri = replication_uri(conn)?;

@@ -250,6 +250,8 @@ pub struct ReplicationStatus {
     pub uncommitted_changes: u64,
     /// WAL the primary retains for the slot, bytes (checked every 10 s).
     pub retained_wal_bytes: u64,
+    /// Tables being copied again beside the stream (columns the rules read changed).
+    pub recopying: u64,
     /// The primary's WAL position at the last slot check (`X/Y`).
     pub primary_lsn: Option<String>,
     /// WAL bytes between the primary's position at the last check and the applied LSN

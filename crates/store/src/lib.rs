@@ -48,7 +48,7 @@ pub use op::{BucketState, OpKind};
 pub use prepared::{PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
 pub use write_checkpoints::{Expiry, ExpiryPass, WriteCheckpointRecord, WRITE_CHECKPOINT_PREFIX};
-pub use writer::{LookupPut, RowPut, Stash, WriteTxn};
+pub use writer::{LookupPut, RowPut, Stash, StoredAs, WriteTxn};
 
 /// Named tables the environment reserves slots for.
 const MAX_TABLES: u64 = 32;

@@ -9,13 +9,15 @@
 //! This file holds the transaction's life (begin, counters, buffered ops, finish); its
 //! work is spread by job: row records (`rows`), bucket state and ops (`buckets`), CLEAR
 //! compaction (`compaction`), parameter lookups (`lookups`), packing records and sampling
-//! them for the dictionary (`packing`).
+//! them for the dictionary (`packing`), comparing rows for a table's re-copy (`recopy`).
 
 mod buckets;
 mod compaction;
 mod expiry;
 mod lookups;
 pub(super) mod packing;
+mod recopy;
+pub use recopy::StoredAs;
 mod rows;
 
 use std::collections::HashMap;
@@ -182,6 +184,19 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
     /// (a streamed transaction learns its end LSN at its commit message).
     pub fn set_lsn(&mut self, lsn: u64) {
         self.lsn = Some(lsn);
+    }
+
+    /// The store's directory (for error messages).
+    pub fn dir(&self) -> &Path {
+        self.dir
+    }
+
+    /// Reads an engine stage's record as this transaction sees it.
+    pub fn stage_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = format!("stage.{key}");
+        self.txn
+            .get(&self.tables.meta, key.as_bytes())
+            .map_err(self.mdbx("read a stage record"))
     }
 
     /// Writes an engine stage's record (`key` is one of the `stage.` keys).

@@ -73,7 +73,7 @@ impl WriteTxn<'_, '_> {
 }
 
 /// A lookup dup value: the row id (so each row's entry is distinct) then the outputs.
-fn lookup_value(row_id: u64, outputs: &[u8]) -> Vec<u8> {
+pub(super) fn lookup_value(row_id: u64, outputs: &[u8]) -> Vec<u8> {
     let mut value = Vec::with_capacity(8 + outputs.len());
     value.extend_from_slice(&row_id.to_be_bytes());
     value.extend_from_slice(outputs);

@@ -263,7 +263,7 @@ impl WriteTxn<'_, '_> {
         Ok(self.row_keys_end.as_deref().unwrap_or_default())
     }
 
-    fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+    pub(super) fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
         let value: Option<Vec<u8>> = self
             .txn
             .get(&self.tables.row_keys, key)
@@ -277,7 +277,7 @@ impl WriteTxn<'_, '_> {
             .transpose()
     }
 
-    fn load_row(&self, row_id: u64) -> Result<RowRecord, StoreError> {
+    pub(super) fn load_row(&self, row_id: u64) -> Result<RowRecord, StoreError> {
         let bytes: Vec<u8> = self
             .txn
             .get(&self.tables.rows, row_id.to_ne_bytes())

@@ -1,0 +1,185 @@
+//! The applier's side of a table's re-copy (`recopy`): from the Relation message that
+//! changed the table's columns on, the applier notes the commit LSN of every stream change
+//! of each of its rows; the copy, consistent at LSN `C`, then replaces what the stream has
+//! not changed since `C`:
+//!
+//! - a copied row whose identity the stream changed in a transaction committed at or
+//!   after `C` is skipped (the stream's version is newer);
+//! - any other copied row is evaluated with the rules; when the store holds exactly that
+//!   output already, nothing is written (clients get no op), else it is written as an
+//!   update would be;
+//! - a stored row the copy did not have and the stream did not change since `C` is
+//!   deleted (it was gone at `C`).
+//!
+//! The copy is merged only after every transaction committed before `C` was applied, so a
+//! stream change older than the copy can never overwrite it.
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+
+use super::apply::{evaluate_row, StreamTable};
+use super::ReplicationError;
+use crate::store_input::StoreInput;
+use rules::SyncRules;
+use store::{StoredAs, WriteTxn};
+
+/// Stored identities read per page by the final sweep.
+const SWEEP_PAGE: usize = 1024;
+
+/// One table's re-copy as the applier merges it.
+#[derive(Debug, Default)]
+pub(super) struct Merge {
+    /// Commit LSN of the last stream change of each row (store identity) since the
+    /// table's columns changed.
+    touched: HashMap<Vec<u8>, u64>,
+    /// Commit LSN of the last TRUNCATE of the table since then.
+    truncated: Option<u64>,
+    copy: Option<Copied>,
+}
+
+#[derive(Debug)]
+struct Copied {
+    consistent_point: u64,
+    /// The table with the columns the copy has.
+    shape: StreamTable,
+    /// Identities of the copied rows.
+    seen: HashSet<Vec<u8>>,
+    rows: u64,
+    written: u64,
+}
+
+/// What a finished merge did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Merged {
+    /// Rows the copy held.
+    pub rows: u64,
+    /// Rows written because their output changed.
+    pub written: u64,
+    /// Stored rows deleted because the copy did not hold them.
+    pub deleted: u64,
+}
+
+impl Merge {
+    /// A stream change of row `identity` in the transaction committing at `commit_lsn`.
+    pub fn touch(&mut self, identity: &[u8], commit_lsn: u64) {
+        self.touched.insert(identity.to_vec(), commit_lsn);
+    }
+
+    /// A TRUNCATE of the table in the transaction committing at `commit_lsn`.
+    pub fn truncate(&mut self, commit_lsn: u64) {
+        self.truncated = Some(commit_lsn);
+    }
+
+    /// The copy is consistent at `consistent_point`; its rows come as `shape` has them.
+    pub fn start(&mut self, consistent_point: u64, shape: StreamTable) {
+        self.copy = Some(Copied {
+            consistent_point,
+            shape,
+            seen: HashSet::new(),
+            rows: 0,
+            written: 0,
+        });
+    }
+
+    /// The copy's columns, once started.
+    pub fn shape(&self) -> Option<&StreamTable> {
+        self.copy.as_ref().map(|c| &c.shape)
+    }
+
+    /// True when the stream changed the row (or emptied the table) at or after the copy's
+    /// consistent point.
+    fn newer_than_copy(&self, identity: &[u8], consistent_point: u64) -> bool {
+        self.truncated.is_some_and(|lsn| lsn >= consistent_point)
+            || self
+                .touched
+                .get(identity)
+                .is_some_and(|&lsn| lsn >= consistent_point)
+    }
+
+    /// Merges copied rows.
+    pub fn rows(
+        &mut self,
+        w: &mut WriteTxn<'_, '_>,
+        rules: &SyncRules,
+        rows: Vec<Vec<Option<Bytes>>>,
+    ) -> Result<(), ReplicationError> {
+        let Some(mut copy) = self.copy.take() else {
+            return Ok(());
+        };
+        let result = (|| {
+            for row in rows {
+                copy.rows += 1;
+                let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref()).collect();
+                let evaluated = evaluate_row(rules, &copy.shape, &values, false)?;
+                if self.newer_than_copy(&evaluated.identity, copy.consistent_point) {
+                    copy.seen.insert(evaluated.identity);
+                    continue;
+                }
+                let input = StoreInput::of(&evaluated.eval);
+                let lookups = input.lookup_puts();
+                let table_id = copy.shape.store_id;
+                match w.stored_as(
+                    table_id,
+                    &evaluated.identity,
+                    &input.memberships,
+                    &lookups,
+                    &evaluated.stash,
+                )? {
+                    StoredAs::Same => {}
+                    StoredAs::SameButStash => {
+                        w.restash_row(table_id, &evaluated.identity, evaluated.stash.clone())?;
+                    }
+                    StoredAs::Different => {
+                        copy.written += 1;
+                        w.upsert_row_stashed(
+                            table_id,
+                            &evaluated.identity,
+                            &input.memberships,
+                            &lookups,
+                            evaluated.stash.clone(),
+                        )?;
+                    }
+                }
+                copy.seen.insert(evaluated.identity);
+            }
+            Ok(())
+        })();
+        self.copy = Some(copy);
+        result
+    }
+
+    /// Ends the merge: deletes the stored rows the copy did not hold and the stream did
+    /// not change since the copy's consistent point.
+    pub fn finish(&mut self, w: &mut WriteTxn<'_, '_>) -> Result<Merged, ReplicationError> {
+        let Some(copy) = self.copy.take() else {
+            return Ok(Merged {
+                rows: 0,
+                written: 0,
+                deleted: 0,
+            });
+        };
+        let table_id = copy.shape.store_id;
+        let mut gone = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = w.table_identities(table_id, after.as_deref(), SWEEP_PAGE)?;
+            let Some(last) = page.last().cloned() else {
+                break;
+            };
+            gone.extend(page.into_iter().filter(|identity| {
+                !copy.seen.contains(identity)
+                    && !self.newer_than_copy(identity, copy.consistent_point)
+            }));
+            after = Some(last);
+        }
+        for identity in &gone {
+            w.delete_row(table_id, identity)?;
+        }
+        Ok(Merged {
+            rows: copy.rows,
+            written: copy.written,
+            deleted: gone.len() as u64,
+        })
+    }
+}

@@ -1,0 +1,287 @@
+//! Re-copying one table while the stream goes on, after its columns changed in a way the
+//! rules see (a column they read added, dropped, renamed or retyped, one under `SELECT *`
+//! included): a temporary slot exports a snapshot consistent at some LSN `C`, the table
+//! is copied inside it with the columns it has there, and its rows go to the applier,
+//! which merges them once it has applied every transaction that committed before `C`
+//! (see `merge`). The temporary slot lives as long as its connection, which this task
+//! holds until the copy is read.
+
+use std::collections::HashMap;
+use std::task::Poll;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::apply::StreamTable;
+use super::{ReplicationError, SourcePlan};
+use source::{
+    connect, create_temporary_slot, enter_snapshot, format_lsn, table_columns, ColumnMeta,
+    CopyFields, SourceTable,
+};
+
+/// Rows per batch handed to the applier (each batch is one store commit).
+const BATCH_ROWS: usize = 2000;
+/// Batches a re-copy reads ahead of the applier.
+const EVENT_BUFFER: usize = 4;
+
+/// What a re-copy hands the stream, in this order.
+#[derive(Debug)]
+pub(super) enum RecopyEvent {
+    /// The snapshot: consistent at `consistent_point`, the table with `columns` there.
+    Started {
+        table: usize,
+        consistent_point: u64,
+        columns: Vec<ColumnMeta>,
+    },
+    /// Copied rows: values in the order of `Started`'s columns, COPY text, `None` for NULL.
+    Rows {
+        table: usize,
+        rows: Vec<Vec<Option<Bytes>>>,
+    },
+    /// Every row was handed over.
+    Done { table: usize },
+}
+
+impl RecopyEvent {
+    pub(super) fn table(&self) -> usize {
+        match self {
+            Self::Started { table, .. } | Self::Rows { table, .. } | Self::Done { table } => *table,
+        }
+    }
+}
+
+/// The table `table` (the stream's index of it) is `source`, OID `oid`: copies it in a
+/// snapshot of its own and sends what it reads to `out`. Ends early, without error, when
+/// `out` is closed.
+async fn recopy_table(
+    plan: SourcePlan,
+    table: usize,
+    source: SourceTable,
+    oid: u32,
+    out: mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
+) {
+    let result = copy(&plan, table, &source, oid, &out).await;
+    if let Err(e) = result {
+        let _ = out
+            .send(Err(ReplicationError::Stream {
+                code: "PSM_R2011",
+                message: format!(
+                    "re-copying table {source} after its columns changed failed ({e}); the \
+                     served rows stay as they are and the re-copy starts again"
+                ),
+                operator: false,
+            }))
+            .await;
+    }
+}
+
+async fn copy(
+    plan: &SourcePlan,
+    table: usize,
+    source: &SourceTable,
+    oid: u32,
+    out: &mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
+) -> Result<(), ReplicationError> {
+    let client = connect(&plan.connection).await?;
+    let slot = temporary_slot_name(&plan.slot, table);
+    let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
+    // A logical message past the consistent point: the stream learns it has passed it
+    // even while the primary writes nothing else.
+    client
+        .execute(
+            "SELECT pg_logical_emit_message(false, 'powersync', 'recopy')",
+            &[],
+        )
+        .await
+        .map_err(source::SourceError::query("emit a logical message"))?;
+    let reader = connect(&plan.connection).await?;
+    enter_snapshot(&reader, &exported.snapshot).await?;
+    let columns = table_columns(&reader, oid).await?;
+    if columns.is_empty() {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2011",
+            message: format!("table {source} (OID {oid}) is gone from the primary"),
+            operator: false,
+        });
+    }
+    tracing::info!(
+        table = %source,
+        consistent_point = %format_lsn(exported.consistent_point),
+        "re-copying the table: its columns changed in a way the sync rules see"
+    );
+    let started = RecopyEvent::Started {
+        table,
+        consistent_point: exported.consistent_point,
+        columns: columns.clone(),
+    };
+    if out.send(Ok(started)).await.is_err() {
+        return Ok(());
+    }
+    let copy = source::copy_table(&reader, source, &columns).await?;
+    futures_util::pin_mut!(copy);
+    let mut fields = CopyFields::new(columns.len());
+    let mut rows = Vec::with_capacity(BATCH_ROWS);
+    while let Some(line) = copy.next().await {
+        let line = line.map_err(source::SourceError::query("COPY"))?;
+        let line = line.strip_suffix(b"\n").unwrap_or(&line);
+        let decoded = fields.decode(line).map_err(|e| ReplicationError::Copy {
+            table: source.to_string(),
+            problem: e.to_string(),
+        })?;
+        rows.push(
+            (0..columns.len())
+                .map(|i| decoded.get(i).map(Bytes::copy_from_slice))
+                .collect(),
+        );
+        if rows.len() == BATCH_ROWS {
+            let batch = std::mem::replace(&mut rows, Vec::with_capacity(BATCH_ROWS));
+            if out
+                .send(Ok(RecopyEvent::Rows { table, rows: batch }))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+    }
+    if !rows.is_empty()
+        && out
+            .send(Ok(RecopyEvent::Rows { table, rows }))
+            .await
+            .is_err()
+    {
+        return Ok(());
+    }
+    reader
+        .batch_execute("COMMIT")
+        .await
+        .map_err(source::SourceError::query("end the snapshot"))?;
+    // Closing the replication connection drops the temporary slot.
+    drop(exported);
+    let _ = out.send(Ok(RecopyEvent::Done { table })).await;
+    Ok(())
+}
+
+/// The temporary slot of a re-copy: the stream's slot name, the table's index and the
+/// time, so that re-copies of several tables, and one started again while the primary
+/// still ends the last, never share a name; within PostgreSQL's 63 bytes.
+fn temporary_slot_name(slot: &str, table: usize) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let suffix = format!("_rc{table}_{millis:x}");
+    let keep = slot.len().min(63usize.saturating_sub(suffix.len()));
+    format!("{}{suffix}", &slot[..keep])
+}
+
+/// The re-copies a stream runs, one per table at most, with the event each has ready
+/// for the applier.
+pub(super) struct Recopies {
+    plan: SourcePlan,
+    running: HashMap<usize, Running>,
+}
+
+struct Running {
+    task: JoinHandle<()>,
+    events: mpsc::Receiver<Result<RecopyEvent, ReplicationError>>,
+    consistent_point: Option<u64>,
+    /// Received, not yet handed to the applier.
+    pending: Option<RecopyEvent>,
+}
+
+impl Recopies {
+    pub(super) fn new(plan: &SourcePlan) -> Self {
+        Self {
+            plan: plan.clone(),
+            running: HashMap::new(),
+        }
+    }
+
+    /// Starts copying `table` (index `index`) again; a re-copy of it in progress is
+    /// abandoned (it read the columns before).
+    pub(super) fn start(&mut self, index: usize, table: &StreamTable) {
+        let (out, events) = mpsc::channel(EVENT_BUFFER);
+        let task = tokio::spawn(recopy_table(
+            self.plan.clone(),
+            index,
+            SourceTable {
+                schema: table.schema.clone(),
+                name: table.name.clone(),
+            },
+            table.oid,
+            out,
+        ));
+        let running = Running {
+            task,
+            events,
+            consistent_point: None,
+            pending: None,
+        };
+        if let Some(old) = self.running.insert(index, running) {
+            old.task.abort();
+        }
+    }
+
+    /// An event the applier may take now: a copy's start at once, its rows and end once
+    /// every transaction committed before its snapshot was decoded (`passed`: every
+    /// transaction committing below it was).
+    pub(super) fn ready(&mut self, passed: u64) -> Option<RecopyEvent> {
+        let (&index, running) = self.running.iter_mut().find(|(_, r)| match &r.pending {
+            Some(RecopyEvent::Started { .. }) => true,
+            Some(_) => r.consistent_point.is_some_and(|c| c <= passed),
+            None => false,
+        })?;
+        let event = running.pending.take()?;
+        if matches!(event, RecopyEvent::Done { .. }) {
+            self.running.remove(&index);
+        }
+        Some(event)
+    }
+
+    /// Receives the next event of a re-copy that has none pending (cancel-safe); pending
+    /// while there is none. A re-copy that failed ends the stream with its error.
+    pub(super) async fn next_event(&mut self) -> Result<(), ReplicationError> {
+        std::future::poll_fn(|cx| {
+            for running in self.running.values_mut() {
+                if running.pending.is_some() {
+                    continue;
+                }
+                match running.events.poll_recv(cx) {
+                    Poll::Ready(Some(Ok(event))) => {
+                        if let RecopyEvent::Started {
+                            consistent_point, ..
+                        } = &event
+                        {
+                            running.consistent_point = Some(*consistent_point);
+                        }
+                        running.pending = Some(event);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                    Poll::Ready(None) => {
+                        return Poll::Ready(Err(ReplicationError::Stream {
+                            code: "PSM_R2011",
+                            message: "a table's re-copy ended before its last row (a bug); \
+                                      it starts again"
+                                .into(),
+                            operator: false,
+                        }))
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Stops every re-copy (the stream ends; a restart starts them again).
+    pub(super) fn abort(&mut self) {
+        for (_, running) in self.running.drain() {
+            running.task.abort();
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! What re-copying a table needs from the writer: whether a row is stored exactly as a
+//! new evaluation produces it (then it costs clients nothing), replacing only the values
+//! kept with a row, and the stored identities of a table, page by page.
+
+use libmdbx::WriteFlags;
+
+use super::{LookupPut, RowPut, Stash, WriteTxn};
+use crate::long_keys::stored_key;
+use crate::op::BucketState;
+use crate::tables::row_key;
+use crate::StoreError;
+
+/// How a row compares with what the store holds for its identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredAs {
+    /// Stored with exactly these outputs in these buckets, these lookups and this stash
+    /// (or not stored, and it produces nothing).
+    Same,
+    /// Same outputs and lookups; only the kept values differ.
+    SameButStash,
+    /// Anything else: the row must be written.
+    Different,
+}
+
+impl WriteTxn<'_, '_> {
+    /// Compares a row's evaluation with its stored record.
+    pub fn stored_as(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: &Stash,
+    ) -> Result<StoredAs, StoreError> {
+        let key = row_key(table_id, identity);
+        let Some(row_id) = self.row_id(&key)? else {
+            return Ok(if puts.is_empty() && lookups.is_empty() {
+                StoredAs::Same
+            } else {
+                StoredAs::Different
+            });
+        };
+        let old = self.load_row(row_id)?;
+        if old.memberships.len() != puts.len() || old.lookups.len() != lookups.len() {
+            return Ok(StoredAs::Different);
+        }
+        for put in puts {
+            let Some(bucket_id) = self.existing_bucket_id(put.bucket)? else {
+                return Ok(StoredAs::Different);
+            };
+            let same = old.memberships.iter().any(|m| {
+                let o = old.output(m);
+                m.bucket_id == bucket_id
+                    && o.object_type == put.object_type
+                    && o.object_id == put.object_id
+                    && o.data == put.data
+            });
+            if !same {
+                return Ok(StoredAs::Different);
+            }
+        }
+        for lookup in lookups {
+            let value = super::lookups::lookup_value(row_id, lookup.outputs);
+            if !old
+                .lookups
+                .iter()
+                .any(|l| l.key == lookup.key && l.value == value)
+            {
+                return Ok(StoredAs::Different);
+            }
+        }
+        Ok(if &old.stash == stash {
+            StoredAs::Same
+        } else {
+            StoredAs::SameButStash
+        })
+    }
+
+    /// Replaces the values kept with a stored row (no op is written). Returns false when
+    /// no row has `identity`.
+    pub fn restash_row(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        stash: Stash,
+    ) -> Result<bool, StoreError> {
+        let key = row_key(table_id, identity);
+        let Some(row_id) = self.row_id(&key)? else {
+            return Ok(false);
+        };
+        let mut record = self.load_row(row_id)?;
+        record.stash = stash;
+        self.store_record(row_id, &record, WriteFlags::UPSERT)?;
+        Ok(true)
+    }
+
+    /// Up to `limit` stored identities of table `table_id` after `after` (from the first
+    /// when `None`), in key order.
+    pub fn table_identities(
+        &self,
+        table_id: u32,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let prefix = table_id.to_be_bytes();
+        let start = match after {
+            Some(identity) => row_key(table_id, identity),
+            None => prefix.to_vec(),
+        };
+        let mut cursor = self
+            .txn
+            .cursor(&self.tables.row_keys)
+            .map_err(self.mdbx("open a cursor"))?;
+        let mut identities = Vec::new();
+        let mut next: Option<(Vec<u8>, Vec<u8>)> = cursor
+            .set_range(&start)
+            .map_err(self.mdbx("seek row keys"))?;
+        while let Some((key, _)) = next {
+            if !key.starts_with(&prefix) || identities.len() == limit {
+                break;
+            }
+            if after.is_none() || key != start {
+                identities.push(key[prefix.len()..].to_vec());
+            }
+            next = cursor.next().map_err(self.mdbx("read row keys"))?;
+        }
+        Ok(identities)
+    }
+
+    /// The id of bucket `name` when it exists (in the store or this transaction).
+    fn existing_bucket_id(&self, name: &str) -> Result<Option<u32>, StoreError> {
+        if let Some(state) = self.dirty.get(name) {
+            return Ok(Some(state.id));
+        }
+        let stored: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.buckets, stored_key(name.as_bytes()))
+            .map_err(self.mdbx("read a bucket"))?;
+        let Some(bytes) = stored else {
+            return Ok(None);
+        };
+        let state = BucketState::decode(&bytes).map_err(|c| self.corrupt(c.what))?;
+        // A hashed long name is this bucket only if its full name matches.
+        Ok((self.bucket_name(state.id)? == name).then_some(state.id))
+    }
+}
