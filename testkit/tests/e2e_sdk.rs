@@ -359,6 +359,41 @@ fn sync_end_to_end(rules: Rules) {
         (s["phase"] == "streaming" && s["replication"]["recopying"] == 0).then_some(())
     });
 
+    // The slot is dropped on the primary (its walsender ended first): the worker rebuilds
+    // from a new slot while the client keeps what it has, and changes flow again.
+    let slot = rig.status()["replication"]["slot"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    rig.primary.sql(&format!(
+        "DO $$ BEGIN
+           FOR i IN 1..200 LOOP
+             BEGIN
+               PERFORM pg_terminate_backend(active_pid) FROM pg_replication_slots
+                 WHERE slot_name = '{slot}' AND active_pid IS NOT NULL;
+               PERFORM pg_sleep(0.05);
+               PERFORM pg_drop_replication_slot('{slot}');
+               RETURN;
+             EXCEPTION WHEN object_in_use THEN NULL;
+             END;
+           END LOOP;
+           RAISE 'the slot stayed in use';
+         END $$;
+         UPDATE tasks SET title = 'After the slot was dropped' \
+         WHERE id = 'task-sentinel-update-0001';"
+    ));
+    wait_equal(&mut client, &rig, "the rebuild after the slot was dropped");
+    rig.replica.wait_worker("the rebuild to end", |s| {
+        (s["phase"] == "streaming" && s["replication"]["rebuilding"] == false).then_some(())
+    });
+    assert_eq!(
+        rig.primary.sql(&format!(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        )),
+        "1",
+        "a new slot"
+    );
+
     step("watch client synced; insert/update/delete arrived");
     // A row moving from an accessible project to another, in one transaction with a
     // parameter row giving the user one more project (a new bucket).

@@ -126,6 +126,13 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
         progress.retained_wal_bytes.load(Relaxed),
     );
     e.single_u64(
+        "powersync_mdbx_rebuilding",
+        Kind::Gauge,
+        "1 while the store is rebuilt from a new slot because its slot was lost or \
+         invalidated: what it serves is stale until the rebuild ends; else 0.",
+        u64::from(progress.rebuilding.load(Relaxed)),
+    );
+    e.single_u64(
         "powersync_mdbx_tables_recopying",
         Kind::Gauge,
         "Tables being copied again beside the stream because columns the sync rules read \

@@ -120,6 +120,9 @@ pub struct StreamProgress {
     pub write_checkpoints_expired: std::sync::atomic::AtomicU64,
     /// Tables being copied again now (their columns changed in a way the rules see).
     pub recopying: std::sync::atomic::AtomicU64,
+    /// The slot was lost and the store is being rebuilt from a new one: what it serves is
+    /// stale until the rebuild ends.
+    pub rebuilding: std::sync::atomic::AtomicBool,
 }
 
 impl StreamProgress {

@@ -96,22 +96,8 @@ pub async fn bootstrap(
             ));
         }
         if intent.state == BootstrapState::Complete {
-            let Some(slot) = slot else {
-                return Err(ownership(
-                    "PSM_B1004",
-                    format!(
-                        "replication slot \"{}\" is gone from the primary, so changes since the snapshot are lost; \
-                         run SELECT powersync_mdbx.reset() to bootstrap again",
-                        plan.slot
-                    ),
-                ));
-            };
-            if slot.wal_status.as_deref() == Some("lost") {
-                return Err(ownership(
-                    "PSM_B1008",
-                    format!("replication slot \"{}\" was invalidated (wal_status lost); run SELECT powersync_mdbx.reset()", plan.slot),
-                ));
-            }
+            // A slot gone or invalidated is the stream's to rebuild (`resync`): the store
+            // keeps serving meanwhile.
             let consistent_point = intent.consistent_point.unwrap_or(0);
             tracing::info!(slot = %plan.slot, consistent_point = %format_lsn(consistent_point), "snapshot already complete");
             return Ok(BootstrapOutcome::AlreadyComplete {
@@ -166,6 +152,7 @@ pub async fn bootstrap(
         state: BootstrapState::CreatingSlot,
         consistent_point: None,
         rows: 0,
+        rebuilding: false,
     };
     let encoded = intent.encode()?;
     store.write(0, |w| {

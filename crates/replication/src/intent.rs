@@ -82,6 +82,10 @@ pub struct BootstrapIntent {
     pub consistent_point: Option<u64>,
     /// Rows copied, once complete.
     pub rows: u64,
+    /// The slot was lost and the store is being rebuilt from a new one (`resync`); a
+    /// restart rebuilds again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rebuilding: bool,
 }
 
 impl BootstrapIntent {

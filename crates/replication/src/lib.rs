@@ -16,6 +16,7 @@ mod pipeline;
 mod progress;
 mod recopy;
 mod release;
+mod resync;
 mod store_input;
 mod stream;
 mod toast;

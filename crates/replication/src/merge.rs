@@ -16,9 +16,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use bytes::Bytes;
-
 use super::apply::{evaluate_row, StreamTable};
+use super::recopy::CopiedRow;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
 use rules::SyncRules;
@@ -50,7 +49,7 @@ struct Copied {
 }
 
 /// What a finished merge did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct Merged {
     /// Rows the copy held.
     pub rows: u64,
@@ -58,6 +57,15 @@ pub(super) struct Merged {
     pub written: u64,
     /// Stored rows deleted because the copy did not hold them.
     pub deleted: u64,
+}
+
+impl Merged {
+    /// Adds another table's counts.
+    pub fn add(&mut self, other: Merged) {
+        self.rows += other.rows;
+        self.written += other.written;
+        self.deleted += other.deleted;
+    }
 }
 
 impl Merge {
@@ -102,7 +110,7 @@ impl Merge {
         &mut self,
         w: &mut WriteTxn<'_, '_>,
         rules: &SyncRules,
-        rows: Vec<Vec<Option<Bytes>>>,
+        rows: Vec<CopiedRow>,
     ) -> Result<(), ReplicationError> {
         let Some(mut copy) = self.copy.take() else {
             return Ok(());

@@ -36,10 +36,7 @@ pub(super) enum RecopyEvent {
         columns: Vec<ColumnMeta>,
     },
     /// Copied rows: values in the order of `Started`'s columns, COPY text, `None` for NULL.
-    Rows {
-        table: usize,
-        rows: Vec<Vec<Option<Bytes>>>,
-    },
+    Rows { table: usize, rows: Vec<CopiedRow> },
     /// Every row was handed over.
     Done { table: usize },
 }
@@ -119,40 +116,15 @@ async fn copy(
     if out.send(Ok(started)).await.is_err() {
         return Ok(());
     }
-    let copy = source::copy_table(&reader, source, &columns).await?;
-    futures_util::pin_mut!(copy);
-    let mut fields = CopyFields::new(columns.len());
-    let mut rows = Vec::with_capacity(BATCH_ROWS);
-    while let Some(line) = copy.next().await {
-        let line = line.map_err(source::SourceError::query("COPY"))?;
-        let line = line.strip_suffix(b"\n").unwrap_or(&line);
-        let decoded = fields.decode(line).map_err(|e| ReplicationError::Copy {
-            table: source.to_string(),
-            problem: e.to_string(),
-        })?;
-        rows.push(
-            (0..columns.len())
-                .map(|i| decoded.get(i).map(Bytes::copy_from_slice))
-                .collect(),
-        );
-        if rows.len() == BATCH_ROWS {
-            let batch = std::mem::replace(&mut rows, Vec::with_capacity(BATCH_ROWS));
-            if out
-                .send(Ok(RecopyEvent::Rows { table, rows: batch }))
-                .await
-                .is_err()
-            {
-                return Ok(());
-            }
-        }
-    }
-    if !rows.is_empty()
-        && out
+    let mut copy = TableCopy::start(&reader, source, &columns).await?;
+    while let Some(rows) = copy.next_batch().await? {
+        if out
             .send(Ok(RecopyEvent::Rows { table, rows }))
             .await
             .is_err()
-    {
-        return Ok(());
+        {
+            return Ok(());
+        }
     }
     reader
         .batch_execute("COMMIT")
@@ -162,6 +134,63 @@ async fn copy(
     drop(exported);
     let _ = out.send(Ok(RecopyEvent::Done { table })).await;
     Ok(())
+}
+
+/// A table's `COPY` inside a snapshot, read in batches of decoded rows.
+pub(super) struct TableCopy {
+    table: String,
+    rows: std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+    fields: CopyFields,
+    columns: usize,
+    /// The stream ended (it is not polled again).
+    ended: bool,
+}
+
+/// A copied row: values in the copy's column order, COPY text, `None` for NULL.
+pub(super) type CopiedRow = Vec<Option<Bytes>>;
+
+impl TableCopy {
+    /// Starts `COPY source (columns)` on `reader` (inside its snapshot).
+    pub(super) async fn start(
+        reader: &tokio_postgres::Client,
+        source: &SourceTable,
+        columns: &[ColumnMeta],
+    ) -> Result<Self, ReplicationError> {
+        let rows = source::copy_table(reader, source, columns).await?;
+        Ok(Self {
+            table: source.to_string(),
+            rows: Box::pin(rows),
+            fields: CopyFields::new(columns.len()),
+            columns: columns.len(),
+            ended: false,
+        })
+    }
+
+    /// The next rows, up to [`BATCH_ROWS`]; `None` after the last.
+    pub(super) async fn next_batch(&mut self) -> Result<Option<Vec<CopiedRow>>, ReplicationError> {
+        let mut rows = Vec::with_capacity(BATCH_ROWS);
+        while rows.len() < BATCH_ROWS && !self.ended {
+            let Some(line) = self.rows.next().await else {
+                self.ended = true;
+                break;
+            };
+            let line = line.map_err(source::SourceError::query("COPY"))?;
+            let line = line.strip_suffix(b"\n").unwrap_or(&line);
+            let decoded = self
+                .fields
+                .decode(line)
+                .map_err(|e| ReplicationError::Copy {
+                    table: self.table.clone(),
+                    problem: e.to_string(),
+                })?;
+            rows.push(
+                (0..self.columns)
+                    .map(|i| decoded.get(i).map(Bytes::copy_from_slice))
+                    .collect(),
+            );
+        }
+        Ok((!rows.is_empty()).then_some(rows))
+    }
 }
 
 /// The temporary slot of a re-copy: the stream's slot name, the table's index and the

@@ -17,6 +17,7 @@ use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
 use super::recopy::Recopies;
+use super::resync::rebuild;
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
 use rules::SyncRules;
@@ -57,11 +58,34 @@ pub async fn follow_slot(
     context: &StreamContext,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ReplicationError> {
-    let intent = context
+    let mut intent = context
         .store
         .read(|view| Ok(BootstrapIntent::load(view)))??
         .filter(|i| i.state == BootstrapState::Complete)
         .ok_or_else(|| stream_error("streaming needs a complete snapshot".into()))?;
+    if intent.rebuilding {
+        intent = rebuild(
+            plan,
+            context,
+            &intent,
+            "a rebuild from a new slot was interrupted",
+        )
+        .await?;
+    }
+    let durable = context.store.read(|view| view.checkpoint())?;
+    let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
+    let (dead_after, start) = match check_slot(plan, &intent, start, &context.liveness).await? {
+        SlotCheck::Healthy(dead_after) => (dead_after, start),
+        SlotCheck::Lost(why) => {
+            intent = rebuild(plan, context, &intent, &why).await?;
+            let start = intent.consistent_point.unwrap_or(0);
+            match check_slot(plan, &intent, start, &context.liveness).await? {
+                SlotCheck::Healthy(dead_after) => (dead_after, start),
+                SlotCheck::Lost(why) => return Err(stream_error(why)),
+            }
+        }
+    };
+    let durable = context.store.read(|view| view.checkpoint())?;
     let tables = intent
         .tables
         .iter()
@@ -74,9 +98,6 @@ pub async fn follow_slot(
                 .into(),
             operator: true,
         })?;
-    let durable = context.store.read(|view| view.checkpoint())?;
-    let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
-    let dead_after = check_slot(plan, &intent, start, &context.liveness).await?;
     let stream = start_stream(&plan.connection, &plan.slot, start).await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
@@ -247,17 +268,25 @@ fn cancelled(dead: &parking_lot::Mutex<Option<String>>) -> Result<(), Replicatio
     }
 }
 
+/// What [`check_slot`] found.
+enum SlotCheck {
+    /// Stream with this liveness bound.
+    Healthy(Duration),
+    /// The slot is gone or invalidated (`PSM_R2005`, `PSM_R2006`, the text says which and
+    /// why): the store is rebuilt from a new one.
+    Lost(String),
+}
+
 /// Checks, before streaming: the primary is the cluster the store was built from; the
 /// slot exists, is valid and confirmed nothing beyond what the store holds (`start`: else
 /// changes the buckets need are lost); a walsender still holding the slot is this
-/// worker's own stale one (silent beyond the liveness bound) and is ended. Returns the
-/// liveness bound for the stream.
+/// worker's own stale one (silent beyond the liveness bound) and is ended.
 async fn check_slot(
     plan: &SourcePlan,
     intent: &BootstrapIntent,
     start: u64,
     liveness: &Liveness,
-) -> Result<Duration, ReplicationError> {
+) -> Result<SlotCheck, ReplicationError> {
     let client = connect(&plan.connection).await?;
     let identity = primary_identity(&client).await?;
     if identity.system_identifier != intent.system_identifier {
@@ -276,16 +305,12 @@ async fn check_slot(
     }
     let dead_after = liveness.dead_after(wal_sender_timeout(&client).await?);
     let slot = slot_info(&client, &plan.slot).await?;
-    let lost = |code: &'static str, what: &str| ReplicationError::Stream {
-        code,
-        message: format!(
-            "replication slot \"{}\" {what}, so changes since the last checkpoint are lost and \
-             the buckets cannot be kept exact; run SELECT powersync_mdbx.reset() to take a new \
-             snapshot (and raise max_slot_wal_keep_size on the primary if WAL retention \
-             invalidated it)",
+    let lost = |code: &'static str, what: &str| {
+        Ok(SlotCheck::Lost(format!(
+            "{code} replication slot \"{}\" {what}, so changes since the last checkpoint are \
+             lost (raise max_slot_wal_keep_size on the primary if WAL retention invalidated it)",
             plan.slot
-        ),
-        operator: true,
+        )))
     };
     let failed_over = intent
         .timeline
@@ -299,12 +324,12 @@ async fn check_slot(
             )
         });
     match slot {
-        None => Err(lost(
+        None => lost(
             "PSM_R2005",
             failed_over.as_deref().unwrap_or("is gone from the primary"),
-        )),
+        ),
         Some(s) if s.wal_status.as_deref() == Some("lost") => {
-            Err(lost("PSM_R2006", "was invalidated (wal_status lost)"))
+            lost("PSM_R2006", "was invalidated (wal_status lost)")
         }
         // This worker reports a position flushed only after it is durable in the store, so
         // a slot ahead of the store means the store is not the one that read the slot: a
@@ -326,9 +351,9 @@ async fn check_slot(
         }
         Some(s) if s.active => {
             end_stale_walsender(&client, plan, dead_after).await?;
-            Ok(dead_after)
+            Ok(SlotCheck::Healthy(dead_after))
         }
-        Some(_) => Ok(dead_after),
+        Some(_) => Ok(SlotCheck::Healthy(dead_after)),
     }
 }
 

@@ -1,8 +1,9 @@
-//! Live test: a slot the primary invalidated (`max_slot_wal_keep_size` exceeded while
-//! the stream was stopped, so `wal_status = 'lost'`) is refused with `PSM_R2006`, an
-//! error for the operator, and the store keeps exactly what it had: nothing of the
-//! changes it can no longer see, nothing half-applied. Likewise a slot that confirmed
-//! more than the store holds (a store restored from a backup): `PSM_R2007`.
+//! Live test: a slot the primary invalidated (`max_slot_wal_keep_size` exceeded, so
+//! `wal_status = 'lost'`), whether the stream was stopped or following it, is rebuilt
+//! from a new slot: the store ends equal to the rules applied to the primary's rows, and
+//! rows that did not change keep their ops (clients download only what changed). A slot
+//! that confirmed more than the store holds (a store restored from a backup) is refused
+//! with `PSM_R2007`: that slot may be another replica's.
 use testkit::buckets;
 
 use std::sync::Arc;
@@ -87,6 +88,38 @@ async fn bootstrapped(primary: &Cluster) -> Bootstrapped {
     }
 }
 
+/// The op id of each row's PUT in each bucket (bucket, row id) at the store's checkpoint.
+fn put_op_ids(store: &Store) -> std::collections::BTreeMap<(String, String), u64> {
+    store
+        .read(|view| {
+            let checkpoint = view.checkpoint()?;
+            let mut ids = std::collections::BTreeMap::new();
+            for (id, name) in view.bucket_names()? {
+                for op in view.ops(id, 0, checkpoint.op_id, usize::MAX)?.ops {
+                    if let (store::OpKind::Put, Some(object)) = (op.kind, op.object) {
+                        ids.insert((name.clone(), object.object_id), op.op_id);
+                    }
+                }
+            }
+            Ok(ids)
+        })
+        .unwrap()
+}
+
+/// Waits until the stream published a checkpoint at the primary's current position.
+async fn caught_up(primary: &Cluster, checkpoints: &mut watch::Receiver<Checkpoint>) {
+    let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
+    primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
+    let seen = checkpoints.clone();
+    wait_for_future(
+        "a checkpoint at the primary's head",
+        || *seen.borrow(),
+        checkpoints.wait_for(|c| c.lsn >= head),
+    )
+    .await
+    .unwrap();
+}
+
 /// Runs `follow_slot` on `store` and returns the error it must stop with.
 async fn refused(
     plan: &SourcePlan,
@@ -126,8 +159,11 @@ fn start(
     (stop, checkpoints, task)
 }
 
+/// The slot is invalidated while nothing reads it; the rows changed meanwhile are lost
+/// with it. The next stream rebuilds from a new slot: the store equals the primary again,
+/// and only the rows that changed got new ops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
+async fn an_invalidated_slot_is_rebuilt_and_unchanged_rows_keep_their_ops() {
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
@@ -143,28 +179,23 @@ async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
     // Stream a change, then stop.
     let (stop, mut checkpoints, task) = start(&plan, &rules, &store);
     primary.sql("UPDATE items SET body = 'streamed' WHERE id <= 10");
-    let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
-    primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-    wait_for_future(
-        "a checkpoint at the primary's head",
-        || (),
-        checkpoints.wait_for(|c| c.lsn >= head),
-    )
-    .await
-    .unwrap();
+    caught_up(&primary, &mut checkpoints).await;
     stop.send_replace(true);
     wait_for_future("the stream task to end", || (), task)
         .await
         .unwrap()
         .unwrap();
-    let before = stored(&store);
-    assert_eq!(before, expected(&connection, &rules, &["items"]).await);
-    let checkpoint_before = store.read(|v| v.checkpoint()).unwrap();
+    assert_eq!(
+        stored(&store),
+        expected(&connection, &rules, &["items"]).await
+    );
+    let ops_before = put_op_ids(&store);
 
     // While nothing reads the slot: changes, then WAL past max_slot_wal_keep_size and
     // checkpoints until the primary invalidates the slot.
-    primary.sql("UPDATE items SET body = 'never seen' WHERE id > 10");
+    primary.sql("UPDATE items SET body = 'never seen' WHERE id > 20");
     primary.sql("DELETE FROM items WHERE id = 1");
+    primary.sql("INSERT INTO items VALUES (31, 'u1', 'new')");
     let mut rounds = 0;
     while !slot_state(&primary).starts_with("lost") {
         rounds += 1;
@@ -182,32 +213,55 @@ async fn an_invalidated_slot_is_refused_and_the_store_is_kept() {
     }
     eprintln!("slot lost after {rounds} WAL switch + checkpoint rounds");
 
-    let error = refused(&plan, &rules, &store).await;
-    let message = error.to_string();
-    assert!(message.starts_with("PSM_R2006"), "{message}");
-    assert!(error.needs_operator(), "{message}");
-    assert!(
-        message.contains("invalidated")
-            && message.contains("powersync_mdbx.reset()")
-            && message.contains("max_slot_wal_keep_size"),
-        "{message}"
+    let (stop, mut checkpoints, task) = start(&plan, &rules, &store);
+    caught_up(&primary, &mut checkpoints).await;
+    assert_eq!(
+        stored(&store),
+        expected(&connection, &rules, &["items"]).await
     );
-    // Nothing changed in the store: same checkpoint, same buckets.
-    assert_eq!(store.read(|v| v.checkpoint()).unwrap(), checkpoint_before);
-    assert_eq!(stored(&store), before);
-    assert_ne!(
-        before,
-        expected(&connection, &rules, &["items"]).await,
-        "the primary did change meanwhile"
+    assert_eq!(
+        slot_state(&primary),
+        "reserved true",
+        "a new slot, followed"
     );
+    // Rows 2..=20 did not change while the slot was gone: their PUTs are the same ops.
+    let ops_after = put_op_ids(&store);
+    let unchanged: Vec<_> = ops_before
+        .iter()
+        .filter(|((_, id), _)| id.parse::<u32>().is_ok_and(|id| (2..=20).contains(&id)))
+        .collect();
+    assert_eq!(unchanged.len(), 19);
+    for (key, op_id) in unchanged {
+        assert_eq!(ops_after.get(key), Some(op_id), "{key:?} got a new op");
+    }
+    for changed in ["21", "30", "31"] {
+        let key = ops_after
+            .keys()
+            .find(|(_, id)| id == changed)
+            .unwrap_or_else(|| panic!("row {changed} is stored"));
+        assert!(ops_before.get(key) != ops_after.get(key), "{key:?}");
+    }
+
+    // It follows the new slot.
+    primary.sql("UPDATE items SET body = 'after the rebuild' WHERE id = 2");
+    caught_up(&primary, &mut checkpoints).await;
+    assert_eq!(
+        stored(&store),
+        expected(&connection, &rules, &["items"]).await
+    );
+    stop.send_replace(true);
+    wait_for_future("the stream task to end", || (), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// The primary invalidates the slot while the stream follows it: an open transaction
 /// holds the slot's restart point back, WAL passes `max_slot_wal_keep_size`, and the
-/// checkpoint terminates our walsender. The stream ends with an error; the next start
-/// is refused with `PSM_R2006`; the store holds exactly the rows of its last checkpoint.
+/// checkpoint terminates our walsender. The stream ends with an error that may pass and
+/// nothing half-applied; the next one rebuilds from a new slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_invalidated_while_streaming_stops_the_stream() {
+async fn a_slot_invalidated_while_streaming_is_rebuilt() {
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
@@ -222,15 +276,7 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
     } = bootstrapped(&primary).await;
     let (_stop, mut checkpoints, task) = start(&plan, &rules, &store);
     primary.sql("UPDATE items SET body = 'streamed' WHERE id <= 10");
-    let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
-    primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-    wait_for_future(
-        "a checkpoint at the primary's head",
-        || (),
-        checkpoints.wait_for(|c| c.lsn >= head),
-    )
-    .await
-    .unwrap();
+    caught_up(&primary, &mut checkpoints).await;
     let before = stored(&store);
     assert_eq!(before, expected(&connection, &rules, &["items"]).await);
 
@@ -262,14 +308,23 @@ async fn a_slot_invalidated_while_streaming_stops_the_stream() {
         "the stream ended with (needs_operator = {}): {error}",
         error.needs_operator()
     );
-    let error = refused(&plan, &rules, &store).await;
-    let message = error.to_string();
-    assert!(message.starts_with("PSM_R2006"), "{message}");
-    assert!(error.needs_operator(), "{message}");
-    assert_eq!(stored(&store), before);
+    assert!(!error.needs_operator(), "the stream is made again: {error}");
+    assert_eq!(stored(&store), before, "nothing half-applied");
     assert!(primary
         .log_text()
         .contains("to release replication slot \"psm_lost_slot_test\""));
+
+    // The next stream rebuilds from a new slot, the held transaction's row included.
+    let (stop, mut checkpoints, task) = start(&plan, &rules, &store);
+    caught_up(&primary, &mut checkpoints).await;
+    let rebuilt = stored(&store);
+    assert_ne!(rebuilt, before);
+    assert_eq!(rebuilt, expected(&connection, &rules, &["items"]).await);
+    stop.send_replace(true);
+    wait_for_future("the stream task to end", || (), task)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// A store that is behind its slot (as after restoring a backup: the slot confirmed

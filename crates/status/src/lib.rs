@@ -252,6 +252,9 @@ pub struct ReplicationStatus {
     pub retained_wal_bytes: u64,
     /// Tables being copied again beside the stream (columns the rules read changed).
     pub recopying: u64,
+    /// The slot was lost and the store is being rebuilt from a new one; what it serves
+    /// is stale until the rebuild ends.
+    pub rebuilding: bool,
     /// The primary's WAL position at the last slot check (`X/Y`).
     pub primary_lsn: Option<String>,
     /// WAL bytes between the primary's position at the last check and the applied LSN

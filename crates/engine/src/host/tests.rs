@@ -237,6 +237,7 @@ fn store_owning_slot(dir: &Path, slot: &str) {
         state: replication::BootstrapState::Complete,
         consistent_point: Some(1),
         rows: 0,
+        rebuilding: false,
     };
     store
         .put_stage_record(replication::BootstrapIntent::KEY, &intent.encode().unwrap())

@@ -65,6 +65,7 @@ pub(super) fn complete_intent() -> BootstrapIntent {
         state: BootstrapState::Complete,
         consistent_point: Some(1),
         rows: 0,
+        rebuilding: false,
     }
 }
 

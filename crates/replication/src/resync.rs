@@ -1,0 +1,197 @@
+//! Rebuilding from a new slot when the store's slot is gone from the primary or was
+//! invalidated (`PSM_R2005`, `PSM_R2006`): the changes since the last checkpoint are lost
+//! with it, so the store cannot follow on. Instead of waiting for `reset()` (a new store,
+//! every client downloading everything), a new slot is created with an exported snapshot
+//! (consistent at `C`), every table is copied inside it and merged into the served store
+//! as a table's re-copy is (`merge`: rows whose output did not change keep their ops,
+//! clients download only what changed), and streaming resumes at `C`.
+//!
+//! Until the rebuild ends the store serves its last checkpoint and what is merged so far
+//! (stale: `status().replication.rebuilding`). The bootstrap record is marked first, so a
+//! rebuild that is interrupted (a stop, a failure) is done again from the start: the
+//! merge writes nothing for rows already merged.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::apply::StreamTable;
+use super::intent::{BootstrapIntent, IntentTable};
+use super::merge::{Merge, Merged};
+use super::recopy::{CopiedRow, TableCopy};
+use super::stream::StreamContext;
+use super::{ReplicationError, SourcePlan};
+use rules::SyncRules;
+use source::{
+    connect, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info, table_columns,
+    validate_primary, SourceTable,
+};
+use store::Store;
+
+/// Rebuilds the store from a new slot; returns the bootstrap record it ends with
+/// (consistent point `C`, from where the stream goes on). `why` says what happened to the
+/// old slot.
+pub(super) async fn rebuild(
+    plan: &SourcePlan,
+    context: &StreamContext,
+    intent: &BootstrapIntent,
+    why: &str,
+) -> Result<BootstrapIntent, ReplicationError> {
+    let started = Instant::now();
+    context.progress.rebuilding.store(true, Relaxed);
+    tracing::warn!(
+        slot = %plan.slot,
+        "{why}; rebuilding from a new slot: clients keep the last checkpoint meanwhile (stale) \
+         and then download only the rows that changed"
+    );
+    let store = context.store.clone();
+    let mut marked = intent.clone();
+    marked.rebuilding = true;
+    write(&store, move |w| {
+        Ok(BootstrapIntent::save(&marked.encode()?, w)?)
+    })
+    .await?;
+
+    let client = connect(&plan.connection).await?;
+    let asked: Vec<SourceTable> = intent
+        .tables
+        .iter()
+        .map(|t| SourceTable {
+            schema: t.schema.clone(),
+            name: t.name.clone(),
+        })
+        .collect();
+    let primary = validate_primary(&client, &asked).await?;
+    if primary.system_identifier != intent.system_identifier {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2008",
+            message: format!(
+                "the primary this worker reached is another PostgreSQL cluster (system \
+                 identifier {}, the storage was built from {}); nothing was rebuilt from it: \
+                 point the connection back at the original primary, or run SELECT \
+                 powersync_mdbx.reset() to replicate from this one",
+                primary.system_identifier, intent.system_identifier
+            ),
+            operator: true,
+        });
+    }
+    // The old slot, invalidated or left half-made by an interrupted rebuild, goes first
+    // (the store owns the name); one in use is retried.
+    if let Some(old) = slot_info(&client, &plan.slot).await? {
+        if old.active {
+            return Err(super::apply::stream_error(format!(
+                "replication slot \"{}\" is in use by another connection; the rebuild \
+                 retries",
+                plan.slot
+            )));
+        }
+        drop_slot(&client, &plan.slot).await?;
+    }
+    let exported = create_slot(&plan.connection, &client, &plan.slot).await?;
+    let consistent_point = exported.consistent_point;
+    let reader = connect(&plan.connection).await?;
+    enter_snapshot(&reader, &exported.snapshot).await?;
+
+    let mut rebuilt = intent.clone();
+    let mut total = Merged::default();
+    for (info, table) in primary.tables.iter().zip(rebuilt.tables.iter_mut()) {
+        *table = IntentTable {
+            columns: table_columns(&reader, info.oid).await?,
+            identity: info.identity_columns.clone(),
+            oid: info.oid,
+            recopy: false,
+            ..table.clone()
+        };
+        let shape = StreamTable::from_intent(table, &context.rules).ok_or_else(|| {
+            ReplicationError::Copy {
+                table: info.table.to_string(),
+                problem: "a replica identity column is not published (generated?)".into(),
+            }
+        })?;
+        let mut merge = Merge::default();
+        merge.start(consistent_point, shape);
+        let mut copy = TableCopy::start(&reader, &info.table, &table.columns).await?;
+        while let Some(rows) = copy.next_batch().await? {
+            merge = merge_rows(context, merge, rows).await?;
+        }
+        let (merged, checkpoint) = {
+            let store = store.clone();
+            let mut merge = merge;
+            tokio::task::spawn_blocking(move || {
+                let lsn = store.read(|view| view.checkpoint())?.lsn;
+                store.write_with(lsn, |w| merge.finish(w))
+            })
+            .await
+            .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+        };
+        context.published.send_replace(checkpoint);
+        total.add(merged);
+    }
+    reader
+        .batch_execute("COMMIT")
+        .await
+        .map_err(source::SourceError::query("end the snapshot"))?;
+    drop(exported);
+
+    rebuilt.consistent_point = Some(consistent_point);
+    rebuilt.timeline = Some(primary.timeline);
+    rebuilt.rebuilding = false;
+    let record = rebuilt.clone();
+    let ((), checkpoint) = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || {
+            // Streaming goes on from the new slot's consistent point.
+            store.write_with(consistent_point, |w| {
+                Ok::<_, ReplicationError>(BootstrapIntent::save(&record.encode()?, w)?)
+            })
+        })
+        .await
+        .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+    };
+    context.published.send_replace(checkpoint);
+    context.progress.rebuilding.store(false, Relaxed);
+    tracing::info!(
+        slot = %plan.slot,
+        consistent_point = %format_lsn(consistent_point),
+        rows = total.rows,
+        written = total.written,
+        deleted = total.deleted,
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "rebuilt from a new slot; clients got ops only for the rows that changed"
+    );
+    Ok(rebuilt)
+}
+
+/// Merges a batch of copied rows in a store commit of its own (off the runtime threads)
+/// and publishes it.
+async fn merge_rows(
+    context: &StreamContext,
+    mut merge: Merge,
+    rows: Vec<CopiedRow>,
+) -> Result<Merge, ReplicationError> {
+    let (store, rules): (Arc<Store>, Arc<SyncRules>) =
+        (context.store.clone(), context.rules.clone());
+    let (merge, checkpoint) = tokio::task::spawn_blocking(move || {
+        let lsn = store.read(|view| view.checkpoint())?.lsn;
+        let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, &rules, rows))?;
+        Ok::<_, ReplicationError>((merge, checkpoint))
+    })
+    .await
+    .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??;
+    context.published.send_replace(checkpoint);
+    Ok(merge)
+}
+
+/// A store write off the runtime threads.
+async fn write(
+    store: &Arc<Store>,
+    work: impl FnOnce(&store::WriteTxn<'_, '_>) -> Result<(), ReplicationError> + Send + 'static,
+) -> Result<(), ReplicationError> {
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || {
+        let lsn = store.read(|view| view.checkpoint())?.lsn;
+        store.write_with(lsn, |w| work(w)).map(|_| ())
+    })
+    .await
+    .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))?
+}
