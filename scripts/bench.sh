@@ -14,6 +14,9 @@
 #   PSM_BENCH_MIGRATION=1             then ALTER TABLE tasks ADD COLUMN (a column the rules do
 #                                     not read) under a connected client, and time the next
 #                                     PSM_BENCH_COMMITS commits (scripts/bench_stream.py)
+#   PSM_BENCH_RECOPY=1                then migrations of columns the rules read (a retype that
+#                                     keeps every output, a rename that changes them all): the
+#                                     table's re-copy beside the stream, against the COPY floor
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
@@ -237,6 +240,24 @@ if [ "${PSM_BENCH_MIGRATION:-0}" != 0 ]; then
     "$migration" "$phase_after" "$mdbx_before_migration" "$mdbx_after_migration")"
 fi
 
+recopy='{}'
+if [ "${PSM_BENCH_RECOPY:-0}" != 0 ]; then
+  log "re-copies: columns the rules read retyped, then renamed, under a connected client"
+  mdbx_before_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
+  ( peak_anon=0; while [ -r "/proc/$worker/status" ]; do
+      before="$peak_anon"; sample_memory 2>/dev/null
+      [ "$peak_anon" -gt "$before" ] && echo "$peak_anon" > "$work/recopy_anon"
+      sleep 0.05
+    done ) &
+  sampler=$!
+  recopy="$(python3 "$root/scripts/bench_stream.py" recopy "$http_port" "$secret" \
+    "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+  kill "$sampler" 2>/dev/null || true
+  mdbx_after_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
+  recopy="$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); f=float(sys.argv[2]); m["recopy_retype_over_floor"]=round(m["recopy_retype_seconds"]/f,2); m["recopy_rename_over_floor"]=round(m["recopy_rename_seconds"]/f,2); m["recopy_extra_file_bytes"]=int(sys.argv[4])-int(sys.argv[3]); m["recopy_peak_anon_rss_bytes"]=int(sys.argv[5])*1024; print(json.dumps(m))' \
+    "$recopy" "$floor_text" "$mdbx_before_recopy" "$mdbx_after_recopy" "$(cat "$work/recopy_anon" 2>/dev/null || echo 0)")"
+fi
+
 deploy='{}'
 if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
   log "timing a rules deploy (every bucket rebuilt under the next generation)"
@@ -245,7 +266,7 @@ if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
     -U postgres -d postgres)"
 fi
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -256,6 +277,7 @@ download_raw = json.loads(sys.argv[6])
 gates = json.loads(sys.argv[7])
 deploy = json.loads(sys.argv[8])
 migration = json.loads(sys.argv[9])
+recopy = json.loads(sys.argv[10])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -292,6 +314,7 @@ out = {
   "peak_anon_rss_bytes_streaming": $churn_anon * 1024,
   **deploy,
   **migration,
+  **recopy,
 }
 print(json.dumps(out))
 PY

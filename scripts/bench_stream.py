@@ -7,6 +7,10 @@
                                                        (median, p99) and full-table rounds
   bench_stream.py migration PORT SECRET PSQL... --   -> JSON: a column no rule reads added
                                                        to tasks; the next commits' latency
+  bench_stream.py recopy  PORT SECRET PSQL...       -> JSON: columns the rules read retyped
+                                                       (outputs unchanged), then renamed away
+                                                       (every output changed): time until the
+                                                       table's re-copy is merged, ops written
 
 Only the standard library: tokens are HS256 JWTs signed here, the stream is read with
 http.client, commits go through one long-lived psql process.
@@ -305,6 +309,58 @@ def migration(port: int, secret: str, psql_argv, commits: int) -> None:
     )
 
 
+def metric(port: int, name: str) -> float:
+    """The value of an unlabelled sample of GET /metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    sys.exit(f"metric {name} not served")
+
+
+def recopy(port: int, secret: str, psql_argv) -> None:
+    """Migrations of a column the rules read, each with one write of the table after it
+    (the change reaches the worker with the table's next row change): the time from that
+    write's COMMIT until the table's re-copy is merged (the gauge
+    powersync_mdbx_tables_recopying back at 0), and the ops the worker wrote meanwhile
+    (powersync_mdbx_ops_written_total)."""
+    stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
+    stream.until_complete()
+    db = Psql(psql_argv)
+    out = {}
+    steps = [
+        ("recopy_retype", "ALTER TABLE tasks ALTER COLUMN title TYPE varchar(1000)"),
+        ("recopy_rename", "ALTER TABLE tasks RENAME COLUMN summary TO summary_renamed"),
+    ]
+    for key, alter in steps:
+        t0 = time.time()
+        db.run(alter)
+        out[f"{key}_alter_ms"] = round((time.time() - t0) * 1000, 2)
+        ops_before = metric(port, "powersync_mdbx_ops_written_total")
+        db.run(
+            "UPDATE tasks SET priority = priority + 1 "
+            f"WHERE id = 'task-sentinel-update-0001' /* {key} */"
+        )
+        committed = time.time()
+        started = None
+        while True:
+            recopying = metric(port, "powersync_mdbx_tables_recopying")
+            if recopying > 0 and started is None:
+                started = time.time()
+            if recopying == 0 and started is not None:
+                break
+            if started is None and time.time() - committed > 60:
+                sys.exit(f"{key}: no re-copy started within 60 s")
+            time.sleep(0.02)
+        out[f"{key}_seconds"] = round(time.time() - committed, 3)
+        out[f"{key}_ops"] = int(metric(port, "powersync_mdbx_ops_written_total") - ops_before)
+    db.close()
+    print(json.dumps(out))
+
+
 def main() -> None:
     mode, port, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "probe":
@@ -313,6 +369,8 @@ def main() -> None:
         download(port, secret)
     elif mode == "download-raw":
         download_raw(port, secret)
+    elif mode == "recopy":
+        recopy(port, secret, sys.argv[4:])
     elif mode in ("churn", "migration"):
         # PSQL... -- NUMBERS...
         rest = sys.argv[4:]

@@ -63,6 +63,7 @@ pub(super) enum Change {
     /// changed, so the table's rows are copied again (see `merge`).
     Relation {
         table: usize,
+        oid: u32,
         columns: Vec<ColumnMeta>,
         recopy: bool,
     },
@@ -257,19 +258,10 @@ impl Applier {
                     self.progress.pending.published(self.durable.lsn);
                 }
                 Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
-                Change::Relation {
-                    table,
-                    columns,
-                    recopy,
-                } => {
+                relation @ Change::Relation { .. } => {
                     let lsn = self.durable.lsn;
                     let mut tables = std::mem::take(&mut self.tables);
                     let mut merges = std::mem::take(&mut self.merges);
-                    let relation = Change::Relation {
-                        table,
-                        columns,
-                        recopy,
-                    };
                     let written = self.store.write_with(lsn, |w| {
                         self.apply(w, &mut tables, &mut merges, lsn, relation)
                     });
@@ -431,16 +423,18 @@ impl Applier {
             }
             Change::Relation {
                 table: index,
+                oid,
                 columns,
                 recopy,
             } => {
-                rebind(tables, index, columns, &self.rules)?;
+                rebind(tables, index, oid, columns, &self.rules)?;
                 if recopy {
                     // Any re-copy in progress read the old columns: it starts over.
                     merges.insert(index, Merge::default());
                     let table = table_at(tables, index)?;
                     BootstrapIntent::update_table(w, table.store_id, |t| {
                         t.columns = table.columns.clone();
+                        t.oid = table.oid;
                         t.recopy = true;
                     })?;
                 }
@@ -564,21 +558,24 @@ impl Applier {
     }
 }
 
-/// Rows of `tables[index]` come with `columns` from here on (the decoder's and the
+/// Rows of `tables[index]` come with `columns` (from the table with OID `oid`: another one
+/// when the table was dropped and created again) from here on (the decoder's and the
 /// applier's copies of the tables both follow Relation changes through it).
 pub(super) fn rebind(
     tables: &mut [StreamTable],
     index: usize,
+    oid: u32,
     columns: Vec<ColumnMeta>,
     rules: &SyncRules,
 ) -> Result<(), ReplicationError> {
     let table = table_at(tables, index)?;
-    let rebound = table.with_columns(columns, rules).ok_or_else(|| {
+    let mut rebound = table.with_columns(columns, rules).ok_or_else(|| {
         stream_error(format!(
             "a Relation message of {} left out a replica identity column",
             table.qualified()
         ))
     })?;
+    rebound.oid = oid;
     tables[index] = rebound;
     Ok(())
 }

@@ -84,8 +84,13 @@ fn apply(
             kept.retain(|(table, _), _| !truncated.contains(table));
             return Ok(truncated.len() as u64);
         }
-        Change::Relation { table, columns, .. } => {
-            super::apply::rebind(tables, table, columns, rules)?;
+        Change::Relation {
+            table,
+            oid,
+            columns,
+            ..
+        } => {
+            super::apply::rebind(tables, table, oid, columns, rules)?;
             return Ok(0);
         }
         Change::Begin { .. }

@@ -1,6 +1,6 @@
 //! Re-copying one table while the stream goes on, after its columns changed in a way the
 //! rules see (a column they read added, dropped, renamed or retyped, one under `SELECT *`
-//! included): a temporary slot exports a snapshot consistent at some LSN `C`, the table
+//! included), or it was dropped and created again: a temporary slot exports a snapshot consistent at some LSN `C`, the table
 //! is copied inside it with the columns it has there, and its rows go to the applier,
 //! which merges them once it has applied every transaction that committed before `C`
 //! (see `merge`). The temporary slot lives as long as its connection, which this task

@@ -1,7 +1,7 @@
 //! Following the slot after the snapshot: check the slot's health, `START_REPLICATION`
 //! from the durable LSN, turn pgoutput events into [`Change`]s for the applier thread,
 //! follow tables whose columns change (copying one again when the rules see the change,
-//! see `recopy`), and refuse a table renamed, recreated or re-keyed.
+//! see `recopy`), and refuse a table renamed or re-keyed.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -513,6 +513,7 @@ impl<'a> Decoder<'a> {
                 .check_relation(relation_id, &namespace, &relation_name, &columns)?
                 .map(|(table, columns, recopy)| Change::Relation {
                     table,
+                    oid: relation_id,
                     columns,
                     recopy,
                 }),
@@ -586,12 +587,9 @@ impl<'a> Decoder<'a> {
         };
         let known = &self.tables[index];
         let mut problems = Vec::new();
-        if known.oid != oid {
-            problems.push(format!(
-                "it was dropped and created again (OID {} → {oid})",
-                known.oid
-            ));
-        }
+        // Dropped and created again under its name (and published again): its rows are
+        // copied again from the new table.
+        let recreated = known.oid != oid && known.qualified() == qualified;
         if known.qualified() != qualified {
             problems.push(format!("it was renamed to {qualified}"));
         }
@@ -614,7 +612,7 @@ impl<'a> Decoder<'a> {
             .map(|(name, _)| *name)
             .filter(|name| read(name))
             .collect();
-        let recopy = !seen.is_empty();
+        let recopy = !seen.is_empty() || recreated;
         let mut keys_now: Vec<&str> = columns
             .iter()
             .filter(|c| c.is_key)
@@ -643,7 +641,7 @@ impl<'a> Decoder<'a> {
                 operator: true,
             });
         }
-        if now == then {
+        if now == then && !recreated {
             return Ok(None);
         }
         let rebound: Vec<ColumnMeta> = columns
@@ -662,7 +660,17 @@ impl<'a> Decoder<'a> {
                     })
             })
             .collect();
-        if recopy {
+        if recreated {
+            tracing::info!(
+                table = %known.qualified(),
+                "the table was dropped and created again on the primary (OID {} → {oid}); \
+                 it is copied again while the stream goes on",
+                known.oid
+            );
+            let old = known.oid;
+            self.by_oid.remove(&old);
+            self.by_oid.insert(oid, index);
+        } else if recopy {
             let mut names = seen;
             names.sort_unstable();
             names.dedup();
@@ -681,7 +689,7 @@ impl<'a> Decoder<'a> {
                  decoded with the new columns"
             );
         }
-        super::apply::rebind(&mut self.tables, index, rebound.clone(), self.rules)?;
+        super::apply::rebind(&mut self.tables, index, oid, rebound.clone(), self.rules)?;
         Ok(Some((index, rebound, recopy)))
     }
 }
