@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch};
 use super::expiry::Sweep;
 use super::intent::{BootstrapIntent, IntentTable};
 use super::merge::Merge;
-use super::recopy::RecopyEvent;
+use super::recopy::{Handover, RecopyEvent};
 use super::toast::stash_for;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
@@ -213,6 +213,14 @@ impl StreamTable {
     pub fn qualified(&self) -> String {
         format!("{}.{}", self.schema, self.name)
     }
+
+    /// The table as the source names it.
+    pub fn source(&self) -> source::SourceTable {
+        source::SourceTable {
+            schema: self.schema.clone(),
+            name: self.name.clone(),
+        }
+    }
 }
 
 /// Everything the applier thread owns.
@@ -229,6 +237,8 @@ pub(super) struct Applier {
     pub sweep: Sweep,
     /// Re-copies in progress, by table index.
     pub merges: HashMap<usize, Merge>,
+    /// Re-copy batches handed over and not merged yet.
+    pub handover: Arc<Handover>,
 }
 
 impl Applier {
@@ -450,6 +460,10 @@ impl Applier {
     /// Merges an event of a table's re-copy, between transactions: each in a store commit
     /// of its own, published as a checkpoint (clients see the rows whose output changed).
     fn merge(&mut self, event: RecopyEvent) -> Result<(), ReplicationError> {
+        if matches!(event, RecopyEvent::Rows { .. }) {
+            // Its room is free once it is here (merged now, or of a re-copy started over).
+            self.handover.merged();
+        }
         let index = event.table();
         let Some(mut merge) = self.merges.remove(&index) else {
             return Ok(()); // a re-copy that was started over
@@ -480,7 +494,7 @@ impl Applier {
             }
             RecopyEvent::Rows { rows, .. } => self
                 .store
-                .write_with(lsn, |w| merge.rows(w, &self.rules, rows))
+                .write_with(lsn, |w| merge.rows(w, rows))
                 .map(|((), checkpoint)| Some(checkpoint)),
             RecopyEvent::Done { .. } => {
                 let written = self.store.write_with(lsn, |w| {
@@ -653,6 +667,7 @@ pub(super) fn fill_unchanged(
 }
 
 /// A complete row as the store takes it.
+#[derive(Debug)]
 pub(super) struct EvaluatedRow {
     pub identity: Vec<u8>,
     pub eval: RowEvaluation,

@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::apply::{evaluate_row, StreamTable};
+use super::apply::{evaluate_row, EvaluatedRow, StreamTable};
 use super::recopy::CopiedRow;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
@@ -42,8 +42,8 @@ struct Copied {
     consistent_point: u64,
     /// The table with the columns the copy has.
     shape: StreamTable,
-    /// Identities of the copied rows.
-    seen: HashSet<Vec<u8>>,
+    /// Fingerprints of the copied rows' identities (see [`fingerprint`]).
+    seen: HashSet<u128>,
     rows: u64,
     written: u64,
 }
@@ -105,23 +105,20 @@ impl Merge {
                 .is_some_and(|&lsn| lsn >= consistent_point)
     }
 
-    /// Merges copied rows.
+    /// Merges copied rows, evaluated (see [`evaluate_copied`]).
     pub fn rows(
         &mut self,
         w: &mut WriteTxn<'_, '_>,
-        rules: &SyncRules,
-        rows: Vec<CopiedRow>,
+        rows: Vec<EvaluatedRow>,
     ) -> Result<(), ReplicationError> {
         let Some(mut copy) = self.copy.take() else {
             return Ok(());
         };
         let result = (|| {
-            for row in rows {
+            for evaluated in rows {
                 copy.rows += 1;
-                let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref()).collect();
-                let evaluated = evaluate_row(rules, &copy.shape, &values, false)?;
                 if self.newer_than_copy(&evaluated.identity, copy.consistent_point) {
-                    copy.seen.insert(evaluated.identity);
+                    copy.seen.insert(fingerprint(&evaluated.identity));
                     continue;
                 }
                 let input = StoreInput::of(&evaluated.eval);
@@ -149,7 +146,7 @@ impl Merge {
                         )?;
                     }
                 }
-                copy.seen.insert(evaluated.identity);
+                copy.seen.insert(fingerprint(&evaluated.identity));
             }
             Ok(())
         })();
@@ -176,7 +173,7 @@ impl Merge {
                 break;
             };
             gone.extend(page.into_iter().filter(|identity| {
-                !copy.seen.contains(identity)
+                !copy.seen.contains(&fingerprint(identity))
                     && !self.newer_than_copy(identity, copy.consistent_point)
             }));
             after = Some(last);
@@ -190,4 +187,29 @@ impl Merge {
             deleted: gone.len() as u64,
         })
     }
+}
+
+/// Evaluates copied rows of `shape` (values in its column order) with the rules.
+pub(super) fn evaluate_copied(
+    rules: &SyncRules,
+    shape: &StreamTable,
+    rows: Vec<CopiedRow>,
+) -> Result<Vec<EvaluatedRow>, ReplicationError> {
+    rows.iter()
+        .map(|row| {
+            let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref()).collect();
+            evaluate_row(rules, shape, &values, false)
+        })
+        .collect()
+}
+
+/// 128 bits of SHA-256 of a row identity: what the merge remembers of each copied row
+/// (16 bytes a row instead of the identity; two identities share one with a probability
+/// of about 2^-128 per pair).
+fn fingerprint(identity: &[u8]) -> u128 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(identity);
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
 }

@@ -14,7 +14,12 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::apply::StreamTable;
+use super::apply::{EvaluatedRow, StreamTable};
+use super::merge::evaluate_copied;
+use rules::SyncRules;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::Notify;
 use super::{ReplicationError, SourcePlan};
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, table_columns, ColumnMeta,
@@ -22,9 +27,12 @@ use source::{
 };
 
 /// Rows per batch handed to the applier (each batch is one store commit).
-const BATCH_ROWS: usize = 2000;
+const BATCH_ROWS: usize = 4096;
+/// Batches handed to the applier and not merged yet, at most: a copy faster than the
+/// merge waits in the primary's COPY, not in memory.
+const QUEUED_BATCHES: usize = 2;
 /// Batches a re-copy reads ahead of the applier.
-const EVENT_BUFFER: usize = 4;
+const EVENT_BUFFER: usize = 1;
 
 /// What a re-copy hands the stream, in this order.
 #[derive(Debug)]
@@ -35,8 +43,11 @@ pub(super) enum RecopyEvent {
         consistent_point: u64,
         columns: Vec<ColumnMeta>,
     },
-    /// Copied rows: values in the order of `Started`'s columns, COPY text, `None` for NULL.
-    Rows { table: usize, rows: Vec<CopiedRow> },
+    /// Copied rows, evaluated with the rules.
+    Rows {
+        table: usize,
+        rows: Vec<EvaluatedRow>,
+    },
     /// Every row was handed over.
     Done { table: usize },
 }
@@ -55,11 +66,12 @@ impl RecopyEvent {
 async fn recopy_table(
     plan: SourcePlan,
     table: usize,
-    source: SourceTable,
-    oid: u32,
+    base: StreamTable,
+    rules: Arc<SyncRules>,
     out: mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
 ) {
-    let result = copy(&plan, table, &source, oid, &out).await;
+    let source = base.source();
+    let result = copy(&plan, table, &base, &rules, &out).await;
     if let Err(e) = result {
         let _ = out
             .send(Err(ReplicationError::Stream {
@@ -77,10 +89,11 @@ async fn recopy_table(
 async fn copy(
     plan: &SourcePlan,
     table: usize,
-    source: &SourceTable,
-    oid: u32,
+    base: &StreamTable,
+    rules: &Arc<SyncRules>,
     out: &mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
 ) -> Result<(), ReplicationError> {
+    let (oid, source) = (base.oid, &base.source());
     let client = connect(&plan.connection).await?;
     let slot = temporary_slot_name(&plan.slot, table);
     let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
@@ -116,8 +129,26 @@ async fn copy(
     if out.send(Ok(started)).await.is_err() {
         return Ok(());
     }
+    let shape = Arc::new(base.with_columns(columns.clone(), rules).ok_or_else(|| {
+        ReplicationError::Stream {
+            code: "PSM_R2002",
+            message: format!(
+                "table {source} lost a replica identity column ({}) on the primary; nothing \
+                 of the new shape was applied: run SELECT powersync_mdbx.reset()",
+                base.identity_names.join(", ")
+            ),
+            operator: true,
+        }
+    })?);
     let mut copy = TableCopy::start(&reader, source, &columns).await?;
-    while let Some(rows) = copy.next_batch().await? {
+    while let Some(copied) = copy.next_batch().await? {
+        // Evaluated off the runtime threads while the applier merges the batch before.
+        let rows = {
+            let (rules, shape) = (rules.clone(), shape.clone());
+            tokio::task::spawn_blocking(move || evaluate_copied(&rules, &shape, copied))
+                .await
+                .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??
+        };
         if out
             .send(Ok(RecopyEvent::Rows { table, rows }))
             .await
@@ -210,7 +241,30 @@ fn temporary_slot_name(slot: &str, table: usize) -> String {
 /// for the applier.
 pub(super) struct Recopies {
     plan: SourcePlan,
+    rules: Arc<SyncRules>,
     running: HashMap<usize, Running>,
+    handover: Arc<Handover>,
+}
+
+/// Re-copy batches handed to the applier and not merged yet (shared by the stream, which
+/// hands them over, and the applier, which merges them).
+#[derive(Debug, Default)]
+pub(super) struct Handover {
+    queued: AtomicUsize,
+    freed: Notify,
+}
+
+impl Handover {
+    /// The applier merged a batch.
+    pub(super) fn merged(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        self.freed.notify_one();
+    }
+
+    /// Resolves once the applier merged a batch since the last call (cancel-safe).
+    pub(super) async fn freed(&self) {
+        self.freed.notified().await;
+    }
 }
 
 struct Running {
@@ -222,10 +276,12 @@ struct Running {
 }
 
 impl Recopies {
-    pub(super) fn new(plan: &SourcePlan) -> Self {
+    pub(super) fn new(plan: &SourcePlan, rules: Arc<SyncRules>, handover: Arc<Handover>) -> Self {
         Self {
             plan: plan.clone(),
+            rules,
             running: HashMap::new(),
+            handover,
         }
     }
 
@@ -236,11 +292,8 @@ impl Recopies {
         let task = tokio::spawn(recopy_table(
             self.plan.clone(),
             index,
-            SourceTable {
-                schema: table.schema.clone(),
-                name: table.name.clone(),
-            },
-            table.oid,
+            table.clone(),
+            self.rules.clone(),
             out,
         ));
         let running = Running {
@@ -256,16 +309,27 @@ impl Recopies {
 
     /// An event the applier may take now: a copy's start at once, its rows and end once
     /// every transaction committed before its snapshot was decoded (`passed`: every
-    /// transaction committing below it was).
+    /// transaction committing below it was), rows while fewer than [`QUEUED_BATCHES`]
+    /// wait for the applier.
     pub(super) fn ready(&mut self, passed: u64) -> Option<RecopyEvent> {
+        let room = self.handover.queued.load(Ordering::Acquire) < QUEUED_BATCHES;
         let (&index, running) = self.running.iter_mut().find(|(_, r)| match &r.pending {
             Some(RecopyEvent::Started { .. }) => true,
-            Some(_) => r.consistent_point.is_some_and(|c| c <= passed),
+            Some(RecopyEvent::Rows { .. }) => {
+                room && r.consistent_point.is_some_and(|c| c <= passed)
+            }
+            Some(RecopyEvent::Done { .. }) => r.consistent_point.is_some_and(|c| c <= passed),
             None => false,
         })?;
         let event = running.pending.take()?;
-        if matches!(event, RecopyEvent::Done { .. }) {
-            self.running.remove(&index);
+        match event {
+            RecopyEvent::Done { .. } => {
+                self.running.remove(&index);
+            }
+            RecopyEvent::Rows { .. } => {
+                self.handover.queued.fetch_add(1, Ordering::AcqRel);
+            }
+            RecopyEvent::Started { .. } => {}
         }
         Some(event)
     }

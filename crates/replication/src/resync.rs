@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use super::apply::StreamTable;
 use super::intent::{BootstrapIntent, IntentTable};
-use super::merge::{Merge, Merged};
+use super::merge::{evaluate_copied, Merge, Merged};
 use super::recopy::{CopiedRow, TableCopy};
 use super::stream::StreamContext;
 use super::{ReplicationError, SourcePlan};
@@ -172,8 +172,12 @@ async fn merge_rows(
     let (store, rules): (Arc<Store>, Arc<SyncRules>) =
         (context.store.clone(), context.rules.clone());
     let (merge, checkpoint) = tokio::task::spawn_blocking(move || {
+        let evaluated = match merge.shape() {
+            Some(shape) => evaluate_copied(&rules, shape, rows)?,
+            None => Vec::new(),
+        };
         let lsn = store.read(|view| view.checkpoint())?.lsn;
-        let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, &rules, rows))?;
+        let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, evaluated))?;
         Ok::<_, ReplicationError>((merge, checkpoint))
     })
     .await

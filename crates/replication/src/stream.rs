@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
-use super::recopy::Recopies;
+use super::recopy::{Handover, Recopies};
 use super::resync::rebuild;
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
@@ -104,7 +104,8 @@ pub async fn follow_slot(
     context.progress.pending.clear();
     context.progress.uncommitted.store(0, Relaxed);
     let mut decoder = Decoder::new(&context.progress.pending, tables.clone(), &context.rules);
-    let mut recopies = Recopies::new(plan);
+    let handover = Arc::new(Handover::default());
+    let mut recopies = Recopies::new(plan, context.rules.clone(), handover.clone());
     // Tables whose re-copy a restart interrupted copy again from the start.
     let mut merges = HashMap::new();
     for (index, table) in intent.tables.iter().enumerate() {
@@ -124,6 +125,7 @@ pub async fn follow_slot(
         progress: context.progress.clone(),
         sweep: super::expiry::Sweep::new(context.write_checkpoint_max_age),
         merges,
+        handover: handover.clone(),
     };
     let applying = std::thread::Builder::new()
         .name("psm-stream-apply".into())
@@ -174,6 +176,7 @@ pub async fn follow_slot(
             () = cancel.cancelled() => break cancelled(&dead),
             () = input.closed() => break Ok(()), // its error is reported below
             next = next_events.recv() => next,
+            () = handover.freed() => continue,
             recopied = recopies.next_event() => match recopied {
                 Ok(()) => continue,
                 Err(e) => break Err(e),

@@ -421,7 +421,8 @@ async fn columns_the_rules_do_not_read_change_without_stopping_the_stream() {
 /// rows. A change that leaves every output as it was writes no op.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn columns_the_rules_read_change_and_the_table_is_copied_again() {
-    let (rig, store) = seeded(500).await;
+    // More rows than one batch of the copy holds.
+    let (rig, store) = seeded(20_000).await;
     let mut streaming = start_streaming(&rig, &store);
     // The same text in another type: every output stays as it was, no op is written
     // beyond the change that carried the new columns.

@@ -133,6 +133,8 @@ pub struct WriteTxn<'t, 'db> {
     /// is none (no row key is empty); `None` until then and after any write there that
     /// did not go through `claim_row`.
     row_keys_end: Option<Vec<u8>>,
+    /// Ids of stored buckets looked up by name in this transaction (`recopy`).
+    known_buckets: foldhash::HashMap<String, u32>,
 }
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
@@ -169,6 +171,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             lsn: None,
             compactable: HashMap::new(),
             row_keys_end: None,
+            known_buckets: foldhash::HashMap::default(),
         })
     }
 

@@ -5,7 +5,7 @@
 use libmdbx::WriteFlags;
 
 use super::{LookupPut, RowPut, Stash, WriteTxn};
-use crate::long_keys::stored_key;
+use crate::long_keys::{is_hashed, stored_key};
 use crate::op::BucketState;
 use crate::tables::row_key;
 use crate::StoreError;
@@ -128,19 +128,27 @@ impl WriteTxn<'_, '_> {
     }
 
     /// The id of bucket `name` when it exists (in the store or this transaction).
-    fn existing_bucket_id(&self, name: &str) -> Result<Option<u32>, StoreError> {
+    fn existing_bucket_id(&mut self, name: &str) -> Result<Option<u32>, StoreError> {
         if let Some(state) = self.dirty.get(name) {
             return Ok(Some(state.id));
         }
+        if let Some(&id) = self.known_buckets.get(name) {
+            return Ok(Some(id));
+        }
+        let key = stored_key(name.as_bytes());
         let stored: Option<Vec<u8>> = self
             .txn
-            .get(&self.tables.buckets, stored_key(name.as_bytes()))
+            .get(&self.tables.buckets, &key)
             .map_err(self.mdbx("read a bucket"))?;
         let Some(bytes) = stored else {
             return Ok(None);
         };
         let state = BucketState::decode(&bytes).map_err(|c| self.corrupt(c.what))?;
         // A hashed long name is this bucket only if its full name matches.
-        Ok((self.bucket_name(state.id)? == name).then_some(state.id))
+        if is_hashed(&key) && self.bucket_name(state.id)? != name {
+            return Ok(None);
+        }
+        self.known_buckets.insert(name.to_owned(), state.id);
+        Ok(Some(state.id))
     }
 }
