@@ -147,6 +147,18 @@ sample_memory() {
     esac
   done < "/proc/$worker/status" || true
 }
+
+# Writes the worker's peak anonymous RSS (KiB) to $1 each time it grows, every 50 ms, until
+# the worker is gone or the caller kills it (run in the background).
+sample_peak_anon() {
+  local before
+  peak_anon=0
+  while [ -r "/proc/$worker/status" ]; do
+    before="$peak_anon"; sample_memory 2>/dev/null
+    [ "$peak_anon" -gt "$before" ] && echo "$peak_anon" > "$1"
+    sleep 0.05
+  done
+}
 tick=0
 while :; do
   if [ -z "$worker" ] || [ $((tick % 10)) -eq 0 ]; then
@@ -214,11 +226,7 @@ churn_anon=0
 if [ "$rounds" -gt 0 ] || [ "$commits" -gt 0 ]; then
   log "streaming: $commits timed commits, $rounds full-table update rounds"
   # Peak anonymous RSS while streaming (each round is one transaction of every task row).
-  ( peak_anon=0; while [ -r "/proc/$worker/status" ]; do
-      before="$peak_anon"; sample_memory 2>/dev/null
-      [ "$peak_anon" -gt "$before" ] && echo "$peak_anon" > "$work/churn_anon"
-      sleep 0.05
-    done ) &
+  sample_peak_anon "$work/churn_anon" &
   sampler=$!
   churn="$(python3 "$root/scripts/bench_stream.py" churn "$http_port" "$secret" \
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres -- "$commits" "$rounds")"
@@ -244,11 +252,7 @@ recopy='{}'
 if [ "${PSM_BENCH_RECOPY:-0}" != 0 ]; then
   log "re-copies: columns the rules read retyped, then renamed, under a connected client"
   mdbx_before_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
-  ( peak_anon=0; while [ -r "/proc/$worker/status" ]; do
-      before="$peak_anon"; sample_memory 2>/dev/null
-      [ "$peak_anon" -gt "$before" ] && echo "$peak_anon" > "$work/recopy_anon"
-      sleep 0.05
-    done ) &
+  sample_peak_anon "$work/recopy_anon" &
   sampler=$!
   recopy="$(python3 "$root/scripts/bench_stream.py" recopy "$http_port" "$secret" \
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"

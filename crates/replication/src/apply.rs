@@ -64,6 +64,8 @@ pub(super) enum Change {
     Relation {
         table: usize,
         oid: u32,
+        /// The replica identity columns, in key order.
+        identity: Vec<String>,
         columns: Vec<ColumnMeta>,
         recopy: bool,
     },
@@ -434,16 +436,18 @@ impl Applier {
             Change::Relation {
                 table: index,
                 oid,
+                identity,
                 columns,
                 recopy,
             } => {
-                rebind(tables, index, oid, columns, &self.rules)?;
+                rebind(tables, index, oid, identity, columns, &self.rules)?;
                 if recopy {
                     // Any re-copy in progress read the old columns: it starts over.
                     merges.insert(index, Merge::default());
                     let table = table_at(tables, index)?;
                     BootstrapIntent::update_table(w, table.store_id, |t| {
                         t.columns = table.columns.clone();
+                        t.identity = table.identity_names.clone();
                         t.oid = table.oid;
                         t.recopy = true;
                     })?;
@@ -579,11 +583,16 @@ pub(super) fn rebind(
     tables: &mut [StreamTable],
     index: usize,
     oid: u32,
+    identity: Vec<String>,
     columns: Vec<ColumnMeta>,
     rules: &SyncRules,
 ) -> Result<(), ReplicationError> {
     let table = table_at(tables, index)?;
-    let mut rebound = table.with_columns(columns, rules).ok_or_else(|| {
+    let renamed = StreamTable {
+        identity_names: identity,
+        ..table.clone()
+    };
+    let mut rebound = renamed.with_columns(columns, rules).ok_or_else(|| {
         stream_error(format!(
             "a Relation message of {} left out a replica identity column",
             table.qualified()
@@ -592,6 +601,31 @@ pub(super) fn rebind(
     rebound.oid = oid;
     tables[index] = rebound;
     Ok(())
+}
+
+/// [`rebind`] with what a [`Change::Relation`] carries (other changes bind nothing).
+pub(super) fn rebind_to(
+    tables: &mut [StreamTable],
+    change: &Change,
+    rules: &SyncRules,
+) -> Result<(), ReplicationError> {
+    match change {
+        Change::Relation {
+            table,
+            oid,
+            identity,
+            columns,
+            ..
+        } => rebind(
+            tables,
+            *table,
+            *oid,
+            identity.clone(),
+            columns.clone(),
+            rules,
+        ),
+        _ => Ok(()),
+    }
 }
 
 pub(super) fn table_at(

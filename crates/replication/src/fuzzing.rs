@@ -87,10 +87,11 @@ fn apply(
         Change::Relation {
             table,
             oid,
+            identity,
             columns,
             ..
         } => {
-            super::apply::rebind(tables, table, oid, columns, rules)?;
+            super::apply::rebind(tables, table, oid, identity, columns, rules)?;
             return Ok(0);
         }
         Change::Begin { .. }

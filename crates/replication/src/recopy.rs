@@ -1,26 +1,26 @@
 //! Re-copying one table while the stream goes on, after its columns changed in a way the
 //! rules see (a column they read added, dropped, renamed or retyped, one under `SELECT *`
-//! included), or it was dropped and created again: a temporary slot exports a snapshot consistent at some LSN `C`, the table
-//! is copied inside it with the columns it has there, and its rows go to the applier,
+//! included), it was dropped and created again, or its replica identity changed: a
+//! temporary slot exports a snapshot consistent at some LSN `C`, the table is copied
+//! inside it with the columns it has there, its rows are evaluated beside the applier,
 //! which merges them once it has applied every transaction that committed before `C`
 //! (see `merge`). The temporary slot lives as long as its connection, which this task
 //! holds until the copy is read.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::apply::{EvaluatedRow, StreamTable};
 use super::merge::evaluate_copied;
-use rules::SyncRules;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use tokio::sync::Notify;
 use super::{ReplicationError, SourcePlan};
+use rules::SyncRules;
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, table_columns, ColumnMeta,
     CopyFields, SourceTable,

@@ -1,7 +1,7 @@
 //! Following the slot after the snapshot: check the slot's health, `START_REPLICATION`
 //! from the durable LSN, turn pgoutput events into [`Change`]s for the applier thread,
 //! follow tables whose columns change (copying one again when the rules see the change,
-//! see `recopy`), and refuse a table renamed or re-keyed.
+//! see `recopy`), and refuse a renamed table.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -512,14 +512,7 @@ impl<'a> Decoder<'a> {
                 relation_name,
                 columns,
                 ..
-            } => self
-                .check_relation(relation_id, &namespace, &relation_name, &columns)?
-                .map(|(table, columns, recopy)| Change::Relation {
-                    table,
-                    oid: relation_id,
-                    columns,
-                    recopy,
-                }),
+            } => self.check_relation(relation_id, &namespace, &relation_name, &columns)?,
             EventType::Insert {
                 relation_oid, data, ..
             } => self
@@ -572,17 +565,18 @@ impl<'a> Decoder<'a> {
         })
     }
 
-    /// A Relation message for a table the rules read: it must be the same table (OID,
-    /// name) with the same replica identity. When its columns changed, returns the table,
-    /// the columns to decode its rows with from here on, and whether a column the rules
-    /// read was added, dropped, renamed or retyped (then its rows are copied again).
+    /// A Relation message for a table the rules read: it must be the table of that name.
+    /// When it changed, returns the change to hand the applier: the columns (and replica
+    /// identity) to decode its rows with from here on, and whether its rows are copied
+    /// again (a column the rules read added, dropped, renamed or retyped; the table
+    /// created again; its replica identity changed).
     fn check_relation(
         &mut self,
         oid: u32,
         namespace: &str,
         name: &str,
         columns: &[RelationColumn],
-    ) -> Result<Option<(usize, Vec<ColumnMeta>, bool)>, ReplicationError> {
+    ) -> Result<Option<Change>, ReplicationError> {
         let qualified = format!("{namespace}.{name}");
         let index = match (self.by_oid.get(&oid), self.by_name.get(&qualified)) {
             (None, None) => return Ok(None),
@@ -615,22 +609,23 @@ impl<'a> Decoder<'a> {
             .map(|(name, _)| *name)
             .filter(|name| read(name))
             .collect();
-        let recopy = !seen.is_empty() || recreated;
-        let mut keys_now: Vec<&str> = columns
+        let identity: Vec<String> = columns
             .iter()
             .filter(|c| c.is_key)
-            .map(|c| c.name.as_ref())
+            .map(|c| c.name.to_string())
             .collect();
+        let mut keys_now: Vec<&str> = identity.iter().map(String::as_str).collect();
         let mut keys_then: Vec<&str> = known.identity_names.iter().map(String::as_str).collect();
         keys_now.sort_unstable();
         keys_then.sort_unstable();
-        if keys_now != keys_then {
-            problems.push(format!(
-                "its replica identity changed from ({}) to ({})",
-                keys_then.join(", "),
-                keys_now.join(", ")
-            ));
+        let rekeyed = keys_now != keys_then;
+        if rekeyed && keys_now.is_empty() {
+            problems.push(
+                "its replica identity is NOTHING now (updates and deletes cannot be followed)"
+                    .to_owned(),
+            );
         }
+        let recopy = !seen.is_empty() || recreated || rekeyed;
         if !problems.is_empty() {
             return Err(ReplicationError::Stream {
                 code: "PSM_R2002",
@@ -644,7 +639,7 @@ impl<'a> Decoder<'a> {
                 operator: true,
             });
         }
-        if now == then && !recreated {
+        if now == then && !recreated && !rekeyed {
             return Ok(None);
         }
         let rebound: Vec<ColumnMeta> = columns
@@ -673,6 +668,14 @@ impl<'a> Decoder<'a> {
             let old = known.oid;
             self.by_oid.remove(&old);
             self.by_oid.insert(oid, index);
+        } else if rekeyed {
+            tracing::info!(
+                table = %known.qualified(),
+                "the table's replica identity changed on the primary (from ({}) to ({})); \
+                 it is copied again under the new keys while the stream goes on",
+                keys_then.join(", "),
+                keys_now.join(", ")
+            );
         } else if recopy {
             let mut names = seen;
             names.sort_unstable();
@@ -692,8 +695,15 @@ impl<'a> Decoder<'a> {
                  decoded with the new columns"
             );
         }
-        super::apply::rebind(&mut self.tables, index, oid, rebound.clone(), self.rules)?;
-        Ok(Some((index, rebound, recopy)))
+        let change = Change::Relation {
+            table: index,
+            oid,
+            identity,
+            columns: rebound,
+            recopy,
+        };
+        super::apply::rebind_to(&mut self.tables, &change, self.rules)?;
+        Ok(Some(change))
     }
 }
 

@@ -151,14 +151,11 @@ async fn fixture_bootstraps_to_the_independently_computed_buckets() {
     // A restart after completion does not copy again.
     drop(store);
     let store = rig.store();
-    let again = run(&rig, &rules, &store).await.unwrap();
-    assert_eq!(
-        again,
-        BootstrapOutcome::AlreadyComplete {
-            consistent_point,
-            rows
-        }
-    );
+    let complete = BootstrapOutcome::AlreadyComplete {
+        consistent_point,
+        rows,
+    };
+    assert_eq!(run(&rig, &rules, &store).await.unwrap(), complete);
     assert_eq!(stored_buckets(&store, expected.keys().cloned()), expected);
 
     // Changed rules are refused rather than served from data built with the old ones.
@@ -173,14 +170,7 @@ async fn fixture_bootstraps_to_the_independently_computed_buckets() {
     // is not copied again here.
     rig.primary
         .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
-    let again = run(&rig, &rules, &store).await.unwrap();
-    assert_eq!(
-        again,
-        BootstrapOutcome::AlreadyComplete {
-            consistent_point,
-            rows
-        }
-    );
+    assert_eq!(run(&rig, &rules, &store).await.unwrap(), complete);
 }
 
 #[tokio::test]

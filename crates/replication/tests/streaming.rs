@@ -328,12 +328,13 @@ async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
     streaming.stop().await.unwrap();
 }
 
-/// A table whose replica identity changed stops the stream before anything of it is
-/// applied (`PSM_R2002`); a slot dropped on the primary is rebuilt by the next stream.
+/// A table whose replica identity changes is copied again under its new keys while the
+/// stream goes on, and its rows are followed by the new keys after that; a slot dropped
+/// on the primary is rebuilt by the next stream; a renamed table stops the stream before
+/// anything of it is applied (`PSM_R2002`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_re_keyed_table_stops_the_stream_and_a_dropped_slot_is_rebuilt() {
-    let rig = Rig::new();
-    let store = bootstrapped(&rig).await;
+async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_refused() {
+    let (rig, store) = seeded(5_000).await;
     let mut streaming = start_streaming(&rig, &store);
     rig.primary
         .sql("INSERT INTO todos VALUES ('a', 'l1', 'before', 'open')");
@@ -341,23 +342,19 @@ async fn a_re_keyed_table_stops_the_stream_and_a_dropped_slot_is_rebuilt() {
     rig.primary.sql("ALTER TABLE todos REPLICA IDENTITY FULL");
     rig.primary
         .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open')");
-    let result = wait_for_future("the stream task to end", || (), streaming.task)
-        .await
-        .unwrap();
-    let message = result.unwrap_err().to_string();
-    assert!(message.starts_with("PSM_R2002"), "{message}");
-    assert!(
-        message.contains("public.todos") && message.contains("replica identity"),
-        "{message}"
+    rig.primary
+        .sql("UPDATE todos SET title = 'updated while copied' WHERE id = 'seed7'");
+    rig.primary.sql("DELETE FROM todos WHERE id = 'seed8'");
+    until_matches_primary(&rig, &store, &mut streaming, "the replica identity changed").await;
+    rig.primary.sql(
+        "UPDATE todos SET status = 'done' WHERE id IN ('a', 'seed9'); \
+         DELETE FROM todos WHERE id = 'seed10'",
     );
-    // Nothing of the new shape was applied.
-    let stored = stored(&store);
-    assert!(stored
-        .values()
-        .all(|rows| !rows.keys().any(|(_, id)| id == "b")));
+    streaming.sync_point(&rig.primary).await;
+    assert_matches_primary(&rig, &store, "changes under the new keys").await;
+    streaming.stop().await.unwrap();
 
-    // A slot dropped on the primary: the next stream rebuilds from a new one, with the
-    // table as it is now (its new replica identity too).
+    // A slot dropped on the primary: the next stream rebuilds from a new one.
     rig.primary
         .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
     let mut streaming = start_streaming(&rig, &store);
@@ -367,7 +364,23 @@ async fn a_re_keyed_table_stops_the_stream_and_a_dropped_slot_is_rebuilt() {
         .sql("UPDATE todos SET title = 'after the rebuild' WHERE id = 'b'");
     streaming.sync_point(&rig.primary).await;
     assert_matches_primary(&rig, &store, "a change after the rebuild").await;
-    streaming.stop().await.unwrap();
+
+    rig.primary.sql("ALTER TABLE todos RENAME TO tasks_renamed");
+    rig.primary
+        .sql("INSERT INTO tasks_renamed VALUES ('c', 'l1', 'renamed', 'open')");
+    let result = wait_for_future("the stream task to end", || (), streaming.task)
+        .await
+        .unwrap();
+    let message = result.unwrap_err().to_string();
+    assert!(message.starts_with("PSM_R2002"), "{message}");
+    assert!(
+        message.contains("public.todos") && message.contains("renamed"),
+        "{message}"
+    );
+    // Nothing of the renamed table was applied.
+    assert!(stored(&store)
+        .values()
+        .all(|rows| !rows.keys().any(|(_, id)| id == "c")));
 }
 
 /// Columns the rules do not read (`docs` is read as `id, title, body`) are added, filled
