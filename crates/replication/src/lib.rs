@@ -5,6 +5,7 @@
 
 mod apply;
 mod bootstrap;
+mod catalog;
 mod error;
 mod expiry;
 #[doc(hidden)]

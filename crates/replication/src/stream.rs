@@ -14,6 +14,7 @@ use pg_walstream::{
 use tokio::sync::{mpsc, watch};
 
 use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
+use super::catalog::{watch_catalog, CatalogState};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
 use super::recopy::{Handover, Recopies};
@@ -151,9 +152,36 @@ pub async fn follow_slot(
             cancel.cancel();
         })
     };
+    let (catalog_out, mut catalog) = watch::channel(None);
+    let catalog_watcher = tokio::spawn(watch_catalog(
+        plan.clone(),
+        decoder.tables.iter().map(StreamTable::source).collect(),
+        catalog_out,
+    ));
+    // The catalog's last reading, until the stream has passed its position.
+    let mut catalog_seen: Option<Arc<CatalogState>> = None;
     let (events, mut next_events) = mpsc::channel(EVENT_QUEUE);
     let reader = tokio::spawn(read_events(stream, cancel.clone(), events));
-    let received = loop {
+    let received = 'stream: loop {
+        // What the catalog showed applies between transactions, once every transaction
+        // committed before it was decoded.
+        if let Some(state) =
+            catalog_seen.take_if(|s| !decoder.in_transaction && decoder.passed >= s.lsn)
+        {
+            for (index, table) in state.tables.iter().enumerate() {
+                let change = match decoder.check_catalog(index, table) {
+                    Ok(Some(change)) => change,
+                    Ok(None) => continue,
+                    Err(e) => break 'stream Err(e),
+                };
+                if let Change::Relation { recopy: true, .. } = &change {
+                    recopies.start(index, &decoder.tables[index]);
+                }
+                if input.send(change).await.is_err() {
+                    break 'stream Ok(()); // the applier stopped; its error is reported below
+                }
+            }
+        }
         // A re-copy's events reach the applier between transactions, its rows only once
         // every transaction committed before its snapshot did.
         if !decoder.in_transaction {
@@ -177,6 +205,10 @@ pub async fn follow_slot(
             () = input.closed() => break Ok(()), // its error is reported below
             next = next_events.recv() => next,
             () = handover.freed() => continue,
+            Ok(()) = catalog.changed() => {
+                catalog_seen = catalog.borrow_and_update().clone();
+                continue;
+            }
             recopied = recopies.next_event() => match recopied {
                 Ok(()) => continue,
                 Err(e) => break Err(e),
@@ -215,6 +247,7 @@ pub async fn follow_slot(
     };
     stopper.abort();
     watcher.abort();
+    catalog_watcher.abort();
     monitor.abort();
     recopies.abort();
     cancel.cancel();
@@ -582,6 +615,47 @@ impl<'a> Decoder<'a> {
             (None, None) => return Ok(None),
             (Some(&i), _) | (None, Some(&i)) => i,
         };
+        let shape: Vec<(&str, u32)> = columns
+            .iter()
+            .map(|c| (c.name.as_ref(), c.type_id))
+            .collect();
+        let identity = columns
+            .iter()
+            .filter(|c| c.is_key)
+            .map(|c| c.name.to_string())
+            .collect();
+        self.check_shape(index, oid, &qualified, &shape, identity)
+    }
+
+    /// The catalog's view of covered table `index` (see `catalog`), applied like a
+    /// Relation message once every transaction committed before it was decoded.
+    pub(super) fn check_catalog(
+        &mut self,
+        index: usize,
+        table: &super::catalog::CatalogTable,
+    ) -> Result<Option<Change>, ReplicationError> {
+        let Some(known) = self.tables.get(index) else {
+            return Ok(None);
+        };
+        let qualified = known.qualified();
+        let shape: Vec<(&str, u32)> = table
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_oid))
+            .collect();
+        self.check_shape(index, table.oid, &qualified, &shape, table.identity.clone())
+    }
+
+    /// Compares table `index` with what the primary says it is now: OID `oid`, name
+    /// `qualified`, columns `(name, type OID)` and replica `identity`.
+    fn check_shape(
+        &mut self,
+        index: usize,
+        oid: u32,
+        qualified: &str,
+        columns: &[(&str, u32)],
+        identity: Vec<String>,
+    ) -> Result<Option<Change>, ReplicationError> {
         let known = &self.tables[index];
         let mut problems = Vec::new();
         // Dropped and created again under its name (and published again): its rows are
@@ -590,10 +664,7 @@ impl<'a> Decoder<'a> {
         if known.qualified() != qualified {
             problems.push(format!("it was renamed to {qualified}"));
         }
-        let now: Vec<(&str, u32)> = columns
-            .iter()
-            .map(|c| (c.name.as_ref(), c.type_id))
-            .collect();
+        let now: Vec<(&str, u32)> = columns.to_vec();
         let shape = &known.columns;
         let then: Vec<(&str, u32)> = shape
             .iter()
@@ -608,11 +679,6 @@ impl<'a> Decoder<'a> {
             .chain(then.iter().filter(|c| !now.contains(c)))
             .map(|(name, _)| *name)
             .filter(|name| read(name))
-            .collect();
-        let identity: Vec<String> = columns
-            .iter()
-            .filter(|c| c.is_key)
-            .map(|c| c.name.to_string())
             .collect();
         let mut keys_now: Vec<&str> = identity.iter().map(String::as_str).collect();
         let mut keys_then: Vec<&str> = known.identity_names.iter().map(String::as_str).collect();
@@ -644,14 +710,14 @@ impl<'a> Decoder<'a> {
         }
         let rebound: Vec<ColumnMeta> = columns
             .iter()
-            .map(|c| {
+            .map(|&(name, type_id)| {
                 shape
                     .iter()
-                    .find(|s| s.name == *c.name && s.type_oid == c.type_id)
+                    .find(|s| s.name == name && s.type_oid == type_id)
                     .cloned()
                     .unwrap_or(ColumnMeta {
-                        name: c.name.to_string(),
-                        type_oid: c.type_id,
+                        name: name.to_owned(),
+                        type_oid: type_id,
                         element_oid: None,
                         // Unknown here: counted as variable length (may be TOASTed).
                         typlen: -1,

@@ -556,6 +556,27 @@ async fn a_table_dropped_and_created_again_is_copied_again() {
     streaming.stop().await.unwrap();
 }
 
+/// A column added with a constant default under `SELECT *` changes every row without a
+/// change on the stream: the catalog, read every few seconds, shows it, and the table is
+/// copied again with no write to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_added_under_star_reaches_the_buckets_without_a_write() {
+    let (rig, store) = seeded(300).await;
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(&rig.primary).await;
+    rig.primary
+        .sql("ALTER TABLE todos ADD COLUMN priority int DEFAULT 3");
+    until_matches_primary(&rig, &store, &mut streaming, "a column added, no write").await;
+    assert!(
+        stored(&store)
+            .values()
+            .flat_map(|rows| rows.values())
+            .any(|data| data.contains("\"priority\":3")),
+        "the rows carry the new column"
+    );
+    streaming.stop().await.unwrap();
+}
+
 /// A rig whose `todos` hold `count` more rows (`seed1`, `seed2`, ...), bootstrapped.
 async fn seeded(count: u32) -> (Rig, Arc<Store>) {
     let rig = Rig::new();

@@ -1,0 +1,123 @@
+//! Watching the primary's catalog for what pgoutput does not announce until a table's
+//! next row change: an `ALTER TABLE … ADD COLUMN … DEFAULT` under `SELECT *` changes what
+//! every row holds without a change on the stream; a rewrite (`ALTER COLUMN … TYPE`), a
+//! table dropped and created again, a new replica identity show only with the next write.
+//!
+//! Every [`EVERY`] the covered tables' OIDs, columns and replica identity are read, then the
+//! primary's WAL position `P` (so every DDL the read saw committed before `P`). When they
+//! differ from the last read, a logical message past `P` is emitted (an idle stream passes
+//! it) and the state handed to the stream, which applies it like a Relation message once
+//! it has decoded every transaction committed before `P`: transactions after that carry
+//! rows of the new shape.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::SourcePlan;
+use source::{connect, table_columns, validate_primary, ColumnMeta, SourceTable};
+
+/// How often the catalog is read.
+pub(super) const EVERY: Duration = Duration::from_secs(2);
+
+/// A covered table as the catalog shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CatalogTable {
+    pub oid: u32,
+    /// Published columns, in attnum order.
+    pub columns: Vec<ColumnMeta>,
+    /// Replica identity columns, in key order.
+    pub identity: Vec<String>,
+}
+
+/// What a read of the catalog saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CatalogState {
+    /// The primary's WAL position after the read.
+    pub lsn: u64,
+    /// The covered tables, in the stream's order.
+    pub tables: Vec<CatalogTable>,
+}
+
+/// Reads the catalog of `tables` until the stream drops `out`'s receiver. A read that
+/// fails (a covered table gone from the publication, say) is logged when its message
+/// changes and tried again at the next turn; the stream is not stopped by it.
+pub(super) async fn watch_catalog(
+    plan: SourcePlan,
+    tables: Vec<SourceTable>,
+    out: watch::Sender<Option<Arc<CatalogState>>>,
+) {
+    let mut client = None;
+    let mut last: Option<Vec<CatalogTable>> = None;
+    let mut last_problem = String::new();
+    loop {
+        if client.is_none() {
+            client = connect(&plan.connection).await.ok();
+        }
+        if let Some(c) = &client {
+            match read(c, &tables).await {
+                Ok(seen) if last.as_ref() != Some(&seen) => match position(c).await {
+                    Ok(lsn) => {
+                        last = Some(seen.clone());
+                        let state = CatalogState { lsn, tables: seen };
+                        if out.send(Some(Arc::new(state))).is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => client = None,
+                },
+                Ok(_) => {}
+                Err(problem) => {
+                    if problem != last_problem {
+                        tracing::warn!(
+                            "reading the covered tables' catalog on the primary: {problem}; \
+                             their changes are followed through the replication stream only"
+                        );
+                        last_problem = problem;
+                    }
+                    if c.is_closed() {
+                        client = None;
+                    }
+                }
+            }
+        }
+        if out.is_closed() {
+            return;
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+async fn read(
+    client: &tokio_postgres::Client,
+    tables: &[SourceTable],
+) -> Result<Vec<CatalogTable>, String> {
+    let primary = validate_primary(client, tables)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut seen = Vec::with_capacity(primary.tables.len());
+    for info in primary.tables {
+        seen.push(CatalogTable {
+            oid: info.oid,
+            columns: table_columns(client, info.oid)
+                .await
+                .map_err(|e| e.to_string())?,
+            identity: info.identity_columns,
+        });
+    }
+    Ok(seen)
+}
+
+/// The primary's WAL position now, with a logical message past it so that an idle
+/// stream reaches it.
+async fn position(client: &tokio_postgres::Client) -> Result<u64, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, \
+             pg_logical_emit_message(false, 'powersync', 'catalog')",
+            &[],
+        )
+        .await?;
+    Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
