@@ -696,9 +696,10 @@ impl<'a> Decoder<'a> {
             return Err(ReplicationError::Stream {
                 code: "PSM_R2002",
                 message: format!(
-                    "table {} changed on the primary after the snapshot: {}. The stored \
-                     rows were built from what the table was, so nothing of the new shape was \
-                     applied; run SELECT powersync_mdbx.reset() to take a new snapshot",
+                    "table {} changed on the primary after the snapshot: {}. Nothing of it \
+                     was applied and the stored rows stay as they were; point the sync rules \
+                     at the table's new name (or give it a replica identity again), then run \
+                     SELECT powersync_mdbx.reset() to take a new snapshot",
                     known.qualified(),
                     problems.join("; ")
                 ),
