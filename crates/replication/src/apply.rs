@@ -68,6 +68,8 @@ pub(super) enum Change {
         identity: Vec<String>,
         columns: Vec<ColumnMeta>,
         recopy: bool,
+        /// The replica identity changed: the one the stored rows are keyed by.
+        rekey_from: Vec<String>,
     },
     /// A table's re-copy, between transactions (see `recopy`).
     Recopy(RecopyEvent),
@@ -390,7 +392,7 @@ impl Applier {
         commit_lsn: u64,
         change: Change,
     ) -> Result<u64, ReplicationError> {
-        let mut touch = |index: usize, identity: &[u8]| {
+        let touch = |merges: &mut HashMap<usize, Merge>, index: usize, identity: &[u8]| {
             if let Some(merge) = merges.get_mut(&index) {
                 merge.touch(identity, commit_lsn);
             }
@@ -401,7 +403,7 @@ impl Applier {
                 let values = values_of(table, &new);
                 let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
                 let identity = self.write_row(w, table, &filled, false)?;
-                touch(index, &identity);
+                touch(merges, index, &identity);
                 Ok(1)
             }
             Change::Update {
@@ -410,17 +412,21 @@ impl Applier {
                 new,
             } => {
                 let table = table_at(tables, index)?;
-                let (old_identity, new_identity) = self.update(w, table, old.as_ref(), &new)?;
-                touch(index, &old_identity);
-                touch(index, &new_identity);
+                let rekey_from = merges.get(&index).map_or(&[][..], |m| m.rekey_from());
+                let (old_identity, new_identity) =
+                    self.update(w, table, old.as_ref(), &new, rekey_from)?;
+                touch(merges, index, &old_identity);
+                touch(merges, index, &new_identity);
                 Ok(1)
             }
             Change::Delete { table: index, old } => {
                 let table = table_at(tables, index)?;
                 let values = values_of(table, &old);
                 let identity = identity_of(table, &values);
+                let rekey_from = merges.get(&index).map_or(&[][..], |m| m.rekey_from());
+                carry_over(w, table, rekey_from, &[&values], &identity)?;
                 w.delete_row(table.store_id, &identity)?;
-                touch(index, &identity);
+                touch(merges, index, &identity);
                 Ok(1)
             }
             Change::Truncate { tables: truncated } => {
@@ -439,18 +445,25 @@ impl Applier {
                 identity,
                 columns,
                 recopy,
+                rekey_from,
             } => {
                 rebind(tables, index, oid, identity, columns, &self.rules)?;
                 if recopy {
-                    // Any re-copy in progress read the old columns: it starts over.
-                    merges.insert(index, Merge::default());
+                    // Any re-copy in progress read the old columns: it starts over (rows
+                    // not yet moved to their new keys are still under the old ones).
+                    let rekey_from = match merges.remove(&index) {
+                        Some(running) if rekey_from.is_empty() => running.rekey_from().to_vec(),
+                        _ => rekey_from,
+                    };
                     let table = table_at(tables, index)?;
                     BootstrapIntent::update_table(w, table.store_id, |t| {
                         t.columns = table.columns.clone();
                         t.identity = table.identity_names.clone();
                         t.oid = table.oid;
                         t.recopy = true;
+                        t.rekey_from = rekey_from.clone();
                     })?;
+                    merges.insert(index, Merge::rekeying(rekey_from));
                 }
                 Ok(0)
             }
@@ -508,6 +521,7 @@ impl Applier {
                         BootstrapIntent::update_table(w, shape.store_id, |t| {
                             t.columns = columns;
                             t.recopy = false;
+                            t.rekey_from.clear();
                         })?;
                     }
                     Ok::<_, ReplicationError>(merged)
@@ -539,10 +553,17 @@ impl Applier {
         table: &StreamTable,
         old: Option<&RowData>,
         new: &RowData,
+        rekey_from: &[String],
     ) -> Result<(Vec<u8>, Vec<u8>), ReplicationError> {
         let old_values = old.map(|old| values_of(table, old));
         let mut values = values_of(table, new);
         let old_identity = old_identity_of(table, old_values.as_deref(), &values)?;
+        let tuples: Vec<&[Presence]> = old_values
+            .as_deref()
+            .into_iter()
+            .chain([&values[..]])
+            .collect();
+        carry_over(w, table, rekey_from, &tuples, &old_identity)?;
         let used_stash = fill_unchanged(table, old_values.as_deref(), &mut values, || {
             Ok(w.stash(table.store_id, &old_identity)?.unwrap_or_default())
         })?;
@@ -574,6 +595,40 @@ impl Applier {
         )?;
         Ok(row.identity)
     }
+}
+
+/// During a re-copy after the replica identity changed (the stored rows keyed by
+/// `rekey_from`): moves the row a change addresses from its old key to `target` (the key
+/// the change looks it up by), taking the old identity's values from the first of
+/// `tuples` that holds them all; nothing when none does (the re-copy moves or removes the
+/// row).
+fn carry_over(
+    w: &mut WriteTxn<'_, '_>,
+    table: &StreamTable,
+    rekey_from: &[String],
+    tuples: &[&[Presence]],
+    target: &[u8],
+) -> Result<(), ReplicationError> {
+    let Some(columns) = super::merge::key_columns(table, rekey_from) else {
+        return Ok(());
+    };
+    let previous = tuples.iter().find_map(|values| {
+        columns
+            .iter()
+            .map(|&i| {
+                values
+                    .get(i)
+                    .filter(|v| v.is_known())
+                    .map(Presence::as_deref)
+            })
+            .collect::<Option<Vec<Option<&[u8]>>>>()
+    });
+    if let Some(previous) = previous.map(identity_key) {
+        if previous != target {
+            w.rekey_row(table.store_id, &previous, target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Rows of `tables[index]` come with `columns` (from the table with OID `oid`: another one
@@ -704,6 +759,8 @@ pub(super) fn fill_unchanged(
 #[derive(Debug)]
 pub(super) struct EvaluatedRow {
     pub identity: Vec<u8>,
+    /// A re-copy after the replica identity changed: the key the row may be stored under.
+    pub previous: Option<Vec<u8>>,
     pub eval: RowEvaluation,
     pub stash: Stash,
 }
@@ -751,6 +808,7 @@ pub(super) fn evaluate_row(
     let stash = stash_for(&table.columns, value, used_stash);
     Ok(EvaluatedRow {
         identity,
+        previous: None,
         eval,
         stash,
     })

@@ -147,6 +147,7 @@ pub async fn bootstrap(
                 identity: Vec::new(),
                 oid: 0,
                 recopy: false,
+                rekey_from: Vec::new(),
             })
             .collect(),
         state: BootstrapState::CreatingSlot,

@@ -143,6 +143,7 @@ mod tests {
             identity: vec!["id".into()],
             oid: 16384,
             recopy: false,
+            rekey_from: Vec::new(),
         }
     }
 

@@ -47,6 +47,11 @@ pub struct IntentTable {
     /// (`columns` are the new ones); a restart starts the re-copy again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recopy: bool,
+    /// During a re-copy after the replica identity changed: the identity the stored rows
+    /// are still keyed by (each moves to its new key as the re-copy or the stream meets
+    /// it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rekey_from: Vec<String>,
 }
 
 fn first_generation() -> u64 {

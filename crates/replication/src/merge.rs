@@ -21,7 +21,7 @@ use super::recopy::CopiedRow;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
 use rules::SyncRules;
-use store::{StoredAs, WriteTxn};
+use store::{identity_key, StoredAs, WriteTxn};
 
 /// Stored identities read per page by the final sweep.
 const SWEEP_PAGE: usize = 1024;
@@ -34,6 +34,9 @@ pub(super) struct Merge {
     touched: HashMap<Vec<u8>, u64>,
     /// Commit LSN of the last TRUNCATE of the table since then.
     truncated: Option<u64>,
+    /// The replica identity changed: the one the stored rows are keyed by until the copy
+    /// or the stream meets them (empty: unchanged).
+    rekey_from: Vec<String>,
     copy: Option<Copied>,
 }
 
@@ -69,6 +72,20 @@ impl Merged {
 }
 
 impl Merge {
+    /// A merge whose stored rows are keyed by replica identity `rekey_from` (empty: the
+    /// table's own).
+    pub fn rekeying(rekey_from: Vec<String>) -> Self {
+        Self {
+            rekey_from,
+            ..Self::default()
+        }
+    }
+
+    /// The identity the stored rows are keyed by, when it is not the table's.
+    pub fn rekey_from(&self) -> &[String] {
+        &self.rekey_from
+    }
+
     /// A stream change of row `identity` in the transaction committing at `commit_lsn`.
     pub fn touch(&mut self, identity: &[u8], commit_lsn: u64) {
         self.touched.insert(identity.to_vec(), commit_lsn);
@@ -120,6 +137,10 @@ impl Merge {
                 if self.newer_than_copy(&evaluated.identity, copy.consistent_point) {
                     copy.seen.insert(fingerprint(&evaluated.identity));
                     continue;
+                }
+                if let Some(previous) = &evaluated.previous {
+                    // The row keeps its row id (and so its ops) under its new key.
+                    w.rekey_row(copy.shape.store_id, previous, &evaluated.identity)?;
                 }
                 let input = StoreInput::of(&evaluated.eval);
                 let lookups = input.lookup_puts();
@@ -189,17 +210,37 @@ impl Merge {
     }
 }
 
-/// Evaluates copied rows of `shape` (values in its column order) with the rules.
+/// Evaluates copied rows of `shape` (values in its column order) with the rules; with the
+/// key each may still be stored under when the stored rows are keyed by `rekey_from`.
 pub(super) fn evaluate_copied(
     rules: &SyncRules,
     shape: &StreamTable,
+    rekey_from: &[String],
     rows: Vec<CopiedRow>,
 ) -> Result<Vec<EvaluatedRow>, ReplicationError> {
+    let previous = key_columns(shape, rekey_from);
     rows.iter()
         .map(|row| {
             let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref()).collect();
-            evaluate_row(rules, shape, &values, false)
+            let mut evaluated = evaluate_row(rules, shape, &values, false)?;
+            evaluated.previous = previous
+                .as_ref()
+                .map(|columns| identity_key(columns.iter().map(|&i| values[i])))
+                .filter(|previous| *previous != evaluated.identity);
+            Ok(evaluated)
         })
+        .collect()
+}
+
+/// The positions in `table`'s columns of identity columns `names`; `None` when there are
+/// none or one is gone.
+pub(super) fn key_columns(table: &StreamTable, names: &[String]) -> Option<Vec<usize>> {
+    if names.is_empty() {
+        return None;
+    }
+    names
+        .iter()
+        .map(|name| table.columns.iter().position(|c| &c.name == name))
         .collect()
 }
 

@@ -68,10 +68,11 @@ async fn recopy_table(
     table: usize,
     base: StreamTable,
     rules: Arc<SyncRules>,
+    rekey_from: Vec<String>,
     out: mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
 ) {
     let source = base.source();
-    let result = copy(&plan, table, &base, &rules, &out).await;
+    let result = copy(&plan, table, &base, &rules, &rekey_from, &out).await;
     if let Err(e) = result {
         let _ = out
             .send(Err(ReplicationError::Stream {
@@ -91,6 +92,7 @@ async fn copy(
     table: usize,
     base: &StreamTable,
     rules: &Arc<SyncRules>,
+    rekey_from: &[String],
     out: &mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
 ) -> Result<(), ReplicationError> {
     let (oid, source) = (base.oid, &base.source());
@@ -144,10 +146,12 @@ async fn copy(
     while let Some(copied) = copy.next_batch().await? {
         // Evaluated off the runtime threads while the applier merges the batch before.
         let rows = {
-            let (rules, shape) = (rules.clone(), shape.clone());
-            tokio::task::spawn_blocking(move || evaluate_copied(&rules, &shape, copied))
-                .await
-                .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??
+            let (rules, shape, rekey_from) = (rules.clone(), shape.clone(), rekey_from.to_vec());
+            tokio::task::spawn_blocking(move || {
+                evaluate_copied(&rules, &shape, &rekey_from, copied)
+            })
+            .await
+            .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??
         };
         if out
             .send(Ok(RecopyEvent::Rows { table, rows }))
@@ -273,6 +277,8 @@ struct Running {
     consistent_point: Option<u64>,
     /// Received, not yet handed to the applier.
     pending: Option<RecopyEvent>,
+    /// The replica identity the stored rows are keyed by, when not the table's.
+    rekey_from: Vec<String>,
 }
 
 impl Recopies {
@@ -285,15 +291,21 @@ impl Recopies {
         }
     }
 
-    /// Starts copying `table` (index `index`) again; a re-copy of it in progress is
-    /// abandoned (it read the columns before).
-    pub(super) fn start(&mut self, index: usize, table: &StreamTable) {
+    /// Starts copying `table` (index `index`) again, its stored rows keyed by replica
+    /// identity `rekey_from` (empty: its own; a re-copy in progress passes its own on); a
+    /// re-copy of it in progress is abandoned (it read the columns before).
+    pub(super) fn start(&mut self, index: usize, table: &StreamTable, rekey_from: &[String]) {
+        let rekey_from = match self.running.get(&index) {
+            Some(running) if rekey_from.is_empty() => running.rekey_from.clone(),
+            _ => rekey_from.to_vec(),
+        };
         let (out, events) = mpsc::channel(EVENT_BUFFER);
         let task = tokio::spawn(recopy_table(
             self.plan.clone(),
             index,
             table.clone(),
             self.rules.clone(),
+            rekey_from.clone(),
             out,
         ));
         let running = Running {
@@ -301,6 +313,7 @@ impl Recopies {
             events,
             consistent_point: None,
             pending: None,
+            rekey_from,
         };
         if let Some(old) = self.running.insert(index, running) {
             old.task.abort();

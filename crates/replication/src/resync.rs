@@ -100,6 +100,7 @@ pub(super) async fn rebuild(
             identity: info.identity_columns.clone(),
             oid: info.oid,
             recopy: false,
+            rekey_from: Vec::new(),
             ..table.clone()
         };
         let shape = StreamTable::from_intent(table, &context.rules).ok_or_else(|| {
@@ -173,7 +174,7 @@ async fn merge_rows(
         (context.store.clone(), context.rules.clone());
     let (merge, checkpoint) = tokio::task::spawn_blocking(move || {
         let evaluated = match merge.shape() {
-            Some(shape) => evaluate_copied(&rules, shape, rows)?,
+            Some(shape) => evaluate_copied(&rules, shape, &[], rows)?,
             None => Vec::new(),
         };
         let lsn = store.read(|view| view.checkpoint())?.lsn;

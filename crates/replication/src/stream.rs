@@ -111,8 +111,11 @@ pub async fn follow_slot(
     let mut merges = HashMap::new();
     for (index, table) in intent.tables.iter().enumerate() {
         if table.recopy {
-            recopies.start(index, &tables[index]);
-            merges.insert(index, super::merge::Merge::default());
+            recopies.start(index, &tables[index], &table.rekey_from);
+            merges.insert(
+                index,
+                super::merge::Merge::rekeying(table.rekey_from.clone()),
+            );
         }
     }
     let (input, changes) = mpsc::channel(CHANGE_QUEUE);
@@ -174,8 +177,13 @@ pub async fn follow_slot(
                     Ok(None) => continue,
                     Err(e) => break 'stream Err(e),
                 };
-                if let Change::Relation { recopy: true, .. } = &change {
-                    recopies.start(index, &decoder.tables[index]);
+                if let Change::Relation {
+                    recopy: true,
+                    rekey_from,
+                    ..
+                } = &change
+                {
+                    recopies.start(index, &decoder.tables[index], rekey_from);
                 }
                 if input.send(change).await.is_err() {
                     break 'stream Ok(()); // the applier stopped; its error is reported below
@@ -230,10 +238,11 @@ pub async fn follow_slot(
                 if let Change::Relation {
                     table,
                     recopy: true,
+                    rekey_from,
                     ..
                 } = &change
                 {
-                    recopies.start(*table, &decoder.tables[*table]);
+                    recopies.start(*table, &decoder.tables[*table], rekey_from);
                 }
                 if input.send(change).await.is_err() {
                     break Ok(()); // the applier stopped; its error is reported below
@@ -768,6 +777,11 @@ impl<'a> Decoder<'a> {
             identity,
             columns: rebound,
             recopy,
+            rekey_from: if rekeyed {
+                self.tables[index].identity_names.clone()
+            } else {
+                Vec::new()
+            },
         };
         super::apply::rebind_to(&mut self.tables, &change, self.rules)?;
         Ok(Some(change))

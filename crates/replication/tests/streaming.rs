@@ -329,7 +329,8 @@ async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
 }
 
 /// A table whose replica identity changes is copied again under its new keys while the
-/// stream goes on, and its rows are followed by the new keys after that; a slot dropped
+/// stream goes on (each stored row moves to its new key with its ops: clients get no op
+/// for it), and its rows are followed by the new keys after that; a slot dropped
 /// on the primary is rebuilt by the next stream; a renamed table stops the stream before
 /// anything of it is applied (`PSM_R2002`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,7 +339,7 @@ async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_r
     let mut streaming = start_streaming(&rig, &store);
     rig.primary
         .sql("INSERT INTO todos VALUES ('a', 'l1', 'before', 'open')");
-    streaming.sync_point(&rig.primary).await;
+    let before = streaming.sync_point(&rig.primary).await;
     rig.primary.sql("ALTER TABLE todos REPLICA IDENTITY FULL");
     rig.primary
         .sql("INSERT INTO todos VALUES ('b', 'l1', 'after', 'open')");
@@ -346,6 +347,10 @@ async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_r
         .sql("UPDATE todos SET title = 'updated while copied' WHERE id = 'seed7'");
     rig.primary.sql("DELETE FROM todos WHERE id = 'seed8'");
     until_matches_primary(&rig, &store, &mut streaming, "the replica identity changed").await;
+    // Rows move to their new keys with their ops: only the three changes wrote ops (a
+    // PUT or REMOVE in the row's list bucket and in its status bucket each).
+    let after = streaming.sync_point(&rig.primary).await;
+    assert_eq!(after.op_id - before.op_id, 6, "{before:?} → {after:?}");
     rig.primary.sql(
         "UPDATE todos SET status = 'done' WHERE id IN ('a', 'seed9'); \
          DELETE FROM todos WHERE id = 'seed10'",
