@@ -45,6 +45,7 @@ pub(super) struct CatalogState {
 /// changes and tried again at the next turn; the stream is not stopped by it.
 pub(super) async fn watch_catalog(
     plan: SourcePlan,
+    system_identifier: String,
     tables: Vec<SourceTable>,
     out: watch::Sender<Option<Arc<CatalogState>>>,
 ) {
@@ -56,7 +57,7 @@ pub(super) async fn watch_catalog(
             client = connect(&plan.connection).await.ok();
         }
         if let Some(c) = &client {
-            match read(c, &tables).await {
+            match read(c, &system_identifier, &tables).await {
                 Ok(seen) if last.as_ref() != Some(&seen) => match position(c).await {
                     Ok(lsn) => {
                         last = Some(seen.clone());
@@ -91,11 +92,20 @@ pub(super) async fn watch_catalog(
 
 async fn read(
     client: &tokio_postgres::Client,
+    system_identifier: &str,
     tables: &[SourceTable],
 ) -> Result<Vec<CatalogTable>, String> {
     let primary = validate_primary(client, tables)
         .await
         .map_err(|e| e.to_string())?;
+    // A connection that now leads to another cluster reads nothing from it (the stream's
+    // next reconnect refuses it: PSM_R2008).
+    if primary.system_identifier != system_identifier {
+        return Err(format!(
+            "the connection leads to another PostgreSQL cluster (system identifier {})",
+            primary.system_identifier
+        ));
+    }
     let mut seen = Vec::with_capacity(primary.tables.len());
     for info in primary.tables {
         seen.push(CatalogTable {

@@ -22,8 +22,8 @@ use super::merge::evaluate_copied;
 use super::{ReplicationError, SourcePlan};
 use rules::SyncRules;
 use source::{
-    connect, create_temporary_slot, enter_snapshot, format_lsn, table_columns, ColumnMeta,
-    CopyFields, SourceTable,
+    connect, create_temporary_slot, enter_snapshot, format_lsn, primary_identity, table_columns,
+    ColumnMeta, CopyFields, SourceTable,
 };
 
 /// Rows per batch handed to the applier (each batch is one store commit).
@@ -65,6 +65,7 @@ impl RecopyEvent {
 /// `out` is closed.
 async fn recopy_table(
     plan: SourcePlan,
+    system_identifier: String,
     table: usize,
     base: StreamTable,
     rules: Arc<SyncRules>,
@@ -72,7 +73,16 @@ async fn recopy_table(
     out: mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
 ) {
     let source = base.source();
-    let result = copy(&plan, table, &base, &rules, &rekey_from, &out).await;
+    let result = copy(
+        &plan,
+        &system_identifier,
+        table,
+        &base,
+        &rules,
+        &rekey_from,
+        &out,
+    )
+    .await;
     if let Err(e) = result {
         let _ = out
             .send(Err(ReplicationError::Stream {
@@ -89,6 +99,7 @@ async fn recopy_table(
 
 async fn copy(
     plan: &SourcePlan,
+    system_identifier: &str,
     table: usize,
     base: &StreamTable,
     rules: &Arc<SyncRules>,
@@ -97,6 +108,18 @@ async fn copy(
 ) -> Result<(), ReplicationError> {
     let (oid, source) = (base.oid, &base.source());
     let client = connect(&plan.connection).await?;
+    let reached = primary_identity(&client).await?.system_identifier;
+    if reached != system_identifier {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2008",
+            message: format!(
+                "the connection leads to another PostgreSQL cluster (system identifier \
+                 {reached}, the storage was built from {system_identifier}); nothing was \
+                 copied from it"
+            ),
+            operator: true,
+        });
+    }
     let slot = temporary_slot_name(&plan.slot, table);
     let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
     // A logical message past the consistent point: the stream learns it has passed it
@@ -245,6 +268,8 @@ fn temporary_slot_name(slot: &str, table: usize) -> String {
 /// for the applier.
 pub(super) struct Recopies {
     plan: SourcePlan,
+    /// The primary the store was built from: a re-copy reads from no other.
+    system_identifier: String,
     rules: Arc<SyncRules>,
     running: HashMap<usize, Running>,
     handover: Arc<Handover>,
@@ -282,9 +307,15 @@ struct Running {
 }
 
 impl Recopies {
-    pub(super) fn new(plan: &SourcePlan, rules: Arc<SyncRules>, handover: Arc<Handover>) -> Self {
+    pub(super) fn new(
+        plan: &SourcePlan,
+        system_identifier: &str,
+        rules: Arc<SyncRules>,
+        handover: Arc<Handover>,
+    ) -> Self {
         Self {
             plan: plan.clone(),
+            system_identifier: system_identifier.to_owned(),
             rules,
             running: HashMap::new(),
             handover,
@@ -302,6 +333,7 @@ impl Recopies {
         let (out, events) = mpsc::channel(EVENT_BUFFER);
         let task = tokio::spawn(recopy_table(
             self.plan.clone(),
+            self.system_identifier.clone(),
             index,
             table.clone(),
             self.rules.clone(),

@@ -106,7 +106,12 @@ pub async fn follow_slot(
     context.progress.uncommitted.store(0, Relaxed);
     let mut decoder = Decoder::new(&context.progress.pending, tables.clone(), &context.rules);
     let handover = Arc::new(Handover::default());
-    let mut recopies = Recopies::new(plan, context.rules.clone(), handover.clone());
+    let mut recopies = Recopies::new(
+        plan,
+        &intent.system_identifier,
+        context.rules.clone(),
+        handover.clone(),
+    );
     // Tables whose re-copy a restart interrupted copy again from the start.
     let mut merges = HashMap::new();
     for (index, table) in intent.tables.iter().enumerate() {
@@ -158,6 +163,7 @@ pub async fn follow_slot(
     let (catalog_out, mut catalog) = watch::channel(None);
     let catalog_watcher = tokio::spawn(watch_catalog(
         plan.clone(),
+        intent.system_identifier.clone(),
         decoder.tables.iter().map(StreamTable::source).collect(),
         catalog_out,
     ));
