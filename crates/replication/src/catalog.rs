@@ -131,3 +131,64 @@ async fn position(client: &tokio_postgres::Client) -> Result<u64, tokio_postgres
         .await?;
     Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testkit::{Cluster, ClusterKind, PgInstall, TestDir};
+
+    /// The catalog of a cluster other than the store's (its system identifier) is not
+    /// read; the store's own is, and a change of it is handed on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_stores_own_cluster_is_read() {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(
+            "CREATE TABLE notes (id text PRIMARY KEY, body text);
+             CREATE PUBLICATION powersync FOR TABLE notes;",
+        );
+        let plan = SourcePlan {
+            connection: config::SourceConnection::from_uri(&primary.uri("postgres")).unwrap(),
+            slot: "unused".into(),
+        };
+        let tables = vec![SourceTable {
+            schema: "public".into(),
+            name: "notes".into(),
+        }];
+        let watch = |system_identifier: String| {
+            let (out, seen) = watch::channel(None);
+            let task = tokio::spawn(watch_catalog(
+                plan.clone(),
+                system_identifier,
+                tables.clone(),
+                out,
+            ));
+            (task, seen)
+        };
+
+        let (other, seen) = watch("1".into());
+        tokio::time::sleep(EVERY + Duration::from_secs(1)).await;
+        assert!(
+            seen.borrow().is_none(),
+            "another cluster's catalog was read"
+        );
+        other.abort();
+
+        let own = primary.sql("SELECT system_identifier FROM pg_control_system()");
+        let (task, mut seen) = watch(own);
+        testkit::wait_for_future("the first reading", || (), seen.changed())
+            .await
+            .unwrap();
+        let first = seen.borrow_and_update().clone().unwrap();
+        assert_eq!(first.tables[0].columns.len(), 2);
+        primary.sql("ALTER TABLE notes ADD COLUMN extra text DEFAULT 'x'");
+        testkit::wait_for_future("a reading with the new column", || (), seen.changed())
+            .await
+            .unwrap();
+        let second = seen.borrow_and_update().clone().unwrap();
+        assert_eq!(second.tables[0].columns.len(), 3);
+        assert!(second.lsn > first.lsn);
+        task.abort();
+    }
+}
