@@ -90,7 +90,25 @@ pub(super) async fn watch_catalog(
     }
 }
 
+/// One consistent reading (a repeatable-read transaction: a table dropped and created
+/// again between two of its queries cannot mix).
 async fn read(
+    client: &tokio_postgres::Client,
+    system_identifier: &str,
+    tables: &[SourceTable],
+) -> Result<Vec<CatalogTable>, String> {
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .map_err(|e| e.to_string())?;
+    let seen = read_in_transaction(client, system_identifier, tables).await;
+    let ended = client.batch_execute("COMMIT").await;
+    let seen = seen?;
+    ended.map_err(|e| e.to_string())?;
+    Ok(seen)
+}
+
+async fn read_in_transaction(
     client: &tokio_postgres::Client,
     system_identifier: &str,
     tables: &[SourceTable],
@@ -108,11 +126,22 @@ async fn read(
     }
     let mut seen = Vec::with_capacity(primary.tables.len());
     for info in primary.tables {
+        let columns = table_columns(client, info.oid)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !info
+            .identity_columns
+            .iter()
+            .all(|key| columns.iter().any(|c| &c.name == key))
+        {
+            return Err(format!(
+                "table {} has a replica identity column that is not published",
+                info.table
+            ));
+        }
         seen.push(CatalogTable {
             oid: info.oid,
-            columns: table_columns(client, info.oid)
-                .await
-                .map_err(|e| e.to_string())?,
+            columns,
             identity: info.identity_columns,
         });
     }
