@@ -56,6 +56,8 @@ static TABLES: LazyLock<Vec<IntentTable>> = LazyLock::new(|| {
             .collect(),
             identity: vec!["id".into()],
             oid: 16384,
+            recopy: false,
+            rekey_from: Vec::new(),
         },
         IntentTable {
             id: 2,
@@ -74,6 +76,8 @@ static TABLES: LazyLock<Vec<IntentTable>> = LazyLock::new(|| {
             .collect(),
             identity: vec!["id".into()],
             oid: 16385,
+            recopy: false,
+            rekey_from: Vec::new(),
         },
     ]
 });
