@@ -196,13 +196,9 @@ mod tests {
             (task, seen)
         };
 
-        let (other, seen) = watch("1".into());
-        tokio::time::sleep(EVERY + Duration::from_secs(1)).await;
-        assert!(
-            seen.borrow().is_none(),
-            "another cluster's catalog was read"
-        );
-        other.abort();
+        let client = source::connect(&plan.connection).await.unwrap();
+        let refused = read(&client, "1", &tables).await.unwrap_err();
+        assert!(refused.contains("another PostgreSQL cluster"), "{refused}");
 
         let own = primary.sql("SELECT system_identifier FROM pg_control_system()");
         let (task, mut seen) = watch(own);

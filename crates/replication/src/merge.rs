@@ -132,42 +132,41 @@ impl Merge {
             return Ok(());
         };
         let result = (|| {
-            for evaluated in rows {
+            let table_id = copy.shape.store_id;
+            for EvaluatedRow {
+                identity,
+                previous,
+                eval,
+                stash,
+            } in rows
+            {
                 copy.rows += 1;
-                if self.newer_than_copy(&evaluated.identity, copy.consistent_point) {
-                    copy.seen.insert(fingerprint(&evaluated.identity));
+                copy.seen.insert(fingerprint(&identity));
+                if self.newer_than_copy(&identity, copy.consistent_point) {
                     continue;
                 }
-                if let Some(previous) = &evaluated.previous {
+                if let Some(previous) = &previous {
                     // The row keeps its row id (and so its ops) under its new key.
-                    w.rekey_row(copy.shape.store_id, previous, &evaluated.identity)?;
+                    w.rekey_row(table_id, previous, &identity)?;
                 }
-                let input = StoreInput::of(&evaluated.eval);
+                let input = StoreInput::of(&eval);
                 let lookups = input.lookup_puts();
-                let table_id = copy.shape.store_id;
-                match w.stored_as(
-                    table_id,
-                    &evaluated.identity,
-                    &input.memberships,
-                    &lookups,
-                    &evaluated.stash,
-                )? {
+                match w.stored_as(table_id, &identity, &input.memberships, &lookups, &stash)? {
                     StoredAs::Same => {}
                     StoredAs::SameButStash => {
-                        w.restash_row(table_id, &evaluated.identity, evaluated.stash.clone())?;
+                        w.restash_row(table_id, &identity, stash)?;
                     }
                     StoredAs::Different => {
                         copy.written += 1;
                         w.upsert_row_stashed(
                             table_id,
-                            &evaluated.identity,
+                            &identity,
                             &input.memberships,
                             &lookups,
-                            evaluated.stash.clone(),
+                            stash,
                         )?;
                     }
                 }
-                copy.seen.insert(fingerprint(&evaluated.identity));
             }
             Ok(())
         })();
@@ -179,11 +178,7 @@ impl Merge {
     /// not change since the copy's consistent point.
     pub fn finish(&mut self, w: &mut WriteTxn<'_, '_>) -> Result<Merged, ReplicationError> {
         let Some(copy) = self.copy.take() else {
-            return Ok(Merged {
-                rows: 0,
-                written: 0,
-                deleted: 0,
-            });
+            return Ok(Merged::default());
         };
         let table_id = copy.shape.store_id;
         let mut gone = Vec::new();

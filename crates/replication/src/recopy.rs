@@ -84,14 +84,22 @@ async fn recopy_table(
     )
     .await;
     if let Err(e) = result {
+        // What only the operator can fix (another cluster behind the connection, a key
+        // column gone) waits for them; the rest is tried again.
+        let operator = e.needs_operator();
+        let next = if operator {
+            "it waits for the operator"
+        } else {
+            "the re-copy starts again"
+        };
         let _ = out
             .send(Err(ReplicationError::Stream {
                 code: "PSM_R2011",
                 message: format!(
-                    "re-copying table {source} after its columns changed failed ({e}); the \
-                     served rows stay as they are and the re-copy starts again"
+                    "re-copying table {source} after it changed on the primary failed ({e}); \
+                     the served rows stay as they are and {next}"
                 ),
-                operator: false,
+                operator,
             }))
             .await;
     }
