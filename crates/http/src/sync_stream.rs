@@ -99,7 +99,6 @@ async fn start(
             .unwrap_or_default();
     let service = service.clone();
     tokio::spawn(async move {
-        let _permit = permit;
         let mut stream = Stream {
             service,
             served,
@@ -114,7 +113,12 @@ async fn start(
             tx,
             expires_at,
         };
-        match stream.run().await {
+        let ended = stream.run().await;
+        // The stream's place is free before its body ends (with `stream`'s sender): a
+        // client that sees the end and opens another stream at once is not refused for it.
+        drop(permit);
+        drop(stream);
+        match ended {
             Err(End::Failed(reason)) => tracing::warn!(%reason, "a sync stream failed"),
             Err(end) => tracing::debug!(reason = ?end, "sync stream ended"),
             Ok(()) => {}
