@@ -55,6 +55,9 @@ impl TestDir {
     }
 }
 
+/// Server log lines a failed test prints per cluster.
+const LOG_TAIL_ON_FAILURE: usize = 60;
+
 /// What the cluster is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClusterKind {
@@ -351,6 +354,16 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failed test shows what the server said last (its directory goes with it).
+        if std::thread::panicking() {
+            let text = self.log_text();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LOG_TAIL_ON_FAILURE)..].join("\n");
+            eprintln!(
+                "server log of {} (last {LOG_TAIL_ON_FAILURE} lines):\n{tail}",
+                self.data.display()
+            );
+        }
         let started = self.started_pid.get().filter(|pid| {
             // Only a live postgres process: the pid may have been reused.
             std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -4,11 +4,15 @@
 //! table dropped and created again, a new replica identity show only with the next write.
 //!
 //! Every [`EVERY`] the covered tables' OIDs, columns and replica identity are read, then the
-//! primary's WAL position `P` (so every DDL the read saw committed before `P`). When they
-//! differ from the last read, a logical message past `P` is emitted (an idle stream passes
-//! it) and the state handed to the stream, which applies it like a Relation message once
-//! it has decoded every transaction committed before `P`: transactions after that carry
-//! rows of the new shape.
+//! primary's WAL position `P`, then the catalog once more: when both readings agree, the
+//! state holds at `P` (the first saw nothing committed after `P`; the second, begun after
+//! `P` was taken, saw what committed before it — short of a DDL still between its commit
+//! record and its visibility during both readings, a window of microseconds each). When
+//! it differs from the last state handed on, a logical message past `P` is emitted (an
+//! idle stream passes it) and the state handed to the stream, which applies it like a
+//! Relation message once it has decoded every transaction committed before `P`:
+//! transactions after that carry rows of the new shape. Readings that disagree are
+//! dropped and the next turn reads again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,16 +62,20 @@ pub(super) async fn watch_catalog(
         }
         if let Some(c) = &client {
             match read(c, &system_identifier, &tables).await {
-                Ok(seen) if last.as_ref() != Some(&seen) => match position(c).await {
-                    Ok(lsn) => {
-                        last = Some(seen.clone());
-                        let state = CatalogState { lsn, tables: seen };
-                        if out.send(Some(Arc::new(state))).is_err() {
-                            return;
+                Ok(seen) if last.as_ref() != Some(&seen) => {
+                    match confirm(c, &system_identifier, &tables, &seen).await {
+                        Ok(Some(lsn)) => {
+                            last = Some(seen.clone());
+                            let state = CatalogState { lsn, tables: seen };
+                            if out.send(Some(Arc::new(state))).is_err() {
+                                return;
+                            }
                         }
+                        // It changed again meanwhile: the next turn reads it anew.
+                        Ok(None) => {}
+                        Err(_) => client = None,
                     }
-                    Err(_) => client = None,
-                },
+                }
                 Ok(_) => {}
                 Err(problem) => {
                     if problem != last_problem {
@@ -146,6 +154,22 @@ async fn read_in_transaction(
         });
     }
     Ok(seen)
+}
+
+/// The position at which `seen` holds: the primary's WAL position `P` is taken, then the
+/// catalog read again; `None` when the second reading differs. A DDL statement that
+/// committed before `P` but after the first reading's snapshot would otherwise be missing
+/// from a state applied at `P`: the stream, already past it, would go back to the old
+/// columns and take the next Relation message of the same columns for no change.
+async fn confirm(
+    client: &tokio_postgres::Client,
+    system_identifier: &str,
+    tables: &[SourceTable],
+    seen: &[CatalogTable],
+) -> Result<Option<u64>, String> {
+    let lsn = position(client).await.map_err(|e| e.to_string())?;
+    let again = read(client, system_identifier, tables).await?;
+    Ok((again == seen).then_some(lsn))
 }
 
 /// The primary's WAL position now, with a logical message past it so that an idle

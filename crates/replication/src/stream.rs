@@ -178,7 +178,7 @@ pub async fn follow_slot(
             catalog_seen.take_if(|s| !decoder.in_transaction && decoder.passed >= s.lsn)
         {
             for (index, table) in state.tables.iter().enumerate() {
-                let change = match decoder.check_catalog(index, table) {
+                let change = match decoder.check_catalog(index, table, state.lsn) {
                     Ok(Some(change)) => change,
                     Ok(None) => continue,
                     Err(e) => break 'stream Err(e),
@@ -504,6 +504,11 @@ pub(super) struct Decoder<'a> {
     in_transaction: bool,
     /// Every source transaction committing below this LSN has been decoded.
     passed: u64,
+    /// The commit LSN of the transaction being decoded.
+    commit_lsn: u64,
+    /// Per table, the commit LSN of the transaction whose Relation message described it
+    /// last (0: none yet).
+    described_at: Vec<u64>,
 }
 
 impl<'a> Decoder<'a> {
@@ -521,10 +526,12 @@ impl<'a> Decoder<'a> {
                 .enumerate()
                 .map(|(i, t)| (t.qualified(), i))
                 .collect(),
+            described_at: vec![0; tables.len()],
             tables,
             rules,
             in_transaction: false,
             passed: 0,
+            commit_lsn: 0,
         }
     }
 
@@ -539,6 +546,7 @@ impl<'a> Decoder<'a> {
                 ..
             } => {
                 self.in_transaction = true;
+                self.commit_lsn = final_lsn.value();
                 self.passed = self.passed.max(final_lsn.value());
                 self.pending
                     .received(final_lsn.value(), commit_timestamp.timestamp_micros());
@@ -630,6 +638,7 @@ impl<'a> Decoder<'a> {
             (None, None) => return Ok(None),
             (Some(&i), _) | (None, Some(&i)) => i,
         };
+        self.described_at[index] = self.commit_lsn;
         let shape: Vec<(&str, u32)> = columns
             .iter()
             .map(|c| (c.name.as_ref(), c.type_id))
@@ -642,16 +651,23 @@ impl<'a> Decoder<'a> {
         self.check_shape(index, oid, &qualified, &shape, identity)
     }
 
-    /// The catalog's view of covered table `index` (see `catalog`), applied like a
-    /// Relation message once every transaction committed before it was decoded.
+    /// The catalog's view of covered table `index` at LSN `lsn` (see `catalog`), applied
+    /// like a Relation message once every transaction committed before `lsn` was decoded;
+    /// not when a Relation message of a transaction committed after `lsn` described the
+    /// table since (the stream knows a later shape: going back to the catalog's would
+    /// decode the next rows with old columns).
     pub(super) fn check_catalog(
         &mut self,
         index: usize,
         table: &super::catalog::CatalogTable,
+        lsn: u64,
     ) -> Result<Option<Change>, ReplicationError> {
         let Some(known) = self.tables.get(index) else {
             return Ok(None);
         };
+        if self.described_at.get(index).is_some_and(|&at| at >= lsn) {
+            return Ok(None);
+        }
         let qualified = known.qualified();
         let shape: Vec<(&str, u32)> = table
             .columns
@@ -801,3 +817,6 @@ fn describe(columns: &[(&str, u32)]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+#[cfg(test)]
+mod tests;
