@@ -58,6 +58,7 @@ static TABLES: LazyLock<Vec<IntentTable>> = LazyLock::new(|| {
             oid: 16384,
             recopy: false,
             rekey_from: Vec::new(),
+            gone: false,
         },
         IntentTable {
             id: 2,
@@ -78,6 +79,7 @@ static TABLES: LazyLock<Vec<IntentTable>> = LazyLock::new(|| {
             oid: 16385,
             recopy: false,
             rekey_from: Vec::new(),
+            gone: false,
         },
     ]
 });

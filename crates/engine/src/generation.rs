@@ -182,6 +182,7 @@ impl Generation {
             progress: self.stream_progress.clone(),
             liveness: replication::Liveness::default(),
             write_checkpoint_max_age: self.write_checkpoint_max_age,
+            gone_after: replication::GONE_AFTER,
         };
         let reporter = Reporter {
             status,

@@ -258,6 +258,8 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
                 r.uncommitted_changes = stream_progress.uncommitted.load(Relaxed);
                 r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(Relaxed);
                 r.recopying = stream_progress.recopying.load(Relaxed);
+                r.tables_gone = stream_progress.tables_gone.load(Relaxed);
+                r.tables_missing = stream_progress.tables_missing.load(Relaxed);
                 r.rebuilding = stream_progress.rebuilding.load(Relaxed);
                 let head = stream_progress.primary_head_lsn.load(Relaxed);
                 r.primary_lsn = (head > 0).then(|| format_lsn(head));

@@ -140,6 +140,14 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
         progress.recopying.load(Relaxed),
     );
     e.single_u64(
+        "powersync_mdbx_tables_gone",
+        Kind::Gauge,
+        "Tables the sync rules read that are no longer published under their name on the \
+         primary (renamed, dropped, or taken out of the publication); their rows left the \
+         buckets until a table of that name is published again.",
+        progress.tables_gone.load(Relaxed),
+    );
+    e.single_u64(
         "powersync_mdbx_source_transactions_applied_total",
         Kind::Counter,
         "Source transactions the stream applied and published.",

@@ -71,6 +71,12 @@ pub(super) enum Change {
         /// The replica identity changed: the one the stored rows are keyed by.
         rekey_from: Vec<String>,
     },
+    /// The table is gone from the primary under its name (renamed, dropped, or out of the
+    /// publication): its rows leave the buckets; a table published under its name again
+    /// comes as a `Relation` with `recopy`.
+    Gone {
+        table: usize,
+    },
     /// A table's re-copy, between transactions (see `recopy`).
     Recopy(RecopyEvent),
     /// The transaction ends; the store commits with `end_lsn`. `received` is when the
@@ -125,6 +131,12 @@ pub struct StreamProgress {
     pub write_checkpoints_expired: std::sync::atomic::AtomicU64,
     /// Tables being copied again now (their columns changed in a way the rules see).
     pub recopying: std::sync::atomic::AtomicU64,
+    /// Tables the rules read that are gone from the primary under their name (their rows
+    /// left the buckets).
+    pub tables_gone: std::sync::atomic::AtomicU64,
+    /// Tables the rules read that are missing under their name and still served (gone
+    /// after [`crate::GONE_AFTER`]).
+    pub tables_missing: std::sync::atomic::AtomicU64,
     /// The slot was lost and the store is being rebuilt from a new one: what it serves is
     /// stale until the rebuild ends.
     pub rebuilding: std::sync::atomic::AtomicBool,
@@ -162,6 +174,8 @@ pub(super) struct StreamTable {
     /// Per column: whether the rules read it (a value of a column they do not read
     /// cannot change their output).
     reads: Vec<bool>,
+    /// Gone from the primary under its name (see [`IntentTable::gone`]).
+    pub gone: bool,
 }
 
 impl StreamTable {
@@ -181,6 +195,7 @@ impl StreamTable {
             types: Vec::new(),
             identity: Vec::new(),
             reads: Vec::new(),
+            gone: table.gone,
         }
         .with_columns(table.columns.clone(), rules)
     }
@@ -272,7 +287,7 @@ impl Applier {
                     self.progress.pending.published(self.durable.lsn);
                 }
                 Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
-                relation @ Change::Relation { .. } => {
+                relation @ (Change::Relation { .. } | Change::Gone { .. }) => {
                     let lsn = self.durable.lsn;
                     let mut tables = std::mem::take(&mut self.tables);
                     let mut merges = std::mem::take(&mut self.merges);
@@ -380,6 +395,10 @@ impl Applier {
             self.merges.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
+        self.progress.tables_gone.store(
+            self.tables.iter().filter(|t| t.gone).count() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Applies one change of the transaction committing at `commit_lsn`; returns the rows
@@ -462,10 +481,30 @@ impl Applier {
                         t.oid = table.oid;
                         t.recopy = true;
                         t.rekey_from = rekey_from.clone();
+                        t.gone = false;
                     })?;
                     merges.insert(index, Merge::rekeying(rekey_from));
                 }
                 Ok(0)
+            }
+            Change::Gone { table: index } => {
+                merges.remove(&index);
+                let table = table_at(tables, index)?;
+                let removed = w.truncate_table(table.store_id)?;
+                BootstrapIntent::update_table(w, table.store_id, |t| {
+                    t.gone = true;
+                    t.recopy = false;
+                    t.rekey_from.clear();
+                })?;
+                tracing::info!(
+                    table = %table.qualified(),
+                    rows = removed,
+                    "the table's rows left the buckets"
+                );
+                if let Some(table) = tables.get_mut(index) {
+                    table.gone = true;
+                }
+                Ok(removed)
             }
             Change::Begin { .. }
             | Change::Commit { .. }
@@ -654,6 +693,7 @@ pub(super) fn rebind(
         ))
     })?;
     rebound.oid = oid;
+    rebound.gone = false;
     tables[index] = rebound;
     Ok(())
 }

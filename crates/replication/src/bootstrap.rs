@@ -68,9 +68,14 @@ pub async fn bootstrap(
     tables.sort();
     progress.reset();
     let client = connect(&plan.connection).await?;
-    let primary = validate_primary(&client, &tables).await?;
-    let rules_hash = rules.content_hash_hex();
     let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
+    // A complete store's tables are the stream's to follow (one renamed or dropped since is
+    // removed from the buckets there, not refused here).
+    let complete = stored
+        .as_ref()
+        .is_some_and(|i| i.state == BootstrapState::Complete);
+    let primary = validate_primary(&client, if complete { &[] } else { &tables }).await?;
+    let rules_hash = rules.content_hash_hex();
     let slot = slot_info(&client, &plan.slot).await?;
 
     if let Some(intent) = &stored {
@@ -148,6 +153,7 @@ pub async fn bootstrap(
                 oid: 0,
                 recopy: false,
                 rekey_from: Vec::new(),
+                gone: false,
             })
             .collect(),
         state: BootstrapState::CreatingSlot,

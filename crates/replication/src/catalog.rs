@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::SourcePlan;
-use source::{connect, table_columns, validate_primary, ColumnMeta, SourceTable};
+use source::{connect, primary_identity, published_table, table_columns, ColumnMeta, SourceTable};
 
 /// How often the catalog is read.
 pub(super) const EVERY: Duration = Duration::from_secs(2);
@@ -40,8 +40,9 @@ pub(super) struct CatalogTable {
 pub(super) struct CatalogState {
     /// The primary's WAL position after the read.
     pub lsn: u64,
-    /// The covered tables, in the stream's order.
-    pub tables: Vec<CatalogTable>,
+    /// The covered tables, in the stream's order; `None` for one not published under its
+    /// name (renamed, dropped, or taken out of the publication).
+    pub tables: Vec<Option<CatalogTable>>,
 }
 
 /// Reads the catalog of `tables` until the stream drops `out`'s receiver. A read that
@@ -54,7 +55,7 @@ pub(super) async fn watch_catalog(
     out: watch::Sender<Option<Arc<CatalogState>>>,
 ) {
     let mut client = None;
-    let mut last: Option<Vec<CatalogTable>> = None;
+    let mut last: Option<Vec<Option<CatalogTable>>> = None;
     let mut last_problem = String::new();
     loop {
         if client.is_none() {
@@ -104,7 +105,7 @@ async fn read(
     client: &tokio_postgres::Client,
     system_identifier: &str,
     tables: &[SourceTable],
-) -> Result<Vec<CatalogTable>, String> {
+) -> Result<Vec<Option<CatalogTable>>, String> {
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
@@ -120,20 +121,27 @@ async fn read_in_transaction(
     client: &tokio_postgres::Client,
     system_identifier: &str,
     tables: &[SourceTable],
-) -> Result<Vec<CatalogTable>, String> {
-    let primary = validate_primary(client, tables)
+) -> Result<Vec<Option<CatalogTable>>, String> {
+    let reached = primary_identity(client)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .system_identifier;
     // A connection that now leads to another cluster reads nothing from it (the stream's
     // next reconnect refuses it: PSM_R2008).
-    if primary.system_identifier != system_identifier {
+    if reached != system_identifier {
         return Err(format!(
-            "the connection leads to another PostgreSQL cluster (system identifier {})",
-            primary.system_identifier
+            "the connection leads to another PostgreSQL cluster (system identifier {reached})"
         ));
     }
-    let mut seen = Vec::with_capacity(primary.tables.len());
-    for info in primary.tables {
+    let mut seen = Vec::with_capacity(tables.len());
+    for table in tables {
+        let Some(info) = published_table(client, table)
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            seen.push(None);
+            continue;
+        };
         let columns = table_columns(client, info.oid)
             .await
             .map_err(|e| e.to_string())?;
@@ -147,11 +155,11 @@ async fn read_in_transaction(
                 info.table
             ));
         }
-        seen.push(CatalogTable {
+        seen.push(Some(CatalogTable {
             oid: info.oid,
             columns,
             identity: info.identity_columns,
-        });
+        }));
     }
     Ok(seen)
 }
@@ -165,7 +173,7 @@ async fn confirm(
     client: &tokio_postgres::Client,
     system_identifier: &str,
     tables: &[SourceTable],
-    seen: &[CatalogTable],
+    seen: &[Option<CatalogTable>],
 ) -> Result<Option<u64>, String> {
     let lsn = position(client).await.map_err(|e| e.to_string())?;
     let again = read(client, system_identifier, tables).await?;
@@ -230,13 +238,13 @@ mod tests {
             .await
             .unwrap();
         let first = seen.borrow_and_update().clone().unwrap();
-        assert_eq!(first.tables[0].columns.len(), 2);
+        assert_eq!(first.tables[0].as_ref().unwrap().columns.len(), 2);
         primary.sql("ALTER TABLE notes ADD COLUMN extra text DEFAULT 'x'");
         testkit::wait_for_future("a reading with the new column", || (), seen.changed())
             .await
             .unwrap();
         let second = seen.borrow_and_update().clone().unwrap();
-        assert_eq!(second.tables[0].columns.len(), 3);
+        assert_eq!(second.tables[0].as_ref().unwrap().columns.len(), 3);
         assert!(second.lsn > first.lsn);
         task.abort();
     }

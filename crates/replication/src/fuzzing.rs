@@ -84,6 +84,13 @@ fn apply(
             kept.retain(|(table, _), _| !truncated.contains(table));
             return Ok(truncated.len() as u64);
         }
+        Change::Gone { table: gone } => {
+            kept.retain(|(table, _), _| *table != gone);
+            if let Some(table) = tables.get_mut(gone) {
+                table.gone = true;
+            }
+            return Ok(0);
+        }
         Change::Relation {
             table,
             oid,
@@ -144,6 +151,7 @@ mod tests {
             oid: 16384,
             recopy: false,
             rekey_from: Vec::new(),
+            gone: false,
         }
     }
 

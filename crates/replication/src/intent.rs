@@ -52,6 +52,11 @@ pub struct IntentTable {
     /// it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rekey_from: Vec<String>,
+    /// The table is gone from the primary under its name (renamed, dropped, or taken out of
+    /// the publication): its rows were removed from the buckets, and it is copied again
+    /// when a table of its name is published again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
 fn first_generation() -> u64 {

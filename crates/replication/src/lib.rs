@@ -31,4 +31,4 @@ pub use liveness::Liveness;
 pub use progress::Progress;
 pub use release::release_intent_slot;
 pub use store_input::StoreInput;
-pub use stream::{follow_slot, StreamContext};
+pub use stream::{follow_slot, StreamContext, GONE_AFTER};

@@ -424,6 +424,13 @@ impl Recopies {
         .await
     }
 
+    /// Stops the re-copy of table `index`, if one runs (the table is gone).
+    pub(super) fn stop(&mut self, index: usize) {
+        if let Some(running) = self.running.remove(&index) {
+            running.task.abort();
+        }
+    }
+
     /// Stops every re-copy (the stream ends; a restart starts them again).
     pub(super) fn abort(&mut self) {
         for (_, running) in self.running.drain() {

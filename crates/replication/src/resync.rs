@@ -23,8 +23,8 @@ use super::stream::StreamContext;
 use super::{ReplicationError, SourcePlan};
 use rules::SyncRules;
 use source::{
-    connect, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info, table_columns,
-    validate_primary, SourceTable,
+    connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_table, slot_info,
+    table_columns, validate_primary, SourceTable,
 };
 use store::Store;
 
@@ -53,14 +53,17 @@ pub(super) async fn rebuild(
     .await?;
 
     let client = connect(&plan.connection).await?;
-    let asked: Vec<SourceTable> = intent
-        .tables
-        .iter()
-        .map(|t| SourceTable {
+    // A table no longer published under its name is rebuilt empty (gone, as the stream
+    // leaves it).
+    let mut published = Vec::with_capacity(intent.tables.len());
+    for t in &intent.tables {
+        let table = SourceTable {
             schema: t.schema.clone(),
             name: t.name.clone(),
-        })
-        .collect();
+        };
+        published.push(published_table(&client, &table).await?.map(|_| table));
+    }
+    let asked: Vec<SourceTable> = published.iter().flatten().cloned().collect();
     let primary = validate_primary(&client, &asked).await?;
     if primary.system_identifier != intent.system_identifier {
         return Err(ReplicationError::Stream {
@@ -94,13 +97,41 @@ pub(super) async fn rebuild(
 
     let mut rebuilt = intent.clone();
     let mut total = Merged::default();
-    for (info, table) in primary.tables.iter().zip(rebuilt.tables.iter_mut()) {
+    let mut infos = primary.tables.iter();
+    for (table, published) in rebuilt.tables.iter_mut().zip(&published) {
+        let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
+            let store_id = table.id;
+            let ((), checkpoint) = {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || {
+                    let lsn = store.read(|view| view.checkpoint())?.lsn;
+                    store.write_with(lsn, |w| {
+                        w.truncate_table(store_id)?;
+                        Ok::<_, ReplicationError>(())
+                    })
+                })
+                .await
+                .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+            };
+            context.published.send_replace(checkpoint);
+            tracing::warn!(
+                table = %format!("{}.{}", table.schema, table.name),
+                "the sync rules read this table, but it is no longer published under its name: \
+                 it is rebuilt empty; publish a table of this name again (it is then copied) or \
+                 point the sync rules at its new name"
+            );
+            table.gone = true;
+            table.recopy = false;
+            table.rekey_from.clear();
+            continue;
+        };
         *table = IntentTable {
             columns: table_columns(&reader, info.oid).await?,
             identity: info.identity_columns.clone(),
             oid: info.oid,
             recopy: false,
             rekey_from: Vec::new(),
+            gone: false,
             ..table.clone()
         };
         let shape = StreamTable::from_intent(table, &context.rules).ok_or_else(|| {

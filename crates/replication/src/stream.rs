@@ -1,12 +1,14 @@
 //! Following the slot after the snapshot: check the slot's health, `START_REPLICATION`
 //! from the durable LSN, turn pgoutput events into [`Change`]s for the applier thread,
 //! follow tables whose columns change (copying one again when the rules see the change,
-//! see `recopy`), and refuse a renamed table.
+//! see `recopy`), leave a table gone from the primary under its name (its rows leave the
+//! buckets; it is copied when published under its name again), and refuse a table whose
+//! replica identity became `NOTHING`.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pg_walstream::{
     CancellationToken, ChangeEvent, EventType, LogicalReplicationStream, RelationColumn,
@@ -48,7 +50,14 @@ pub struct StreamContext {
     /// Write-checkpoint requests older than this are removed once reached
     /// ([`crate::WRITE_CHECKPOINT_MAX_AGE`] by default).
     pub write_checkpoint_max_age: std::time::Duration,
+    /// How long the rows of a covered table missing under its name stay served
+    /// ([`GONE_AFTER`] by default).
+    pub gone_after: Duration,
 }
+
+/// How long the rows of a covered table missing from the primary under its name (renamed,
+/// dropped, out of the publication) stay served before they leave the buckets.
+pub const GONE_AFTER: Duration = Duration::from_secs(30);
 
 /// How long a stopping stream waits for the primary to end replication.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -99,12 +108,17 @@ pub async fn follow_slot(
                 .into(),
             operator: true,
         })?;
+    context
+        .progress
+        .tables_gone
+        .store(tables.iter().filter(|t| t.gone).count() as u64, Relaxed);
     let stream = start_stream(&plan.connection, &plan.slot, start).await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
     context.progress.pending.clear();
     context.progress.uncommitted.store(0, Relaxed);
     let mut decoder = Decoder::new(&context.progress.pending, tables.clone(), &context.rules);
+    decoder.gone_after = context.gone_after;
     let handover = Arc::new(Handover::default());
     let mut recopies = Recopies::new(
         plan,
@@ -178,19 +192,25 @@ pub async fn follow_slot(
             catalog_seen.take_if(|s| !decoder.in_transaction && decoder.passed >= s.lsn)
         {
             for (index, table) in state.tables.iter().enumerate() {
-                let change = match decoder.check_catalog(index, table, state.lsn) {
+                let change = match decoder.check_catalog(index, table.as_ref(), state.lsn) {
                     Ok(Some(change)) => change,
                     Ok(None) => continue,
                     Err(e) => break 'stream Err(e),
                 };
-                if let Change::Relation {
-                    recopy: true,
-                    rekey_from,
-                    ..
-                } = &change
-                {
-                    recopies.start(index, &decoder.tables[index], rekey_from);
+                follow_recopies(&mut recopies, &decoder, &change);
+                if input.send(change).await.is_err() {
+                    break 'stream Ok(()); // the applier stopped; its error is reported below
                 }
+            }
+        }
+        // A table missing under its name for long enough is gone (between transactions).
+        context.progress.tables_missing.store(
+            decoder.missing_since.iter().flatten().count() as u64,
+            Relaxed,
+        );
+        if !decoder.in_transaction {
+            for change in decoder.due_gone(Instant::now()) {
+                follow_recopies(&mut recopies, &decoder, &change);
                 if input.send(change).await.is_err() {
                     break 'stream Ok(()); // the applier stopped; its error is reported below
                 }
@@ -213,9 +233,11 @@ pub async fn follow_slot(
         // The applier ending (a failed commit, a full disk) must end the stream at once,
         // not at the next change the primary happens to send: an idle source would leave a
         // dead applier unnoticed, and nothing applied, indefinitely.
+        let gone_at = decoder.next_gone_at();
         let next = tokio::select! {
             biased;
             () = cancel.cancelled() => break cancelled(&dead),
+            () = sleep_until(gone_at), if gone_at.is_some() => continue,
             () = input.closed() => break Ok(()), // its error is reported below
             next = next_events.recv() => next,
             () = handover.freed() => continue,
@@ -241,15 +263,7 @@ pub async fn follow_slot(
                 if change.is_row_change() {
                     context.progress.received.fetch_add(1, Relaxed);
                 }
-                if let Change::Relation {
-                    table,
-                    recopy: true,
-                    rekey_from,
-                    ..
-                } = &change
-                {
-                    recopies.start(*table, &decoder.tables[*table], rekey_from);
-                }
+                follow_recopies(&mut recopies, &decoder, &change);
                 if input.send(change).await.is_err() {
                     break Ok(()); // the applier stopped; its error is reported below
                 }
@@ -281,6 +295,28 @@ pub async fn follow_slot(
     // A stream error is the cause when both failed (the applier then saw its input end
     // inside a transaction); otherwise the applier's own error.
     received.and(applied)
+}
+
+/// Resolves at `at` (never without it).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Starts the re-copy a Relation change asks for; stops the one of a table gone.
+fn follow_recopies(recopies: &mut Recopies, decoder: &Decoder<'_>, change: &Change) {
+    match change {
+        Change::Relation {
+            table,
+            recopy: true,
+            rekey_from,
+            ..
+        } => recopies.start(*table, &decoder.tables[*table], rekey_from),
+        Change::Gone { table } => recopies.stop(*table),
+        _ => {}
+    }
 }
 
 /// Reads the replication stream into `events` until `cancel`, an error, or the receiver
@@ -509,6 +545,10 @@ pub(super) struct Decoder<'a> {
     /// Per table, the commit LSN of the transaction whose Relation message described it
     /// last (0: none yet).
     described_at: Vec<u64>,
+    /// Per table, since when it is missing under its name (not gone yet).
+    missing_since: Vec<Option<Instant>>,
+    /// How long a missing table's rows stay served.
+    pub(super) gone_after: Duration,
 }
 
 impl<'a> Decoder<'a> {
@@ -520,13 +560,20 @@ impl<'a> Decoder<'a> {
     ) -> Self {
         Self {
             pending,
-            by_oid: tables.iter().enumerate().map(|(i, t)| (t.oid, i)).collect(),
+            by_oid: tables
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.gone)
+                .map(|(i, t)| (t.oid, i))
+                .collect(),
             by_name: tables
                 .iter()
                 .enumerate()
                 .map(|(i, t)| (t.qualified(), i))
                 .collect(),
             described_at: vec![0; tables.len()],
+            missing_since: vec![None; tables.len()],
+            gone_after: GONE_AFTER,
             tables,
             rules,
             in_transaction: false,
@@ -659,7 +706,7 @@ impl<'a> Decoder<'a> {
     pub(super) fn check_catalog(
         &mut self,
         index: usize,
-        table: &super::catalog::CatalogTable,
+        table: Option<&super::catalog::CatalogTable>,
         lsn: u64,
     ) -> Result<Option<Change>, ReplicationError> {
         let Some(known) = self.tables.get(index) else {
@@ -668,6 +715,14 @@ impl<'a> Decoder<'a> {
         if self.described_at.get(index).is_some_and(|&at| at >= lsn) {
             return Ok(None);
         }
+        let Some(table) = table else {
+            self.missing(
+                index,
+                "it is no longer published under its name (renamed, dropped, or taken out of \
+                 the publication)",
+            );
+            return Ok(None);
+        };
         let qualified = known.qualified();
         let shape: Vec<(&str, u32)> = table
             .columns
@@ -688,13 +743,15 @@ impl<'a> Decoder<'a> {
         identity: Vec<String>,
     ) -> Result<Option<Change>, ReplicationError> {
         let known = &self.tables[index];
-        let mut problems = Vec::new();
-        // Dropped and created again under its name (and published again): its rows are
-        // copied again from the new table.
-        let recreated = known.oid != oid && known.qualified() == qualified;
         if known.qualified() != qualified {
-            problems.push(format!("it was renamed to {qualified}"));
+            self.missing(index, &format!("it was renamed to {qualified}"));
+            return Ok(None);
         }
+        let mut problems = Vec::new();
+        // Dropped and created again under its name (and published again), or published
+        // under its name again after it was gone: its rows are copied from the table now.
+        let returned = known.gone || self.missing_since[index].is_some();
+        let recreated = known.oid != oid || returned;
         let now: Vec<(&str, u32)> = columns.to_vec();
         let shape = &known.columns;
         let then: Vec<(&str, u32)> = shape
@@ -728,8 +785,8 @@ impl<'a> Decoder<'a> {
                 code: "PSM_R2002",
                 message: format!(
                     "table {} changed on the primary after the snapshot: {}. Nothing of it \
-                     was applied and the stored rows stay as they were; point the sync rules \
-                     at the table's new name (or give it a replica identity again), then run \
+                     was applied and the stored rows stay as they were; give it a replica \
+                     identity again (ALTER TABLE … REPLICA IDENTITY DEFAULT), then run \
                      SELECT powersync_mdbx.reset() to take a new snapshot",
                     known.qualified(),
                     problems.join("; ")
@@ -756,7 +813,15 @@ impl<'a> Decoder<'a> {
                     })
             })
             .collect();
-        if recreated {
+        if returned {
+            self.missing_since[index] = None;
+            tracing::info!(
+                table = %known.qualified(),
+                "a table of this name is published again on the primary (OID {oid}); it is \
+                 copied while the stream goes on"
+            );
+            self.by_oid.insert(oid, index);
+        } else if recreated {
             tracing::info!(
                 table = %known.qualified(),
                 "the table was dropped and created again on the primary (OID {} → {oid}); \
@@ -807,6 +872,54 @@ impl<'a> Decoder<'a> {
         };
         super::apply::rebind_to(&mut self.tables, &change, self.rules)?;
         Ok(Some(change))
+    }
+}
+
+impl Decoder<'_> {
+    /// Table `index` is missing from the primary under its name (`why`): its changes are no
+    /// longer followed; its rows stay served for `gone_after` (a migration that swaps or
+    /// recreates the table in several transactions leaves no window of missing rows), then
+    /// leave the buckets ([`Self::due_gone`]), as a replica started now would not find it.
+    /// A table published under its name again is copied.
+    fn missing(&mut self, index: usize, why: &str) {
+        let table = &self.tables[index];
+        if table.gone || self.missing_since[index].is_some() {
+            return;
+        }
+        tracing::warn!(
+            table = %table.qualified(),
+            "the sync rules read this table, but {why}: its changes are not followed; unless a \
+             table of this name is published again within {} s its rows leave the buckets (the \
+             other tables stream on). Point the sync rules at its new name and deploy them, or \
+             publish a table of this name again (it is then copied)",
+            self.gone_after.as_secs()
+        );
+        if self.by_oid.get(&table.oid) == Some(&index) {
+            self.by_oid.remove(&table.oid);
+        }
+        self.missing_since[index] = Some(Instant::now());
+    }
+
+    /// When the next missing table is due to be gone.
+    pub(super) fn next_gone_at(&self) -> Option<Instant> {
+        self.missing_since
+            .iter()
+            .flatten()
+            .min()
+            .map(|since| *since + self.gone_after)
+    }
+
+    /// The tables missing for `gone_after` by `now`: gone, their rows leave the buckets.
+    pub(super) fn due_gone(&mut self, now: Instant) -> Vec<Change> {
+        let mut due = Vec::new();
+        for (index, since) in self.missing_since.iter_mut().enumerate() {
+            if since.is_some_and(|since| since + self.gone_after <= now) {
+                *since = None;
+                self.tables[index].gone = true;
+                due.push(Change::Gone { table: index });
+            }
+        }
+        due
     }
 }
 

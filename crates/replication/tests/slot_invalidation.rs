@@ -152,6 +152,7 @@ fn start(
         progress: Arc::new(StreamProgress::default()),
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
+        gone_after: replication::GONE_AFTER,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = plan.clone();

@@ -121,6 +121,7 @@ fn follow(rig: &Rig) -> Following {
         progress: progress.clone(),
         liveness: LIVENESS,
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
+        gone_after: replication::GONE_AFTER,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();

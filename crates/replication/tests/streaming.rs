@@ -25,6 +25,10 @@ const SLOT: &str = "psm_stream_test";
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(50);
 
+/// How long a table missing under its name keeps its rows in these tests (the swap in
+/// `a_re_keyed_table_…` waits for the catalog reading to miss the table first).
+const GONE_AFTER: Duration = Duration::from_secs(8);
+
 const SCHEMA: &str = "
 CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
 CREATE TABLE todos (id text PRIMARY KEY, list_id text, title text, status text);
@@ -144,6 +148,7 @@ pub(crate) fn start_streaming_on(rig: &Rig, store: &Arc<Store>, plan: SourcePlan
         progress: progress.clone(),
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
+        gone_after: GONE_AFTER,
     };
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(async move { follow_slot(&plan, &context, stopped).await });
@@ -331,10 +336,12 @@ async fn an_interrupted_large_transaction_is_applied_once_after_restart() {
 /// A table whose replica identity changes is copied again under its new keys while the
 /// stream goes on (each stored row moves to its new key with its ops: clients get no op
 /// for it), and its rows are followed by the new keys after that; a slot dropped
-/// on the primary is rebuilt by the next stream; a renamed table stops the stream before
-/// anything of it is applied (`PSM_R2002`).
+/// on the primary is rebuilt by the next stream; a renamed table's rows leave the buckets
+/// while the other tables stream on (a replica started now would not find it), and it is
+/// copied again when renamed back; a dropped table's rows leave too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_refused() {
+async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_left_and_copied_back(
+) {
     let (rig, store) = seeded(5_000).await;
     let mut streaming = start_streaming(&rig, &store);
     rig.primary
@@ -370,22 +377,51 @@ async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_r
     streaming.sync_point(&rig.primary).await;
     assert_matches_primary(&rig, &store, "a change after the rebuild").await;
 
-    rig.primary.sql("ALTER TABLE todos RENAME TO tasks_renamed");
+    // Swapped for a copy in several transactions (renamed away, a new table of its name
+    // filled and published): its rows never leave the buckets, even when the catalog
+    // reading sees it missing meanwhile, and the copy writes no op (the new table is keyed
+    // by its primary key again: rows move without ops).
+    let before = streaming.sync_point(&rig.primary).await;
+    rig.primary.sql("ALTER TABLE todos RENAME TO todos_old");
+    wait_until("the catalog reading to see todos missing", || {
+        (streaming.progress.tables_missing.load(Relaxed) == 1).then_some(())
+    });
+    for statement in [
+        "CREATE TABLE todos (LIKE todos_old INCLUDING ALL)",
+        "INSERT INTO todos SELECT * FROM todos_old",
+        "ALTER PUBLICATION powersync ADD TABLE todos",
+        "DROP TABLE todos_old",
+    ] {
+        rig.primary.sql(statement);
+    }
+    until_tables_match(&rig, &store, &streaming, TABLES, "the table swapped").await;
+    let after = streaming.sync_point(&rig.primary).await;
+    assert_eq!(after.op_id, before.op_id, "{before:?} → {after:?}");
+    assert_eq!(streaming.progress.tables_gone.load(Relaxed), 0);
+
+    // Renamed: after a while its rows leave the buckets (a write of it under the new name
+    // too), the other tables go on.
+    let without_todos: Vec<&str> = TABLES.iter().copied().filter(|t| *t != "todos").collect();
+    rig.primary.sql("ALTER TABLE todos RENAME TO todos_renamed");
     rig.primary
-        .sql("INSERT INTO tasks_renamed VALUES ('c', 'l1', 'renamed', 'open')");
-    let result = wait_for_future("the stream task to end", || (), streaming.task)
-        .await
-        .unwrap();
-    let message = result.unwrap_err().to_string();
-    assert!(message.starts_with("PSM_R2002"), "{message}");
-    assert!(
-        message.contains("public.todos") && message.contains("renamed"),
-        "{message}"
-    );
-    // Nothing of the renamed table was applied.
-    assert!(stored(&store)
-        .values()
-        .all(|rows| !rows.keys().any(|(_, id)| id == "c")));
+        .sql("INSERT INTO todos_renamed VALUES ('c', 'l1', 'renamed', 'open')");
+    rig.primary.sql("INSERT INTO lists VALUES ('l3', 'u3')");
+    until_tables_match(&rig, &store, &streaming, &without_todos, "a renamed table").await;
+    assert_eq!(streaming.progress.tables_gone.load(Relaxed), 1);
+    // A restart keeps it gone (the bootstrap does not refuse the missing table).
+    streaming.stop().await.unwrap();
+    let streaming = start_streaming(&rig, &store);
+    rig.primary.sql("INSERT INTO lists VALUES ('l4', 'u4')");
+    until_tables_match(&rig, &store, &streaming, &without_todos, "a restart").await;
+    // Renamed back: copied again, the row written meanwhile included.
+    rig.primary.sql("ALTER TABLE todos_renamed RENAME TO todos");
+    until_tables_match(&rig, &store, &streaming, TABLES, "the table renamed back").await;
+    assert_eq!(streaming.progress.tables_gone.load(Relaxed), 0);
+    // Dropped: its rows leave the buckets, with no write after the DROP.
+    rig.primary.sql("DROP TABLE notes");
+    let without_notes: Vec<&str> = TABLES.iter().copied().filter(|t| *t != "notes").collect();
+    until_tables_match(&rig, &store, &streaming, &without_notes, "a dropped table").await;
+    streaming.stop().await.unwrap();
 }
 
 /// Columns the rules do not read (`docs` is read as `id, title, body`) are added, filled
@@ -652,9 +688,22 @@ async fn columns_renamed_away_and_back_in_quick_turns_are_followed() {
 /// Like [`until_matches_primary`], but writes nothing to the primary while it waits (what
 /// must come without a write after the change).
 async fn until_stored_matches(rig: &Rig, store: &Store, streaming: &Streaming, when: &str) {
+    until_tables_match(rig, store, streaming, TABLES, when).await;
+}
+
+/// Waits, writing nothing to the primary, until no table is being copied again and the
+/// store holds exactly what the rules make of the rows of `tables` (the other covered
+/// tables hold none).
+async fn until_tables_match(
+    rig: &Rig,
+    store: &Store,
+    streaming: &Streaming,
+    tables: &[&str],
+    when: &str,
+) {
     let mut waiting = Waiting::new(format!("the buckets to match the primary after {when}"));
     loop {
-        let expected = expected(&rig.plan().connection, &rig.rules, TABLES).await;
+        let expected = expected(&rig.plan().connection, &rig.rules, tables).await;
         let stored = stored(store);
         let recopying = streaming.progress.recopying.load(Relaxed);
         if stored == expected && recopying == 0 {

@@ -170,6 +170,7 @@ async fn verify_full_with_the_ca_bootstraps_and_streams() {
         progress: Arc::new(StreamProgress::default()),
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
+        gone_after: replication::GONE_AFTER,
     };
     let (stop, stopped) = watch::channel(false);
     let task_plan = plan.clone();
@@ -368,6 +369,7 @@ async fn follow(
         progress: Arc::new(StreamProgress::default()),
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
+        gone_after: replication::GONE_AFTER,
     };
     let (_stop, stopped) = watch::channel(false);
     wait_for_future(

@@ -27,7 +27,8 @@ pub use slot::{
 pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
 pub use tls::install_crypto_provider;
 pub use validate::{
-    validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo, PUBLICATION,
+    published_table, validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo,
+    PUBLICATION,
 };
 pub use walsender::{
     primary_identity, slot_walsender, terminate_backend, wal_sender_timeout, PrimaryIdentity,

@@ -252,6 +252,12 @@ pub struct ReplicationStatus {
     pub retained_wal_bytes: u64,
     /// Tables being copied again beside the stream (columns the rules read changed).
     pub recopying: u64,
+    /// Tables the sync rules read that are gone from the primary under their name
+    /// (renamed, dropped, or out of the publication): their rows left the buckets.
+    pub tables_gone: u64,
+    /// Tables the sync rules read that are missing from the primary under their name and
+    /// still served: gone unless published again within 30 s.
+    pub tables_missing: u64,
     /// The slot was lost and the store is being rebuilt from a new one; what it serves
     /// is stale until the rebuild ends.
     pub rebuilding: bool,

@@ -1,5 +1,7 @@
 //! The decoder against pgoutput messages built by hand: a catalog reading applies only
-//! where the stream knows no later shape of the table.
+//! where the stream knows no later shape of the table; a table gone under its name.
+
+use std::time::Instant;
 
 use pg_walstream::{Lsn, PgOutputDecoder};
 
@@ -39,6 +41,7 @@ fn todos(columns: &[&str]) -> IntentTable {
         oid: OID,
         recopy: false,
         rekey_from: Vec::new(),
+        gone: false,
     }
 }
 
@@ -59,9 +62,15 @@ fn commit(commit_lsn: u64) -> Vec<u8> {
 }
 
 fn relation(columns: &[&str]) -> Vec<u8> {
+    relation_named("todos", columns)
+}
+
+fn relation_named(name: &str, columns: &[&str]) -> Vec<u8> {
     let mut m = vec![b'R'];
     m.extend(OID.to_be_bytes());
-    m.extend(b"public\0todos\0");
+    m.extend(b"public\0");
+    m.extend(name.as_bytes());
+    m.push(0);
     m.push(b'd');
     m.extend((columns.len() as u16).to_be_bytes());
     for &name in columns {
@@ -119,18 +128,71 @@ fn a_catalog_reading_older_than_the_streams_relation_is_not_applied() {
     assert_eq!(bound_columns(&decoder), ["id", "heading"]);
 
     let stale = decoder
-        .check_catalog(0, &catalog(&["id", "title"]), 150)
+        .check_catalog(0, Some(&catalog(&["id", "title"])), 150)
         .unwrap();
     assert!(stale.is_none(), "{stale:?}");
     assert_eq!(bound_columns(&decoder), ["id", "heading"]);
 
     // A reading after the transaction shows what the primary holds now.
     let later = decoder
-        .check_catalog(0, &catalog(&["id", "title"]), 300)
+        .check_catalog(0, Some(&catalog(&["id", "title"])), 300)
         .unwrap();
     assert!(
         matches!(later, Some(Change::Relation { recopy: true, .. })),
         "{later:?}"
     );
     assert_eq!(bound_columns(&decoder), ["id", "title"]);
+}
+
+/// A Relation message under another name: the table is missing (its changes are no
+/// longer followed, its rows still served); under its name again within the grace: copied,
+/// nothing left the buckets. Missing for the whole grace (the catalog shows it dropped):
+/// gone, once.
+#[test]
+fn a_renamed_table_is_missing_then_gone_unless_its_name_comes_back() {
+    let rules = SyncRules::parse(RULES).unwrap();
+    let pending = PendingCommits::default();
+    let table = StreamTable::from_intent(&todos(&["id", "title"]), &rules).unwrap();
+    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+
+    decode(&mut decoder, 90, begin(100));
+    let renamed = decode(
+        &mut decoder,
+        95,
+        relation_named("todos_old", &["id", "title"]),
+    );
+    assert!(renamed.is_none(), "{renamed:?}");
+    decode(&mut decoder, 100, commit(100));
+    let due = decoder.next_gone_at().expect("missing");
+    assert!(decoder.due_gone(Instant::now()).is_empty());
+    // Its next Relation message under the new name is not for a covered table.
+    decode(&mut decoder, 190, begin(200));
+    let again = decode(
+        &mut decoder,
+        195,
+        relation_named("todos_old", &["id", "title"]),
+    );
+    assert!(again.is_none(), "{again:?}");
+    decode(&mut decoder, 200, commit(200));
+    // The catalog agrees: nothing more to do.
+    assert!(decoder.check_catalog(0, None, 300).unwrap().is_none());
+    assert_eq!(decoder.next_gone_at(), Some(due));
+
+    decode(&mut decoder, 390, begin(400));
+    let back = decode(&mut decoder, 395, relation(&["id", "title"]));
+    assert!(
+        matches!(back, Some(Change::Relation { recopy: true, .. })),
+        "{back:?}"
+    );
+    assert_eq!(decoder.next_gone_at(), None);
+    decode(&mut decoder, 400, commit(400));
+
+    // Dropped, as the catalog shows it: gone once the grace has passed.
+    assert!(decoder.check_catalog(0, None, 500).unwrap().is_none());
+    let due = decoder.next_gone_at().expect("missing");
+    let gone = decoder.due_gone(due);
+    assert!(matches!(gone[..], [Change::Gone { table: 0 }]), "{gone:?}");
+    assert!(decoder.tables[0].gone);
+    assert!(decoder.check_catalog(0, None, 600).unwrap().is_none());
+    assert_eq!(decoder.next_gone_at(), None);
 }
