@@ -6,8 +6,8 @@
 //! - a copied row whose identity the stream changed in a transaction committed at or
 //!   after `C` is skipped (the stream's version is newer);
 //! - any other copied row is evaluated with the rules; when the store holds exactly that
-//!   output already, nothing is written (clients get no op), else it is written as an
-//!   update would be;
+//!   output already, nothing is written (clients get no op), else it is written with a PUT
+//!   only in the buckets where its output changed (and a REMOVE in those it left);
 //! - a stored row the copy did not have and the stream did not change since `C` is
 //!   deleted (it was gone at `C`).
 //!
@@ -158,7 +158,7 @@ impl Merge {
                     }
                     StoredAs::Different => {
                         copy.written += 1;
-                        w.upsert_row_stashed(
+                        w.merge_row_stashed(
                             table_id,
                             &identity,
                             &input.memberships,

@@ -245,7 +245,7 @@ impl WriteTxn<'_, '_> {
             &puts,
             &lookups,
             row.stash.clone(),
-            false,
+            super::writer::RowWrite::Upsert,
         )
     }
 }

@@ -19,6 +19,7 @@ pub(super) mod packing;
 mod recopy;
 pub use recopy::StoredAs;
 mod rows;
+pub(crate) use rows::RowWrite;
 
 use std::collections::HashMap;
 use std::path::Path;

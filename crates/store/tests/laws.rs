@@ -485,3 +485,114 @@ fn a_row_compares_with_its_stored_record() {
     let ((), after) = store.write(3, |_| Ok(())).unwrap();
     assert_eq!(after.op_id, before.op_id);
 }
+
+/// A bucket's ops (kind, op id) and the live data they leave, as a client replays them.
+type ServedBucket = (Vec<(OpKind, u64)>, Option<String>);
+
+/// A re-copy's write of a row: a bucket whose output of the row is what it holds keeps its
+/// op (no PUT: clients of that bucket get nothing), a changed output gets a PUT, a new
+/// bucket a PUT, a bucket left a REMOVE; each bucket's ops still add up to its checksum and
+/// serve the row's current output. A later update of the row is an ordinary one again.
+#[test]
+fn a_merged_row_writes_ops_only_where_its_output_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let put = |bucket: &'static str, data: &'static str| RowPut {
+        bucket,
+        object_type: "tasks",
+        object_id: "t1",
+        data,
+        checksum: checksum_of(data),
+    };
+    let served = |store: &Store| -> BTreeMap<String, ServedBucket> {
+        store
+            .read(|view| {
+                let checkpoint = view.checkpoint()?;
+                let mut out = BTreeMap::new();
+                for (id, name) in view.bucket_names()? {
+                    let state = view.bucket(&name)?.unwrap();
+                    let page = view.ops(id, 0, checkpoint.op_id, usize::MAX)?;
+                    let sum = page
+                        .ops
+                        .iter()
+                        .fold(0u32, |s, op| s.wrapping_add(op.checksum));
+                    assert_eq!(sum, state.checksum, "{name}");
+                    let mut live = None;
+                    for op in &page.ops {
+                        match op.kind {
+                            OpKind::Put => live = op.object.as_ref().and_then(|o| o.data.clone()),
+                            OpKind::Remove => live = None,
+                            OpKind::Move | OpKind::Clear => {}
+                        }
+                    }
+                    let ops = page.ops.iter().map(|op| (op.kind, op.op_id)).collect();
+                    out.insert(name, (ops, live));
+                }
+                Ok(out)
+            })
+            .unwrap()
+    };
+    store
+        .write(1, |w| {
+            w.upsert_row(
+                9,
+                b"t1",
+                &[put(BUCKETS[0], "{\"a\":1}"), put(BUCKETS[1], "{\"a\":1}")],
+                &[],
+            )
+        })
+        .unwrap();
+    let before = served(&store);
+
+    let merged = [
+        put(BUCKETS[0], "{\"a\":1}"),
+        put(BUCKETS[1], "{\"a\":2}"),
+        put(BUCKETS[2], "{\"a\":1}"),
+    ];
+    store
+        .write(2, |w| {
+            w.merge_row_stashed(9, b"t1", &merged, &[], Vec::new())
+        })
+        .unwrap();
+    let after = served(&store);
+    assert_eq!(after[BUCKETS[0]], before[BUCKETS[0]], "unchanged: no op");
+    assert_eq!(after[BUCKETS[1]].1.as_deref(), Some("{\"a\":2}"));
+    assert_eq!(after[BUCKETS[1]].0.len(), 2, "{:?}", after[BUCKETS[1]]);
+    assert_eq!(after[BUCKETS[2]].1.as_deref(), Some("{\"a\":1}"));
+    // The record compares as what was merged.
+    store
+        .write(2, |w| {
+            assert_eq!(
+                w.stored_as(9, b"t1", &merged, &[], &Vec::new())?,
+                StoredAs::Same
+            );
+            Ok(())
+        })
+        .unwrap();
+
+    // Left bucket 0, bucket 2 unchanged: a REMOVE in 0 only.
+    let merged_again = [put(BUCKETS[1], "{\"a\":2}"), put(BUCKETS[2], "{\"a\":1}")];
+    store
+        .write(3, |w| {
+            w.merge_row_stashed(9, b"t1", &merged_again, &[], Vec::new())
+        })
+        .unwrap();
+    let third = served(&store);
+    assert_eq!(third[BUCKETS[0]].1, None);
+    assert_eq!(third[BUCKETS[1]], after[BUCKETS[1]]);
+    assert_eq!(third[BUCKETS[2]], after[BUCKETS[2]]);
+
+    // An ordinary update puts the row in each of its buckets again.
+    store
+        .write(4, |w| w.upsert_row(9, b"t1", &merged_again, &[]))
+        .unwrap();
+    let fourth = served(&store);
+    for bucket in [BUCKETS[1], BUCKETS[2]] {
+        assert_eq!(
+            fourth[bucket].0.len(),
+            third[bucket].0.len() + 1,
+            "{bucket}"
+        );
+        assert_eq!(fourth[bucket].1, third[bucket].1, "{bucket}");
+    }
+}

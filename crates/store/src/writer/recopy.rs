@@ -128,7 +128,7 @@ impl WriteTxn<'_, '_> {
     }
 
     /// The id of bucket `name` when it exists (in the store or this transaction).
-    fn existing_bucket_id(&mut self, name: &str) -> Result<Option<u32>, StoreError> {
+    pub(super) fn existing_bucket_id(&mut self, name: &str) -> Result<Option<u32>, StoreError> {
         if let Some(state) = self.dirty.get(name) {
             return Ok(Some(state.id));
         }

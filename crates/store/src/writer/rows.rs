@@ -20,7 +20,14 @@ impl WriteTxn<'_, '_> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
     ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, Stash::new(), false)
+        self.apply_row(
+            table_id,
+            identity,
+            puts,
+            lookups,
+            Stash::new(),
+            RowWrite::Upsert,
+        )
     }
 
     /// [`Self::upsert_row`] that also keeps `stash` with the row (see [`Self::stash`]).
@@ -32,7 +39,21 @@ impl WriteTxn<'_, '_> {
         lookups: &[LookupPut<'_>],
         stash: Stash,
     ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, stash, false)
+        self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert)
+    }
+
+    /// Writes a row as a table's re-copy found it: like [`Self::upsert_row_stashed`], but a
+    /// bucket whose output of the row is exactly what it holds keeps its op (no PUT), so
+    /// clients get ops only in the buckets where the row's output changed.
+    pub fn merge_row_stashed(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+    ) -> Result<(), StoreError> {
+        self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Merge)
     }
 
     /// Adds a row known not to be stored yet (the initial snapshot into an empty store):
@@ -44,7 +65,14 @@ impl WriteTxn<'_, '_> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
     ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, Stash::new(), true)
+        self.apply_row(
+            table_id,
+            identity,
+            puts,
+            lookups,
+            Stash::new(),
+            RowWrite::Insert,
+        )
     }
 
     pub(crate) fn apply_row(
@@ -54,12 +82,13 @@ impl WriteTxn<'_, '_> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
         stash: Stash,
-        known_new: bool,
+        mode: RowWrite,
     ) -> Result<(), StoreError> {
         self.flush_if_full()?;
         let key = row_key(table_id, identity);
+        let known_new = mode == RowWrite::Insert;
         if known_new && self.claim_row(&key)?.is_none() {
-            return self.apply_row(table_id, identity, puts, lookups, stash, false);
+            return self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert);
         }
         let existing = if known_new { None } else { self.row_id(&key)? };
         let (row_id, old) = match existing {
@@ -76,7 +105,22 @@ impl WriteTxn<'_, '_> {
             stash,
             ..RowRecord::default()
         };
+        // A merge keeps the old outputs at their places: a kept op names its output by
+        // index (one no longer shown stays in the record until the row's next update).
+        let keeping = match &old {
+            Some(old) if mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX => {
+                record.outputs = old.outputs.clone();
+                Some(old)
+            }
+            _ => None,
+        };
         for put in puts {
+            if let Some(old) = keeping {
+                if let Some(kept) = self.same_membership(old, put)? {
+                    record.memberships.push(kept);
+                    continue;
+                }
+            }
             let output = record.output_index(put).ok_or_else(|| {
                 StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
             })?;
@@ -125,6 +169,24 @@ impl WriteTxn<'_, '_> {
                 .map_err(self.mdbx("write a row key"))?;
         }
         Ok(())
+    }
+
+    /// The membership of `old` that shows exactly `put` in its bucket, if any.
+    fn same_membership(
+        &mut self,
+        old: &RowRecord,
+        put: &RowPut<'_>,
+    ) -> Result<Option<Membership>, StoreError> {
+        let Some(bucket_id) = self.existing_bucket_id(put.bucket)? else {
+            return Ok(None);
+        };
+        Ok(old.memberships.iter().copied().find(|m| {
+            let o = old.output(m);
+            m.bucket_id == bucket_id
+                && o.object_type == put.object_type
+                && o.object_id == put.object_id
+                && o.data == put.data
+        }))
     }
 
     /// The source values stored with a row, `None` when the row is not stored.
@@ -296,6 +358,21 @@ impl WriteTxn<'_, '_> {
         Ok(())
     }
 }
+
+/// How a row is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowWrite {
+    /// Inserted or updated: a PUT in each of its buckets.
+    Upsert,
+    /// Known not to be stored yet (the snapshot into an empty store).
+    Insert,
+    /// Found by a re-copy: a PUT only where its output changed.
+    Merge,
+}
+
+/// A merge keeps a row's old outputs only while they are this few (more fall back to a
+/// fresh record, every bucket getting a PUT).
+const KEPT_OUTPUTS_MAX: usize = 64;
 
 impl RowRecord {
     /// The index of `put`'s output, added if new (outputs are stored once per row).
