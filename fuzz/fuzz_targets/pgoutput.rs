@@ -27,6 +27,7 @@ fn column(name: &str, type_oid: u32) -> ColumnMeta {
             1184 => 8,
             _ => -1,
         },
+        attnum: 0,
     }
 }
 

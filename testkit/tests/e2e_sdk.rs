@@ -359,6 +359,57 @@ fn sync_end_to_end(rules: Rules) {
         (s["phase"] == "streaming" && s["replication"]["recopying"] == 0).then_some(())
     });
 
+    // The replica identity changes: rows move to their new keys inside the store.
+    rig.primary.sql(
+        "ALTER TABLE tasks REPLICA IDENTITY FULL;
+         UPDATE tasks SET title = 'Under a full identity' WHERE id = 'task-sentinel-update-0001';",
+    );
+    wait_equal(&mut client, &rig, "the replica identity changed");
+    // A selected column dropped, then added again empty (every row's summary is null but
+    // the one written after).
+    rig.primary.sql(
+        "ALTER TABLE tasks DROP COLUMN summary;
+         ALTER TABLE tasks ADD COLUMN summary text;
+         UPDATE tasks SET summary = 'written again' WHERE id = 'task-sentinel-update-0001';",
+    );
+    wait_equal(
+        &mut client,
+        &rig,
+        "a selected column dropped and added again",
+    );
+    // The table swapped for a copy in several transactions (a new table filled, the old
+    // one dropped, the new one renamed and published): no row goes missing meanwhile.
+    for statement in [
+        "CREATE TABLE tasks_new (LIKE tasks INCLUDING ALL)",
+        "INSERT INTO tasks_new SELECT * FROM tasks",
+        "UPDATE tasks_new SET title = 'In the new table' WHERE id = 'task-sentinel-update-0001'",
+        "DROP TABLE tasks",
+        "ALTER TABLE tasks_new RENAME TO tasks",
+        "ALTER PUBLICATION powersync ADD TABLE tasks",
+    ] {
+        rig.primary.sql(statement);
+    }
+    wait_equal(
+        &mut client,
+        &rig,
+        "the table dropped, created again and published",
+    );
+    // Renamed away: after the grace its rows leave the client (a replica started now
+    // would not find the table); renamed back: copied again.
+    rig.primary.sql("ALTER TABLE tasks RENAME TO tasks_away");
+    wait_equal_to(&mut client, json!([]), "the covered table renamed away");
+    rig.replica.wait_worker("the table counted gone", |s| {
+        (s["replication"]["tables_gone"] == 1).then_some(())
+    });
+    rig.primary.sql("ALTER TABLE tasks_away RENAME TO tasks");
+    wait_equal(&mut client, &rig, "the covered table renamed back");
+    rig.replica.wait_worker("the re-copies to end", |s| {
+        (s["phase"] == "streaming"
+            && s["replication"]["recopying"] == 0
+            && s["replication"]["tables_gone"] == 0)
+            .then_some(())
+    });
+
     // The slot is dropped on the primary (its walsender ended first): the worker rebuilds
     // from a new slot while the client keeps what it has, and changes flow again.
     let slot = rig.status()["replication"]["slot"]

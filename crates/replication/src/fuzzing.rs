@@ -137,6 +137,7 @@ mod tests {
             type_oid,
             element_oid: None,
             typlen,
+            attnum: 0,
         };
         IntentTable {
             id: 1,

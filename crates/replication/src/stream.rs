@@ -19,7 +19,7 @@ use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::catalog::{watch_catalog, CatalogState};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
-use super::recopy::{Handover, Recopies};
+use super::recopy::{Handover, Recopies, RecopyEvent};
 use super::resync::rebuild;
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
@@ -222,6 +222,14 @@ pub async fn follow_slot(
             let mut forwarded = false;
             while let Some(event) = recopies.ready(decoder.passed) {
                 forwarded = true;
+                if let RecopyEvent::Started { table, columns, .. } = &event {
+                    decoder.learn_attnums(
+                        *table,
+                        columns
+                            .iter()
+                            .map(|c| (c.name.as_str(), c.type_oid, c.attnum)),
+                    );
+                }
                 if input.send(Change::Recopy(event)).await.is_err() {
                     break;
                 }
@@ -686,9 +694,10 @@ impl<'a> Decoder<'a> {
             (Some(&i), _) | (None, Some(&i)) => i,
         };
         self.described_at[index] = self.commit_lsn;
-        let shape: Vec<(&str, u32)> = columns
+        // pgoutput does not say where a column sits (0: unknown).
+        let shape: Vec<Column<'_>> = columns
             .iter()
-            .map(|c| (c.name.as_ref(), c.type_id))
+            .map(|c| (c.name.as_ref(), c.type_id, 0))
             .collect();
         let identity = columns
             .iter()
@@ -724,22 +733,22 @@ impl<'a> Decoder<'a> {
             return Ok(None);
         };
         let qualified = known.qualified();
-        let shape: Vec<(&str, u32)> = table
+        let shape: Vec<Column<'_>> = table
             .columns
             .iter()
-            .map(|c| (c.name.as_str(), c.type_oid))
+            .map(|c| (c.name.as_str(), c.type_oid, c.attnum))
             .collect();
         self.check_shape(index, table.oid, &qualified, &shape, table.identity.clone())
     }
 
     /// Compares table `index` with what the primary says it is now: OID `oid`, name
-    /// `qualified`, columns `(name, type OID)` and replica `identity`.
+    /// `qualified`, columns (see [`Column`]) and replica `identity`.
     fn check_shape(
         &mut self,
         index: usize,
         oid: u32,
         qualified: &str,
-        columns: &[(&str, u32)],
+        columns: &[Column<'_>],
         identity: Vec<String>,
     ) -> Result<Option<Change>, ReplicationError> {
         let known = &self.tables[index];
@@ -752,20 +761,23 @@ impl<'a> Decoder<'a> {
         // under its name again after it was gone: its rows are copied from the table now.
         let returned = known.gone || self.missing_since[index].is_some();
         let recreated = known.oid != oid || returned;
-        let now: Vec<(&str, u32)> = columns.to_vec();
+        let now: Vec<Column<'_>> = columns.to_vec();
         let shape = &known.columns;
-        let then: Vec<(&str, u32)> = shape
+        let then: Vec<Column<'_>> = shape
             .iter()
-            .map(|c| (c.name.as_str(), c.type_oid))
+            .map(|c| (c.name.as_str(), c.type_oid, c.attnum))
             .collect();
         let plan = self.rules.plan_for(&known.schema, &known.name);
         let read = |column: &str| plan.is_some_and(|p| p.reads_column(column));
         // Added, dropped (a rename is both) or retyped columns the rules read.
         let seen: Vec<&str> = now
             .iter()
-            .filter(|c| !then.contains(c))
-            .chain(then.iter().filter(|c| !now.contains(c)))
-            .map(|(name, _)| *name)
+            .filter(|c| !then.iter().any(|t| same_column(c, t)))
+            .chain(
+                then.iter()
+                    .filter(|c| !now.iter().any(|n| same_column(c, n))),
+            )
+            .map(|(name, _, _)| *name)
             .filter(|name| read(name))
             .collect();
         let mut keys_now: Vec<&str> = identity.iter().map(String::as_str).collect();
@@ -794,23 +806,32 @@ impl<'a> Decoder<'a> {
                 operator: true,
             });
         }
-        if now == then && !recreated && !rekeyed {
+        let unchanged =
+            now.len() == then.len() && now.iter().zip(&then).all(|(n, t)| same_column(n, t));
+        if unchanged && !recreated && !rekeyed {
+            self.learn_attnums(index, columns.iter().map(|c| (c.0, c.1, c.2)));
             return Ok(None);
         }
         let rebound: Vec<ColumnMeta> = columns
             .iter()
-            .map(|&(name, type_id)| {
-                shape
+            .map(|&(name, type_id, attnum)| {
+                let known = shape
                     .iter()
-                    .find(|s| s.name == name && s.type_oid == type_id)
-                    .cloned()
-                    .unwrap_or(ColumnMeta {
+                    .find(|s| s.name == name && s.type_oid == type_id);
+                match known {
+                    Some(known) => ColumnMeta {
+                        attnum: if attnum != 0 { attnum } else { known.attnum },
+                        ..known.clone()
+                    },
+                    None => ColumnMeta {
                         name: name.to_owned(),
                         type_oid: type_id,
                         element_oid: None,
                         // Unknown here: counted as variable length (may be TOASTed).
                         typlen: -1,
-                    })
+                        attnum,
+                    },
+                }
             })
             .collect();
         if returned {
@@ -900,6 +921,28 @@ impl Decoder<'_> {
         self.missing_since[index] = Some(Instant::now());
     }
 
+    /// Notes where the columns of table `index` sit (`(name, type, attnum)` as the catalog
+    /// or a re-copy's snapshot saw them) where a Relation message left it unknown, so that
+    /// one of them dropped and added again shows in the next catalog reading.
+    pub(super) fn learn_attnums<'c>(
+        &mut self,
+        index: usize,
+        seen: impl IntoIterator<Item = (&'c str, u32, i16)>,
+    ) {
+        let Some(table) = self.tables.get_mut(index) else {
+            return;
+        };
+        for (name, type_oid, attnum) in seen {
+            if let Some(column) = table
+                .columns
+                .iter_mut()
+                .find(|c| c.attnum == 0 && c.name == name && c.type_oid == type_oid)
+            {
+                column.attnum = attnum;
+            }
+        }
+    }
+
     /// When the next missing table is due to be gone.
     pub(super) fn next_gone_at(&self) -> Option<Instant> {
         self.missing_since
@@ -923,10 +966,20 @@ impl Decoder<'_> {
     }
 }
 
-fn describe(columns: &[(&str, u32)]) -> String {
+/// A column as the primary describes it: name, type OID and attnum (0 when the message
+/// does not say: a Relation message).
+type Column<'a> = (&'a str, u32, i16);
+
+/// The same column: its name and type, and its attnum where both sides know it (a column
+/// dropped and added again under its name and type has a new attnum, and new values).
+fn same_column(a: &Column<'_>, b: &Column<'_>) -> bool {
+    a.0 == b.0 && a.1 == b.1 && (a.2 == 0 || b.2 == 0 || a.2 == b.2)
+}
+
+fn describe(columns: &[Column<'_>]) -> String {
     columns
         .iter()
-        .map(|(name, oid)| format!("{name} oid {oid}"))
+        .map(|(name, oid, _)| format!("{name} oid {oid}"))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -90,6 +90,7 @@ mod tests {
             type_oid,
             element_oid: None,
             typlen,
+            attnum: 0,
         }
     }
 

@@ -18,6 +18,11 @@ pub struct ColumnMeta {
     /// (which are the ones PostgreSQL may TOAST).
     #[serde(default)]
     pub typlen: i16,
+    /// `pg_attribute.attnum`, 0 when unknown (a record of an earlier build, a column a
+    /// Relation message introduced): a column dropped and added again under its name and
+    /// type shows only in it.
+    #[serde(default)]
+    pub attnum: i16,
 }
 
 /// The published columns of table `oid` in attnum order (generated columns excluded, as
@@ -25,7 +30,7 @@ pub struct ColumnMeta {
 pub async fn table_columns(client: &Client, oid: u32) -> Result<Vec<ColumnMeta>, SourceError> {
     let rows = client
         .query(
-            "SELECT a.attname::text, a.atttypid, NULLIF(t.typelem, 0), t.typlen \
+            "SELECT a.attname::text, a.atttypid, NULLIF(t.typelem, 0), t.typlen, a.attnum \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' \
              ORDER BY a.attnum",
@@ -40,6 +45,7 @@ pub async fn table_columns(client: &Client, oid: u32) -> Result<Vec<ColumnMeta>,
                 type_oid: r.try_get(1).map_err(SourceError::query("table columns"))?,
                 element_oid: r.try_get(2).map_err(SourceError::query("table columns"))?,
                 typlen: r.try_get(3).map_err(SourceError::query("table columns"))?,
+                attnum: r.try_get(4).map_err(SourceError::query("table columns"))?,
             })
         })
         .collect()

@@ -47,6 +47,7 @@ pub(super) fn task_columns() -> Vec<ColumnMeta> {
             type_oid: *oid,
             element_oid: None,
             typlen: if *oid == 23 { 4 } else { -1 },
+            attnum: 0,
         })
         .collect()
 }

@@ -28,6 +28,7 @@ fn column(name: &str) -> ColumnMeta {
         type_oid: TEXT,
         element_oid: None,
         typlen: -1,
+        attnum: 0,
     }
 }
 
@@ -195,4 +196,70 @@ fn a_renamed_table_is_missing_then_gone_unless_its_name_comes_back() {
     assert!(decoder.tables[0].gone);
     assert!(decoder.check_catalog(0, None, 600).unwrap().is_none());
     assert_eq!(decoder.next_gone_at(), None);
+}
+
+/// A column the rules read dropped and added again under its name and type: its Relation
+/// message looks the same (pgoutput does not say where a column sits); the catalog shows
+/// its new attnum, and the table is copied again.
+#[test]
+fn a_column_dropped_and_added_again_is_seen_by_its_attnum() {
+    let rules = SyncRules::parse(RULES).unwrap();
+    let pending = PendingCommits::default();
+    let mut intent = todos(&["id", "title"]);
+    intent.columns[0].attnum = 1;
+    intent.columns[1].attnum = 2;
+    let table = StreamTable::from_intent(&intent, &rules).unwrap();
+    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+
+    decode(&mut decoder, 90, begin(100));
+    let same = decode(&mut decoder, 95, relation(&["id", "title"]));
+    assert!(same.is_none(), "{same:?}");
+    decode(&mut decoder, 100, commit(100));
+
+    let mut now = catalog(&["id", "title"]);
+    now.columns[0].attnum = 1;
+    now.columns[1].attnum = 2;
+    assert!(decoder.check_catalog(0, Some(&now), 200).unwrap().is_none());
+    now.columns[1].attnum = 3;
+    let again = decoder.check_catalog(0, Some(&now), 300).unwrap();
+    assert!(
+        matches!(again, Some(Change::Relation { recopy: true, .. })),
+        "{again:?}"
+    );
+    assert_eq!(decoder.tables[0].columns[1].attnum, 3);
+    assert!(decoder.check_catalog(0, Some(&now), 400).unwrap().is_none());
+}
+
+/// A column a Relation message brought (where it sits unknown) learns its attnum from the
+/// next catalog reading that agrees, so that dropping and adding it again is seen after.
+#[test]
+fn a_column_from_a_relation_message_learns_its_attnum() {
+    let rules = SyncRules::parse(RULES).unwrap();
+    let pending = PendingCommits::default();
+    let mut intent = todos(&["id", "heading"]);
+    intent.columns[0].attnum = 1;
+    intent.columns[1].attnum = 2;
+    let table = StreamTable::from_intent(&intent, &rules).unwrap();
+    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+
+    decode(&mut decoder, 90, begin(100));
+    let renamed = decode(&mut decoder, 95, relation(&["id", "title"]));
+    assert!(
+        matches!(renamed, Some(Change::Relation { recopy: true, .. })),
+        "{renamed:?}"
+    );
+    decode(&mut decoder, 100, commit(100));
+    assert_eq!(decoder.tables[0].columns[1].attnum, 0);
+
+    let mut now = catalog(&["id", "title"]);
+    now.columns[0].attnum = 1;
+    now.columns[1].attnum = 2;
+    assert!(decoder.check_catalog(0, Some(&now), 200).unwrap().is_none());
+    assert_eq!(decoder.tables[0].columns[1].attnum, 2);
+    now.columns[1].attnum = 3;
+    let again = decoder.check_catalog(0, Some(&now), 300).unwrap();
+    assert!(
+        matches!(again, Some(Change::Relation { recopy: true, .. })),
+        "{again:?}"
+    );
 }
