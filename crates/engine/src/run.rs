@@ -258,6 +258,33 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
                 r.uncommitted_changes = stream_progress.uncommitted.load(Relaxed);
                 r.retained_wal_bytes = stream_progress.retained_wal_bytes.load(Relaxed);
                 r.recopying = stream_progress.recopying.load(Relaxed);
+                r.recopies = stream_progress
+                    .recopies
+                    .lock()
+                    .iter()
+                    .map(|p| status::RecopyStatus {
+                        table: p.table.clone(),
+                        reason: p.why.clone(),
+                        started_at: p.started_at,
+                        rows_merged: p.rows_merged,
+                        rows_written: p.rows_written,
+                        extra_file_bytes: p.extra_file_bytes,
+                    })
+                    .collect();
+                r.rebuild =
+                    stream_progress
+                        .rebuild
+                        .lock()
+                        .as_ref()
+                        .map(|p| status::RebuildStatus {
+                            reason: p.why.clone(),
+                            started_at: p.started_at,
+                            tables_total: p.tables_total,
+                            tables_done: p.tables_done,
+                            rows_merged: p.rows_merged,
+                            rows_written: p.rows_written,
+                            extra_file_bytes: p.extra_file_bytes,
+                        });
                 r.tables_gone = stream_progress.tables_gone.load(Relaxed);
                 r.tables_missing = stream_progress.tables_missing.load(Relaxed);
                 r.rebuilding = stream_progress.rebuilding.load(Relaxed);

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::expiry::Sweep;
 use super::intent::{BootstrapIntent, IntentTable};
-use super::merge::Merge;
+use super::merge::{Merge, RebuildProgress, RecopyProgress};
 use super::recopy::{Handover, RecopyEvent};
 use super::toast::stash_for;
 use super::ReplicationError;
@@ -70,6 +70,8 @@ pub(super) enum Change {
         recopy: bool,
         /// The replica identity changed: the one the stored rows are keyed by.
         rekey_from: Vec<String>,
+        /// Why the table is copied again (empty without `recopy`).
+        why: String,
     },
     /// The table is gone from the primary under its name (renamed, dropped, or out of the
     /// publication): its rows leave the buckets; a table published under its name again
@@ -137,6 +139,10 @@ pub struct StreamProgress {
     /// Tables the rules read that are missing under their name and still served (gone
     /// after [`crate::GONE_AFTER`]).
     pub tables_missing: std::sync::atomic::AtomicU64,
+    /// The re-copies in progress, as of the last published checkpoint.
+    pub recopies: parking_lot::Mutex<Vec<RecopyProgress>>,
+    /// The rebuild from a new slot in progress (`rebuilding`).
+    pub rebuild: parking_lot::Mutex<Option<RebuildProgress>>,
     /// The slot was lost and the store is being rebuilt from a new one: what it serves is
     /// stale until the rebuild ends.
     pub rebuilding: std::sync::atomic::AtomicBool,
@@ -399,6 +405,20 @@ impl Applier {
             self.tables.iter().filter(|t| t.gone).count() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
+        let mut shown = self.progress.recopies.lock();
+        if !self.merges.is_empty() || !shown.is_empty() {
+            let file_bytes = self.store.file_bytes();
+            let mut now: Vec<RecopyProgress> = self
+                .merges
+                .iter()
+                .map(|(&index, merge)| {
+                    let table = self.tables.get(index).map(StreamTable::qualified);
+                    merge.progress(table.unwrap_or_default(), file_bytes)
+                })
+                .collect();
+            now.sort_by(|a, b| a.table.cmp(&b.table));
+            *shown = now;
+        }
     }
 
     /// Applies one change of the transaction committing at `commit_lsn`; returns the rows
@@ -465,6 +485,7 @@ impl Applier {
                 columns,
                 recopy,
                 rekey_from,
+                why,
             } => {
                 rebind(tables, index, oid, identity, columns, &self.rules)?;
                 if recopy {
@@ -483,7 +504,10 @@ impl Applier {
                         t.rekey_from = rekey_from.clone();
                         t.gone = false;
                     })?;
-                    merges.insert(index, Merge::rekeying(rekey_from));
+                    merges.insert(
+                        index,
+                        Merge::rekeying(rekey_from, why, self.store.file_bytes()),
+                    );
                 }
                 Ok(0)
             }

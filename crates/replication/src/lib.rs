@@ -28,6 +28,7 @@ pub use error::ReplicationError;
 pub use expiry::WRITE_CHECKPOINT_MAX_AGE;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
 pub use liveness::Liveness;
+pub use merge::{RebuildProgress, RecopyProgress};
 pub use progress::Progress;
 pub use release::release_intent_slot;
 pub use store_input::StoreInput;

@@ -38,6 +38,29 @@ pub(super) struct Merge {
     /// or the stream meets them (empty: unchanged).
     rekey_from: Vec<String>,
     copy: Option<Copied>,
+    /// Why the table is copied again.
+    why: String,
+    /// When the re-copy started (Unix seconds).
+    started_at: u64,
+    /// The store's file size then.
+    file_bytes_at_start: u64,
+}
+
+/// A re-copy as `status()` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecopyProgress {
+    /// The table (`schema.name`).
+    pub table: String,
+    /// Why it is copied again.
+    pub why: String,
+    /// Unix seconds of its start.
+    pub started_at: u64,
+    /// Copied rows merged so far.
+    pub rows_merged: u64,
+    /// Of those, rows written because their output changed.
+    pub rows_written: u64,
+    /// How much the store's file grew since it started, bytes.
+    pub extra_file_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -71,13 +94,55 @@ impl Merged {
     }
 }
 
+/// A rebuild from a new slot as `status()` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RebuildProgress {
+    /// What happened to the old slot.
+    pub why: String,
+    /// Unix seconds of its start.
+    pub started_at: u64,
+    /// Tables the rules read.
+    pub tables_total: u64,
+    /// Tables copied and merged.
+    pub tables_done: u64,
+    /// Copied rows merged so far.
+    pub rows_merged: u64,
+    /// Of those, rows written because their output changed.
+    pub rows_written: u64,
+    /// How much the store's file grew since it started, bytes.
+    pub extra_file_bytes: u64,
+}
+
 impl Merge {
     /// A merge whose stored rows are keyed by replica identity `rekey_from` (empty: the
-    /// table's own).
-    pub fn rekeying(rekey_from: Vec<String>) -> Self {
+    /// table's own), started for `why` while the store's file held `file_bytes`.
+    pub fn rekeying(rekey_from: Vec<String>, why: String, file_bytes: u64) -> Self {
         Self {
             rekey_from,
+            why,
+            started_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            file_bytes_at_start: file_bytes,
             ..Self::default()
+        }
+    }
+
+    /// Copied rows merged so far, and of those the rows written.
+    pub fn merged_rows(&self) -> (u64, u64) {
+        self.copy.as_ref().map_or((0, 0), |c| (c.rows, c.written))
+    }
+
+    /// Its progress, for table `table` while the store's file holds `file_bytes`.
+    pub fn progress(&self, table: String, file_bytes: u64) -> RecopyProgress {
+        let (rows_merged, rows_written) = self.merged_rows();
+        RecopyProgress {
+            table,
+            why: self.why.clone(),
+            started_at: self.started_at,
+            rows_merged,
+            rows_written,
+            extra_file_bytes: file_bytes.saturating_sub(self.file_bytes_at_start),
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use super::apply::StreamTable;
 use super::intent::{BootstrapIntent, IntentTable};
-use super::merge::{evaluate_copied, Merge, Merged};
+use super::merge::{evaluate_copied, Merge, Merged, RebuildProgress};
 use super::recopy::{CopiedRow, TableCopy};
 use super::stream::StreamContext;
 use super::{ReplicationError, SourcePlan};
@@ -39,6 +39,24 @@ pub(super) async fn rebuild(
 ) -> Result<BootstrapIntent, ReplicationError> {
     let started = Instant::now();
     context.progress.rebuilding.store(true, Relaxed);
+    let file_bytes_at_start = context.store.file_bytes();
+    *context.progress.rebuild.lock() = Some(RebuildProgress {
+        why: why.to_owned(),
+        started_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        tables_total: intent.tables.len() as u64,
+        ..RebuildProgress::default()
+    });
+    // What the merges so far did, for `status()`.
+    let report = |done: u64, merged: Merged, file_bytes: u64| {
+        if let Some(p) = context.progress.rebuild.lock().as_mut() {
+            p.tables_done = done;
+            p.rows_merged = merged.rows;
+            p.rows_written = merged.written;
+            p.extra_file_bytes = file_bytes.saturating_sub(file_bytes_at_start);
+        }
+    };
     tracing::warn!(
         slot = %plan.slot,
         "{why}; rebuilding from a new slot: clients keep the last checkpoint meanwhile (stale) \
@@ -98,6 +116,7 @@ pub(super) async fn rebuild(
     let mut rebuilt = intent.clone();
     let mut total = Merged::default();
     let mut infos = primary.tables.iter();
+    let mut done = 0u64;
     for (table, published) in rebuilt.tables.iter_mut().zip(&published) {
         let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
             let store_id = table.id;
@@ -123,6 +142,7 @@ pub(super) async fn rebuild(
             table.gone = true;
             table.recopy = false;
             table.rekey_from.clear();
+            done += 1;
             continue;
         };
         *table = IntentTable {
@@ -145,6 +165,14 @@ pub(super) async fn rebuild(
         let mut copy = TableCopy::start(&reader, &info.table, &table.columns).await?;
         while let Some(rows) = copy.next_batch().await? {
             merge = merge_rows(context, merge, rows).await?;
+            let (rows, written) = merge.merged_rows();
+            let mut so_far = total;
+            so_far.add(Merged {
+                rows,
+                written,
+                deleted: 0,
+            });
+            report(done, so_far, store.file_bytes());
         }
         let (merged, checkpoint) = {
             let store = store.clone();
@@ -158,6 +186,8 @@ pub(super) async fn rebuild(
         };
         context.published.send_replace(checkpoint);
         total.add(merged);
+        done += 1;
+        report(done, total, store.file_bytes());
     }
     reader
         .batch_execute("COMMIT")
@@ -182,6 +212,7 @@ pub(super) async fn rebuild(
     };
     context.published.send_replace(checkpoint);
     context.progress.rebuilding.store(false, Relaxed);
+    *context.progress.rebuild.lock() = None;
     tracing::info!(
         slot = %plan.slot,
         consistent_point = %format_lsn(consistent_point),

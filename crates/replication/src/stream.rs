@@ -133,7 +133,11 @@ pub async fn follow_slot(
             recopies.start(index, &tables[index], &table.rekey_from);
             merges.insert(
                 index,
-                super::merge::Merge::rekeying(table.rekey_from.clone()),
+                super::merge::Merge::rekeying(
+                    table.rekey_from.clone(),
+                    "a restart interrupted its re-copy".into(),
+                    context.store.file_bytes(),
+                ),
             );
         }
     }
@@ -834,47 +838,43 @@ impl<'a> Decoder<'a> {
                 }
             })
             .collect();
-        if returned {
+        let why = if returned {
             self.missing_since[index] = None;
-            tracing::info!(
-                table = %known.qualified(),
-                "a table of this name is published again on the primary (OID {oid}); it is \
-                 copied while the stream goes on"
-            );
             self.by_oid.insert(oid, index);
+            format!("a table of this name is published again (OID {oid})")
         } else if recreated {
-            tracing::info!(
-                table = %known.qualified(),
-                "the table was dropped and created again on the primary (OID {} → {oid}); \
-                 it is copied again while the stream goes on",
-                known.oid
-            );
             let old = known.oid;
             self.by_oid.remove(&old);
             self.by_oid.insert(oid, index);
+            format!("the table was dropped and created again (OID {old} → {oid})")
         } else if rekeyed {
-            tracing::info!(
-                table = %known.qualified(),
-                "the table's replica identity changed on the primary (from ({}) to ({})); \
-                 it is copied again under the new keys while the stream goes on",
+            format!(
+                "its replica identity changed from ({}) to ({})",
                 keys_then.join(", "),
                 keys_now.join(", ")
-            );
+            )
         } else if recopy {
             let mut names = seen;
             names.sort_unstable();
             names.dedup();
-            tracing::info!(
-                table = %known.qualified(),
-                columns = %names.join(", "),
-                "columns the sync rules read changed on the primary (from ({}) to ({})); \
-                 the table is copied again while the stream goes on",
+            format!(
+                "columns the sync rules read changed: {} (from ({}) to ({}))",
+                names.join(", "),
                 describe(&then),
                 describe(&now)
+            )
+        } else {
+            String::new()
+        };
+        let table = self.tables[index].qualified();
+        if recopy {
+            tracing::info!(
+                table = %table,
+                "{why} on the primary; the table is copied again while the stream goes on"
             );
         } else {
             tracing::info!(
-                table = %known.qualified(),
+                table = %table,
                 "columns the sync rules do not read changed on the primary; rows are \
                  decoded with the new columns"
             );
@@ -890,6 +890,7 @@ impl<'a> Decoder<'a> {
             } else {
                 Vec::new()
             },
+            why,
         };
         super::apply::rebind_to(&mut self.tables, &change, self.rules)?;
         Ok(Some(change))

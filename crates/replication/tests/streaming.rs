@@ -369,9 +369,25 @@ async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_l
     // A slot dropped on the primary: the next stream rebuilds from a new one.
     rig.primary
         .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
+    // A transaction left open holds the rebuild at its slot creation: meanwhile the
+    // progress says why it rebuilds and how far it is.
+    let held = rig
+        .primary
+        .hold_transaction("INSERT INTO lists VALUES ('held', 'u9')");
     let mut streaming = start_streaming(&rig, &store);
+    let shown = wait_until("the rebuild in the progress", || {
+        streaming.progress.rebuild.lock().clone()
+    });
+    assert!(shown.why.contains(SLOT), "{shown:?}");
+    assert_eq!(
+        (shown.tables_total, shown.tables_done, shown.rows_merged),
+        (TABLES.len() as u64, 0, 0),
+        "{shown:?}"
+    );
+    held.commit();
     streaming.sync_point(&rig.primary).await;
     assert_matches_primary(&rig, &store, "the rebuild from a new slot").await;
+    assert!(streaming.progress.rebuild.lock().is_none());
     rig.primary
         .sql("UPDATE todos SET title = 'after the rebuild' WHERE id = 'b'");
     streaming.sync_point(&rig.primary).await;
@@ -572,6 +588,7 @@ async fn a_recopy_that_fails_starts_again_with_the_next_stream() {
 /// A covered table dropped, created again under its name and added back to the
 /// publication: with its first change the stream copies the new table again; the rows of
 /// the old one that the new one lacks go, a row the new one holds unchanged keeps its op.
+/// While it is copied, its progress says which table, why and how far.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_dropped_and_created_again_is_copied_again() {
     let rig = Rig::new();
@@ -580,6 +597,11 @@ async fn a_table_dropped_and_created_again_is_copied_again() {
     let store = bootstrapped(&rig).await;
     let mut streaming = start_streaming(&rig, &store);
     let before = streaming.sync_point(&rig.primary).await;
+    // A transaction left open holds the re-copy at its slot creation: meanwhile the
+    // progress shows the table, why it is copied, nothing merged yet.
+    let held = rig
+        .primary
+        .hold_transaction("INSERT INTO lists VALUES ('held', 'u9')");
     rig.primary.sql(
         "BEGIN;
          DROP TABLE docs;
@@ -590,10 +612,25 @@ async fn a_table_dropped_and_created_again_is_copied_again() {
     );
     rig.primary
         .sql("INSERT INTO docs VALUES (4, 'four', 'written after')");
+    let shown = wait_until("the re-copy in the progress", || {
+        let shown = streaming.progress.recopies.lock().clone();
+        (!shown.is_empty()).then_some(shown)
+    });
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0].table, "public.docs");
+    assert!(
+        shown[0].why.contains("dropped and created again"),
+        "{shown:?}"
+    );
+    assert_eq!(shown[0].rows_merged, 0, "{shown:?}");
+    assert!(shown[0].started_at > 0, "{shown:?}");
+    held.commit();
     until_matches_primary(&rig, &store, &mut streaming, "the table created again").await;
     let after = streaming.sync_point(&rig.primary).await;
-    // Row 4's PUT, row 3's new PUT, row 2's REMOVE; row 1 is as it was.
+    // Row 4's PUT, row 3's new PUT, row 2's REMOVE; row 1 is as it was (the held row is
+    // a parameter row: no bucket op).
     assert_eq!(after.op_id - before.op_id, 3, "{before:?} → {after:?}");
+    assert!(streaming.progress.recopies.lock().is_empty());
     streaming.stop().await.unwrap();
 }
 

@@ -216,6 +216,42 @@ pub struct DeployDone {
     pub switched_at: u64,
 }
 
+/// A table being copied again beside the stream.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct RecopyStatus {
+    /// The table (`schema.name`).
+    pub table: String,
+    /// Why it is copied again.
+    pub reason: String,
+    /// Unix seconds of its start.
+    pub started_at: u64,
+    /// Copied rows merged so far.
+    pub rows_merged: u64,
+    /// Of those, rows written because their output changed.
+    pub rows_written: u64,
+    /// How much the store's file grew since it started, bytes.
+    pub extra_file_bytes: u64,
+}
+
+/// A rebuild from a new slot (its slot was lost or invalidated).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct RebuildStatus {
+    /// What happened to the old slot.
+    pub reason: String,
+    /// Unix seconds of its start.
+    pub started_at: u64,
+    /// Tables the rules read.
+    pub tables_total: u64,
+    /// Tables copied and merged.
+    pub tables_done: u64,
+    /// Copied rows merged so far.
+    pub rows_merged: u64,
+    /// Of those, rows written because their output changed.
+    pub rows_written: u64,
+    /// How much the store's file grew since it started, bytes.
+    pub extra_file_bytes: u64,
+}
+
 /// Replication as shown in status.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplicationStatus {
@@ -252,6 +288,10 @@ pub struct ReplicationStatus {
     pub retained_wal_bytes: u64,
     /// Tables being copied again beside the stream (columns the rules read changed).
     pub recopying: u64,
+    /// Each table being copied again: why, since when, its progress and extra disk.
+    pub recopies: Vec<RecopyStatus>,
+    /// The rebuild from a new slot in progress (with `rebuilding`).
+    pub rebuild: Option<RebuildStatus>,
     /// Tables the sync rules read that are gone from the primary under their name
     /// (renamed, dropped, or out of the publication): their rows left the buckets.
     pub tables_gone: u64,
