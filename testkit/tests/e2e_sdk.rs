@@ -445,6 +445,55 @@ fn sync_end_to_end(rules: Rules) {
         "a new slot"
     );
 
+    // The slot invalidated by max_slot_wal_keep_size while the replica is down (changes
+    // made meanwhile are lost with it): on start the worker rebuilds from a new slot.
+    for statement in [
+        "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
+        "SELECT pg_reload_conf()",
+        "CREATE TABLE wal_filler (body text)",
+    ] {
+        rig.primary.sql(statement);
+    }
+    rig.replica.stop_fast();
+    rig.primary.sql(
+        "UPDATE tasks SET title = 'While the replica was down' \
+         WHERE id = 'task-sentinel-update-0001'",
+    );
+    let wal_status = || {
+        rig.primary.sql(&format!(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        ))
+    };
+    let mut rounds = 0;
+    while wal_status() != "lost" {
+        rounds += 1;
+        assert!(rounds <= 20, "slot not invalidated: {}", wal_status());
+        for statement in [
+            "INSERT INTO wal_filler SELECT repeat('x', 1000) FROM generate_series(1, 2000)",
+            "SELECT pg_switch_wal()",
+            "CHECKPOINT",
+        ] {
+            rig.primary.sql(statement);
+        }
+    }
+    for statement in [
+        "ALTER SYSTEM RESET max_slot_wal_keep_size",
+        "SELECT pg_reload_conf()",
+        "DROP TABLE wal_filler",
+    ] {
+        rig.primary.sql(statement);
+    }
+    rig.replica.start();
+    wait_equal(
+        &mut client,
+        &rig,
+        "the rebuild after the slot was invalidated",
+    );
+    rig.replica.wait_worker("the rebuild to end", |s| {
+        (s["phase"] == "streaming" && s["replication"]["rebuilding"] == false).then_some(())
+    });
+    assert_eq!(wal_status(), "reserved", "a new slot");
+
     step("watch client synced; insert/update/delete arrived");
     // A row moving from an accessible project to another, in one transaction with a
     // parameter row giving the user one more project (a new bucket).
