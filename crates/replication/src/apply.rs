@@ -572,9 +572,11 @@ impl Applier {
                 merge.start(consistent_point, shape);
                 Ok(None)
             }
-            RecopyEvent::Rows { rows, .. } => self
+            RecopyEvent::Rows {
+                rows, unchanged, ..
+            } => self
                 .store
-                .write_with(lsn, |w| merge.rows(w, rows))
+                .write_with(lsn, |w| merge.rows(w, rows, unchanged))
                 .map(|((), checkpoint)| Some(checkpoint)),
             RecopyEvent::Done { .. } => {
                 let written = self.store.write_with(lsn, |w| {

@@ -187,15 +187,19 @@ impl Merge {
                 .is_some_and(|&lsn| lsn >= consistent_point)
     }
 
-    /// Merges copied rows, evaluated (see [`evaluate_copied`]).
+    /// Merges copied rows, evaluated (see [`evaluate_copied`]), and notes the copied rows
+    /// found stored exactly as evaluated beforehand (`unchanged`, by [`fingerprint`]).
     pub fn rows(
         &mut self,
         w: &mut WriteTxn<'_, '_>,
         rows: Vec<EvaluatedRow>,
+        unchanged: Vec<u128>,
     ) -> Result<(), ReplicationError> {
         let Some(mut copy) = self.copy.take() else {
             return Ok(());
         };
+        copy.rows += unchanged.len() as u64;
+        copy.seen.extend(unchanged);
         let result = (|| {
             let table_id = copy.shape.store_id;
             for EvaluatedRow {
@@ -307,7 +311,7 @@ pub(super) fn key_columns(table: &StreamTable, names: &[String]) -> Option<Vec<u
 /// 128 bits of SHA-256 of a row identity: what the merge remembers of each copied row
 /// (16 bytes a row instead of the identity; two identities share one with a probability
 /// of about 2^-128 per pair).
-fn fingerprint(identity: &[u8]) -> u128 {
+pub(super) fn fingerprint(identity: &[u8]) -> u128 {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(identity);
     let mut first = [0u8; 16];

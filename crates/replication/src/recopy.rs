@@ -14,17 +14,19 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::apply::{EvaluatedRow, StreamTable};
-use super::merge::evaluate_copied;
+use super::merge::{evaluate_copied, fingerprint};
 use super::{ReplicationError, SourcePlan};
+use crate::store_input::StoreInput;
 use rules::SyncRules;
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, primary_identity, table_columns,
     ColumnMeta, CopyFields, SourceTable,
 };
+use store::{Checkpoint, Store, StoredAs};
 
 /// Rows per batch handed to the applier (each batch is one store commit).
 const BATCH_ROWS: usize = 4096;
@@ -43,10 +45,12 @@ pub(super) enum RecopyEvent {
         consistent_point: u64,
         columns: Vec<ColumnMeta>,
     },
-    /// Copied rows, evaluated with the rules.
+    /// Copied rows, evaluated with the rules: those to merge, and the fingerprints of
+    /// those found stored exactly so (nothing to write; see `compare`).
     Rows {
         table: usize,
         rows: Vec<EvaluatedRow>,
+        unchanged: Vec<u128>,
     },
     /// Every row was handed over.
     Done { table: usize },
@@ -60,29 +64,25 @@ impl RecopyEvent {
     }
 }
 
-/// The table `table` (the stream's index of it) is `source`, OID `oid`: copies it in a
-/// snapshot of its own and sends what it reads to `out`. Ends early, without error, when
-/// `out` is closed.
-async fn recopy_table(
+/// One table's re-copy: where from, which table, with which rules.
+struct RecopyJob {
     plan: SourcePlan,
+    /// The primary the store was built from: a re-copy reads from no other.
     system_identifier: String,
+    /// The stream's index of the table.
     table: usize,
     base: StreamTable,
     rules: Arc<SyncRules>,
+    /// The replica identity the stored rows are keyed by, when not the table's.
     rekey_from: Vec<String>,
-    out: mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
-) {
-    let source = base.source();
-    let result = copy(
-        &plan,
-        &system_identifier,
-        table,
-        &base,
-        &rules,
-        &rekey_from,
-        &out,
-    )
-    .await;
+    applied: Applied,
+}
+
+/// Copies `job`'s table in a snapshot of its own and sends what it reads to `out`. Ends
+/// early, without error, when `out` is closed.
+async fn recopy_table(job: RecopyJob, out: mpsc::Sender<Result<RecopyEvent, ReplicationError>>) {
+    let source = job.base.source();
+    let result = copy(job, &out).await;
     if let Err(e) = result {
         // What only the operator can fix (another cluster behind the connection, a key
         // column gone) waits for them; the rest is tried again.
@@ -106,14 +106,25 @@ async fn recopy_table(
 }
 
 async fn copy(
-    plan: &SourcePlan,
-    system_identifier: &str,
-    table: usize,
-    base: &StreamTable,
-    rules: &Arc<SyncRules>,
-    rekey_from: &[String],
+    job: RecopyJob,
     out: &mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
 ) -> Result<(), ReplicationError> {
+    let RecopyJob {
+        plan,
+        system_identifier,
+        table,
+        base,
+        rules,
+        rekey_from,
+        mut applied,
+    } = job;
+    let (plan, system_identifier, base, rules, rekey_from) = (
+        &plan,
+        system_identifier.as_str(),
+        &base,
+        &rules,
+        rekey_from.as_slice(),
+    );
     let (oid, source) = (base.oid, &base.source());
     let client = connect(&plan.connection).await?;
     let reached = primary_identity(&client).await?.system_identifier;
@@ -174,21 +185,40 @@ async fn copy(
         }
     })?);
     let mut copy = TableCopy::start(&reader, source, &columns).await?;
+    // Rows are compared with the store only once it holds every transaction committed
+    // before the snapshot; from then on a stored row changes only by a stream change the
+    // merge sees (it skips such rows) or by this merge. Rows keyed by another identity
+    // are compared by the applier (it moves them).
+    let compare = if rekey_from.is_empty() {
+        let reached = applied
+            .checkpoints
+            .wait_for(|c| c.lsn >= exported.consistent_point)
+            .await;
+        reached.is_ok().then(|| applied.store.clone())
+    } else {
+        None
+    };
     while let Some(copied) = copy.next_batch().await? {
         // Evaluated off the runtime threads while the applier merges the batch before.
-        let rows = {
+        let (rows, unchanged) = {
             let (rules, shape, rekey_from) = (rules.clone(), shape.clone(), rekey_from.to_vec());
+            let compare = compare.clone();
             tokio::task::spawn_blocking(move || {
-                evaluate_copied(&rules, &shape, &rekey_from, copied)
+                let rows = evaluate_copied(&rules, &shape, &rekey_from, copied)?;
+                match compare {
+                    Some(store) => set_aside_unchanged(&store, shape.store_id, rows),
+                    None => Ok((rows, Vec::new())),
+                }
             })
             .await
             .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??
         };
-        if out
-            .send(Ok(RecopyEvent::Rows { table, rows }))
-            .await
-            .is_err()
-        {
+        let event = RecopyEvent::Rows {
+            table,
+            rows,
+            unchanged,
+        };
+        if out.send(Ok(event)).await.is_err() {
             return Ok(());
         }
     }
@@ -200,6 +230,50 @@ async fn copy(
     drop(exported);
     let _ = out.send(Ok(RecopyEvent::Done { table })).await;
     Ok(())
+}
+
+/// What a re-copy compares copied rows with: the store, and its published checkpoints.
+#[derive(Clone)]
+pub(super) struct Applied {
+    pub store: Arc<Store>,
+    pub checkpoints: watch::Receiver<Checkpoint>,
+}
+
+/// Splits evaluated `rows` of table `table_id` into those the applier must merge and the
+/// fingerprints of those the store holds exactly so (compared in one read, beside the
+/// applier: most rows of a re-copy are unchanged, and the applier need not look at them).
+fn set_aside_unchanged(
+    store: &Store,
+    table_id: u32,
+    rows: Vec<EvaluatedRow>,
+) -> Result<(Vec<EvaluatedRow>, Vec<u128>), ReplicationError> {
+    let verdicts = store.read(|view| {
+        let mut bucket_ids = HashMap::new();
+        rows.iter()
+            .map(|row| {
+                let input = StoreInput::of(&row.eval);
+                let lookups = input.lookup_puts();
+                view.stored_as(
+                    table_id,
+                    &row.identity,
+                    &input.memberships,
+                    &lookups,
+                    &row.stash,
+                    &mut bucket_ids,
+                )
+            })
+            .collect::<Result<Vec<StoredAs>, _>>()
+    })?;
+    let mut merge = Vec::new();
+    let mut unchanged = Vec::new();
+    for (row, verdict) in rows.into_iter().zip(verdicts) {
+        if verdict == StoredAs::Same {
+            unchanged.push(fingerprint(&row.identity));
+        } else {
+            merge.push(row);
+        }
+    }
+    Ok((merge, unchanged))
 }
 
 /// A table's `COPY` inside a snapshot, read in batches of decoded rows.
@@ -281,6 +355,7 @@ pub(super) struct Recopies {
     rules: Arc<SyncRules>,
     running: HashMap<usize, Running>,
     handover: Arc<Handover>,
+    applied: Applied,
 }
 
 /// Re-copy batches handed to the applier and not merged yet (shared by the stream, which
@@ -320,6 +395,7 @@ impl Recopies {
         system_identifier: &str,
         rules: Arc<SyncRules>,
         handover: Arc<Handover>,
+        applied: Applied,
     ) -> Self {
         Self {
             plan: plan.clone(),
@@ -327,6 +403,7 @@ impl Recopies {
             rules,
             running: HashMap::new(),
             handover,
+            applied,
         }
     }
 
@@ -339,15 +416,16 @@ impl Recopies {
             _ => rekey_from.to_vec(),
         };
         let (out, events) = mpsc::channel(EVENT_BUFFER);
-        let task = tokio::spawn(recopy_table(
-            self.plan.clone(),
-            self.system_identifier.clone(),
-            index,
-            table.clone(),
-            self.rules.clone(),
-            rekey_from.clone(),
-            out,
-        ));
+        let job = RecopyJob {
+            plan: self.plan.clone(),
+            system_identifier: self.system_identifier.clone(),
+            table: index,
+            base: table.clone(),
+            rules: self.rules.clone(),
+            rekey_from: rekey_from.clone(),
+            applied: self.applied.clone(),
+        };
+        let task = tokio::spawn(recopy_table(job, out));
         let running = Running {
             task,
             events,

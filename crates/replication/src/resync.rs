@@ -240,7 +240,7 @@ async fn merge_rows(
             None => Vec::new(),
         };
         let lsn = store.read(|view| view.checkpoint())?.lsn;
-        let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, evaluated))?;
+        let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, evaluated, Vec::new()))?;
         Ok::<_, ReplicationError>((merge, checkpoint))
     })
     .await

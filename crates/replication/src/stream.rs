@@ -19,7 +19,7 @@ use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
 use super::catalog::{watch_catalog, CatalogState};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
-use super::recopy::{Handover, Recopies, RecopyEvent};
+use super::recopy::{Applied, Handover, Recopies, RecopyEvent};
 use super::resync::rebuild;
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
@@ -125,6 +125,10 @@ pub async fn follow_slot(
         &intent.system_identifier,
         context.rules.clone(),
         handover.clone(),
+        Applied {
+            store: context.store.clone(),
+            checkpoints: context.published.subscribe(),
+        },
     );
     // Tables whose re-copy a restart interrupted copy again from the start.
     let mut merges = HashMap::new();

@@ -1,18 +1,21 @@
 //! The read side: short read-only transactions that answer checkpoints, bucket
 //! accumulators and pages of ops after a client's position.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use libmdbx::{NoWriteMap, Transaction, RO};
 
+use super::codec::fixed;
 use super::compress::RecordCodec;
 use super::long_keys::{is_hashed, stored_key};
 use super::op::{BucketState, OpKind, StoredOp};
 use super::op_blocks::{block_error, BlockCursor};
 use super::record::{subkey, RowRecord, Tombstone};
 use super::stored_row;
+use super::tables::row_key;
 use super::tables::Tables;
-use super::writer::KEY_CHECKPOINT;
+use super::writer::{compare_stored, LookupPut, RowPut, Stash, StoredAs, KEY_CHECKPOINT};
 use super::{Checkpoint, StoreError};
 
 /// An op as a client receives it.
@@ -166,6 +169,44 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
     /// The name of bucket `id`.
     fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
         super::tables::bucket_name(self.txn, self.tables, self.dir, id)
+    }
+
+    /// [`super::WriteTxn::stored_as`] in a read: how a row's evaluation compares with its
+    /// stored record. `bucket_ids` caches bucket ids by name across calls (a bucket that
+    /// does not exist yet is looked up again).
+    pub fn stored_as(
+        &self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: &Stash,
+        bucket_ids: &mut HashMap<String, u32>,
+    ) -> Result<StoredAs, StoreError> {
+        let key = row_key(table_id, identity);
+        let row_id: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.row_keys, &key)
+            .map_err(self.mdbx("read a row key"))?;
+        let stored = match row_id {
+            Some(bytes) => {
+                let row_id = fixed::<8>(&bytes, 0, "row key")
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| self.corrupt("row key"))?;
+                Some((row_id, self.row_record(row_id)?))
+            }
+            None => None,
+        };
+        compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
+            if let Some(&id) = bucket_ids.get(name) {
+                return Ok(Some(id));
+            }
+            let id = self.bucket(name)?.map(|state| state.id);
+            if let Some(id) = id {
+                bucket_ids.insert(name.to_owned(), id);
+            }
+            Ok(id)
+        })
     }
 
     /// The record of row `row_id`.

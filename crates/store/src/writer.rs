@@ -17,6 +17,7 @@ mod expiry;
 mod lookups;
 pub(super) mod packing;
 mod recopy;
+pub(crate) use recopy::compare_stored;
 pub use recopy::StoredAs;
 mod rows;
 pub(crate) use rows::RowWrite;

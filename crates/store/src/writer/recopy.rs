@@ -7,6 +7,7 @@ use libmdbx::WriteFlags;
 use super::{LookupPut, RowPut, Stash, WriteTxn};
 use crate::long_keys::{is_hashed, stored_key};
 use crate::op::BucketState;
+use crate::record::RowRecord;
 use crate::tables::row_key;
 use crate::StoreError;
 
@@ -33,46 +34,12 @@ impl WriteTxn<'_, '_> {
         stash: &Stash,
     ) -> Result<StoredAs, StoreError> {
         let key = row_key(table_id, identity);
-        let Some(row_id) = self.row_id(&key)? else {
-            return Ok(if puts.is_empty() && lookups.is_empty() {
-                StoredAs::Same
-            } else {
-                StoredAs::Different
-            });
+        let stored = match self.row_id(&key)? {
+            Some(row_id) => Some((row_id, self.load_row(row_id)?)),
+            None => None,
         };
-        let old = self.load_row(row_id)?;
-        if old.memberships.len() != puts.len() || old.lookups.len() != lookups.len() {
-            return Ok(StoredAs::Different);
-        }
-        for put in puts {
-            let Some(bucket_id) = self.existing_bucket_id(put.bucket)? else {
-                return Ok(StoredAs::Different);
-            };
-            let same = old.memberships.iter().any(|m| {
-                let o = old.output(m);
-                m.bucket_id == bucket_id
-                    && o.object_type == put.object_type
-                    && o.object_id == put.object_id
-                    && o.data == put.data
-            });
-            if !same {
-                return Ok(StoredAs::Different);
-            }
-        }
-        for lookup in lookups {
-            let value = super::lookups::lookup_value(row_id, lookup.outputs);
-            if !old
-                .lookups
-                .iter()
-                .any(|l| l.key == lookup.key && l.value == value)
-            {
-                return Ok(StoredAs::Different);
-            }
-        }
-        Ok(if &old.stash == stash {
-            StoredAs::Same
-        } else {
-            StoredAs::SameButStash
+        compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
+            self.existing_bucket_id(name)
         })
     }
 
@@ -151,4 +118,55 @@ impl WriteTxn<'_, '_> {
         self.known_buckets.insert(name.to_owned(), state.id);
         Ok(Some(state.id))
     }
+}
+
+/// How a row evaluated as `puts`, `lookups` and `stash` compares with `stored` (its row id
+/// and record, `None` when not stored); `bucket_id` finds an existing bucket's id.
+pub(crate) fn compare_stored(
+    stored: Option<&(u64, RowRecord)>,
+    puts: &[RowPut<'_>],
+    lookups: &[LookupPut<'_>],
+    stash: &Stash,
+    mut bucket_id: impl FnMut(&str) -> Result<Option<u32>, StoreError>,
+) -> Result<StoredAs, StoreError> {
+    let Some((row_id, old)) = stored else {
+        return Ok(if puts.is_empty() && lookups.is_empty() {
+            StoredAs::Same
+        } else {
+            StoredAs::Different
+        });
+    };
+    if old.memberships.len() != puts.len() || old.lookups.len() != lookups.len() {
+        return Ok(StoredAs::Different);
+    }
+    for put in puts {
+        let Some(bucket_id) = bucket_id(put.bucket)? else {
+            return Ok(StoredAs::Different);
+        };
+        let same = old.memberships.iter().any(|m| {
+            let o = old.output(m);
+            m.bucket_id == bucket_id
+                && o.object_type == put.object_type
+                && o.object_id == put.object_id
+                && o.data == put.data
+        });
+        if !same {
+            return Ok(StoredAs::Different);
+        }
+    }
+    for lookup in lookups {
+        let value = super::lookups::lookup_value(*row_id, lookup.outputs);
+        if !old
+            .lookups
+            .iter()
+            .any(|l| l.key == lookup.key && l.value == value)
+        {
+            return Ok(StoredAs::Different);
+        }
+    }
+    Ok(if &old.stash == stash {
+        StoredAs::Same
+    } else {
+        StoredAs::SameButStash
+    })
 }
