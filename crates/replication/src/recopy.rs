@@ -35,6 +35,8 @@ const BATCH_ROWS: usize = 4096;
 const QUEUED_BATCHES: usize = 2;
 /// Batches a re-copy reads ahead of the applier.
 const EVENT_BUFFER: usize = 1;
+/// Batches evaluated at a time.
+const EVALUATING: usize = 2;
 
 /// What a re-copy hands the stream, in this order.
 #[derive(Debug)]
@@ -198,21 +200,32 @@ async fn copy(
     } else {
         None
     };
-    while let Some(copied) = copy.next_batch().await? {
-        // Evaluated off the runtime threads while the applier merges the batch before.
-        let (rows, unchanged) = {
+    // Batches are evaluated (and compared) off the runtime threads, up to EVALUATING at a
+    // time while the next is read, and handed over in order.
+    let mut evaluating = std::collections::VecDeque::new();
+    let mut read_all = false;
+    loop {
+        while !read_all && evaluating.len() < EVALUATING {
+            let Some(copied) = copy.next_batch().await? else {
+                read_all = true;
+                break;
+            };
             let (rules, shape, rekey_from) = (rules.clone(), shape.clone(), rekey_from.to_vec());
             let compare = compare.clone();
-            tokio::task::spawn_blocking(move || {
+            evaluating.push_back(tokio::task::spawn_blocking(move || {
                 let rows = evaluate_copied(&rules, &shape, &rekey_from, copied)?;
                 match compare {
                     Some(store) => set_aside_unchanged(&store, shape.store_id, rows),
                     None => Ok((rows, Vec::new())),
                 }
-            })
-            .await
-            .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??
+            }));
+        }
+        let Some(next) = evaluating.pop_front() else {
+            break;
         };
+        let (rows, unchanged) = next
+            .await
+            .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??;
         let event = RecopyEvent::Rows {
             table,
             rows,

@@ -596,3 +596,58 @@ fn a_merged_row_writes_ops_only_where_its_output_changed() {
         assert_eq!(fourth[bucket].1, third[bucket].1, "{bucket}");
     }
 }
+
+/// A merge that changes every output of its rows writes records as an update does: the
+/// old outputs are not kept when no op names them (else every record would carry both).
+#[test]
+fn a_merge_that_changes_every_output_does_not_grow_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, merge: bool| -> u64 {
+        let store = Store::open(&dir.path().join(name)).unwrap();
+        let rows: Vec<(String, String, String)> = (0..2_000)
+            .map(|i| {
+                (
+                    format!("t{i}"),
+                    format!("{{\"body\":\"{}\",\"n\":{i}}}", "first ".repeat(40)),
+                    format!("{{\"body\":\"{}\",\"n\":{i}}}", "second ".repeat(40)),
+                )
+            })
+            .collect();
+        fn put(data: &str) -> RowPut<'_> {
+            RowPut {
+                bucket: BUCKETS[0],
+                object_type: "tasks",
+                object_id: "t",
+                data,
+                checksum: checksum_of(data),
+            }
+        }
+        store
+            .write(1, |w| {
+                for (id, first, _) in &rows {
+                    w.upsert_row(9, id.as_bytes(), &[put(first)], &[])?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        store
+            .write(2, |w| {
+                for (id, _, second) in &rows {
+                    if merge {
+                        w.merge_row_stashed(9, id.as_bytes(), &[put(second)], &[], Vec::new())?;
+                    } else {
+                        w.upsert_row(9, id.as_bytes(), &[put(second)], &[])?;
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        store.used_bytes()
+    };
+    let updated = write("updated", false);
+    let merged = write("merged", true);
+    assert!(
+        merged <= updated + updated / 10,
+        "merged {merged} bytes, updated {updated}"
+    );
+}

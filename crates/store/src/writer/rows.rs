@@ -105,21 +105,25 @@ impl WriteTxn<'_, '_> {
             stash,
             ..RowRecord::default()
         };
-        // A merge keeps the old outputs at their places: a kept op names its output by
-        // index (one no longer shown stays in the record until the row's next update).
-        let keeping = match &old {
-            Some(old) if mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX => {
-                record.outputs = old.outputs.clone();
-                Some(old)
+        // A merge keeps the op of each bucket that shows the row as before; the old
+        // outputs then stay at their places, since a kept op names its output by index
+        // (one no longer shown stays in the record until the row's next update).
+        let mut kept = vec![None; puts.len()];
+        if let Some(old) = old
+            .as_ref()
+            .filter(|old| mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX)
+        {
+            for (slot, put) in kept.iter_mut().zip(puts) {
+                *slot = self.same_membership(old, put)?;
             }
-            _ => None,
-        };
-        for put in puts {
-            if let Some(old) = keeping {
-                if let Some(kept) = self.same_membership(old, put)? {
-                    record.memberships.push(kept);
-                    continue;
-                }
+            if kept.iter().any(Option::is_some) {
+                record.outputs = old.outputs.clone();
+            }
+        }
+        for (put, kept) in puts.iter().zip(kept) {
+            if let Some(kept) = kept {
+                record.memberships.push(kept);
+                continue;
             }
             let output = record.output_index(put).ok_or_else(|| {
                 StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
