@@ -346,6 +346,14 @@ impl Cluster {
         self.try_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Runs each statement in a transaction of its own (`ALTER SYSTEM`, a migration in
+    /// steps), in order; panics on an error.
+    pub fn sql_each(&self, statements: &[&str]) {
+        for statement in statements {
+            self.sql(statement);
+        }
+    }
+
     /// The server log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

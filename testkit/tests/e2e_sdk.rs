@@ -379,16 +379,14 @@ fn sync_end_to_end(rules: Rules) {
     );
     // The table swapped for a copy in several transactions (a new table filled, the old
     // one dropped, the new one renamed and published): no row goes missing meanwhile.
-    for statement in [
+    rig.primary.sql_each(&[
         "CREATE TABLE tasks_new (LIKE tasks INCLUDING ALL)",
         "INSERT INTO tasks_new SELECT * FROM tasks",
         "UPDATE tasks_new SET title = 'In the new table' WHERE id = 'task-sentinel-update-0001'",
         "DROP TABLE tasks",
         "ALTER TABLE tasks_new RENAME TO tasks",
         "ALTER PUBLICATION powersync ADD TABLE tasks",
-    ] {
-        rig.primary.sql(statement);
-    }
+    ]);
     wait_equal(
         &mut client,
         &rig,
@@ -447,13 +445,11 @@ fn sync_end_to_end(rules: Rules) {
 
     // The slot invalidated by max_slot_wal_keep_size while the replica is down (changes
     // made meanwhile are lost with it): on start the worker rebuilds from a new slot.
-    for statement in [
+    rig.primary.sql_each(&[
         "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
         "SELECT pg_reload_conf()",
         "CREATE TABLE wal_filler (body text)",
-    ] {
-        rig.primary.sql(statement);
-    }
+    ]);
     rig.replica.stop_fast();
     rig.primary.sql(
         "UPDATE tasks SET title = 'While the replica was down' \
@@ -468,21 +464,17 @@ fn sync_end_to_end(rules: Rules) {
     while wal_status() != "lost" {
         rounds += 1;
         assert!(rounds <= 20, "slot not invalidated: {}", wal_status());
-        for statement in [
+        rig.primary.sql_each(&[
             "INSERT INTO wal_filler SELECT repeat('x', 1000) FROM generate_series(1, 2000)",
             "SELECT pg_switch_wal()",
             "CHECKPOINT",
-        ] {
-            rig.primary.sql(statement);
-        }
+        ]);
     }
-    for statement in [
+    rig.primary.sql_each(&[
         "ALTER SYSTEM RESET max_slot_wal_keep_size",
         "SELECT pg_reload_conf()",
         "DROP TABLE wal_filler",
-    ] {
-        rig.primary.sql(statement);
-    }
+    ]);
     rig.replica.start();
     wait_equal(
         &mut client,

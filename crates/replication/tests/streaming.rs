@@ -402,14 +402,12 @@ async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_l
     wait_until("the catalog reading to see todos missing", || {
         (streaming.progress.tables_missing.load(Relaxed) == 1).then_some(())
     });
-    for statement in [
+    rig.primary.sql_each(&[
         "CREATE TABLE todos (LIKE todos_old INCLUDING ALL)",
         "INSERT INTO todos SELECT * FROM todos_old",
         "ALTER PUBLICATION powersync ADD TABLE todos",
         "DROP TABLE todos_old",
-    ] {
-        rig.primary.sql(statement);
-    }
+    ]);
     until_tables_match(&rig, &store, &streaming, TABLES, "the table swapped").await;
     let after = streaming.sync_point(&rig.primary).await;
     assert_eq!(after.op_id, before.op_id, "{before:?} → {after:?}");

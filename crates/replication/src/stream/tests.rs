@@ -93,6 +93,33 @@ fn catalog(columns: &[&str]) -> CatalogTable {
     }
 }
 
+/// What a decoder borrows: the rules and the pending commits.
+struct Fixture {
+    rules: SyncRules,
+    pending: PendingCommits,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self {
+            rules: SyncRules::parse(RULES).unwrap(),
+            pending: PendingCommits::default(),
+        }
+    }
+
+    /// A decoder of `todos` with `columns`, at attnums 1, 2, … when `numbered`.
+    fn decoder(&self, columns: &[&str], numbered: bool) -> Decoder<'_> {
+        let mut intent = todos(columns);
+        if numbered {
+            for (attnum, column) in (1..).zip(intent.columns.iter_mut()) {
+                column.attnum = attnum;
+            }
+        }
+        let table = StreamTable::from_intent(&intent, &self.rules).unwrap();
+        Decoder::new(&self.pending, vec![table], &self.rules)
+    }
+}
+
 fn decode(decoder: &mut Decoder<'_>, at: u64, message: Vec<u8>) -> Option<Change> {
     let event = PgOutputDecoder::with_protocol_version(1)
         .decode_message(message, Lsn::new(at))
@@ -114,10 +141,8 @@ fn bound_columns(decoder: &Decoder<'_>) -> Vec<String> {
 /// the old name, and a rename back would then look like no change.
 #[test]
 fn a_catalog_reading_older_than_the_streams_relation_is_not_applied() {
-    let rules = SyncRules::parse(RULES).unwrap();
-    let pending = PendingCommits::default();
-    let table = StreamTable::from_intent(&todos(&["id", "title"]), &rules).unwrap();
-    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+    let fixture = Fixture::new();
+    let mut decoder = fixture.decoder(&["id", "title"], false);
 
     decode(&mut decoder, 190, begin(200));
     let renamed = decode(&mut decoder, 195, relation(&["id", "heading"]));
@@ -151,10 +176,8 @@ fn a_catalog_reading_older_than_the_streams_relation_is_not_applied() {
 /// gone, once.
 #[test]
 fn a_renamed_table_is_missing_then_gone_unless_its_name_comes_back() {
-    let rules = SyncRules::parse(RULES).unwrap();
-    let pending = PendingCommits::default();
-    let table = StreamTable::from_intent(&todos(&["id", "title"]), &rules).unwrap();
-    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+    let fixture = Fixture::new();
+    let mut decoder = fixture.decoder(&["id", "title"], false);
 
     decode(&mut decoder, 90, begin(100));
     let renamed = decode(
@@ -203,13 +226,8 @@ fn a_renamed_table_is_missing_then_gone_unless_its_name_comes_back() {
 /// its new attnum, and the table is copied again.
 #[test]
 fn a_column_dropped_and_added_again_is_seen_by_its_attnum() {
-    let rules = SyncRules::parse(RULES).unwrap();
-    let pending = PendingCommits::default();
-    let mut intent = todos(&["id", "title"]);
-    intent.columns[0].attnum = 1;
-    intent.columns[1].attnum = 2;
-    let table = StreamTable::from_intent(&intent, &rules).unwrap();
-    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+    let fixture = Fixture::new();
+    let mut decoder = fixture.decoder(&["id", "title"], true);
 
     decode(&mut decoder, 90, begin(100));
     let same = decode(&mut decoder, 95, relation(&["id", "title"]));
@@ -234,13 +252,8 @@ fn a_column_dropped_and_added_again_is_seen_by_its_attnum() {
 /// next catalog reading that agrees, so that dropping and adding it again is seen after.
 #[test]
 fn a_column_from_a_relation_message_learns_its_attnum() {
-    let rules = SyncRules::parse(RULES).unwrap();
-    let pending = PendingCommits::default();
-    let mut intent = todos(&["id", "heading"]);
-    intent.columns[0].attnum = 1;
-    intent.columns[1].attnum = 2;
-    let table = StreamTable::from_intent(&intent, &rules).unwrap();
-    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+    let fixture = Fixture::new();
+    let mut decoder = fixture.decoder(&["id", "heading"], true);
 
     decode(&mut decoder, 90, begin(100));
     let renamed = decode(&mut decoder, 95, relation(&["id", "title"]));
