@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::SourcePlan;
-use source::{connect, primary_identity, published_table, table_columns, ColumnMeta, SourceTable};
+use source::{connect, primary_identity, published_tables, table_columns, ColumnMeta, SourceTable};
 
 /// How often the catalog is read.
 pub(super) const EVERY: Duration = Duration::from_secs(2);
@@ -133,12 +133,12 @@ async fn read_in_transaction(
             "the connection leads to another PostgreSQL cluster (system identifier {reached})"
         ));
     }
+    let published = published_tables(client, tables)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut seen = Vec::with_capacity(tables.len());
-    for table in tables {
-        let Some(info) = published_table(client, table)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
+    for info in published {
+        let Some(info) = info else {
             seen.push(None);
             continue;
         };

@@ -120,9 +120,7 @@ impl Merge {
         Self {
             rekey_from,
             why,
-            started_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            started_at: unix_now(),
             file_bytes_at_start: file_bytes,
             ..Self::default()
         }
@@ -306,6 +304,13 @@ pub(super) fn key_columns(table: &StreamTable, names: &[String]) -> Option<Vec<u
         .iter()
         .map(|name| table.columns.iter().position(|c| &c.name == name))
         .collect()
+}
+
+/// Unix seconds now (0 before 1970).
+pub(super) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// 128 bits of SHA-256 of a row identity: what the merge remembers of each copied row

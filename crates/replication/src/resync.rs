@@ -17,16 +17,16 @@ use std::time::Instant;
 
 use super::apply::StreamTable;
 use super::intent::{BootstrapIntent, IntentTable};
-use super::merge::{evaluate_copied, Merge, Merged, RebuildProgress};
+use super::merge::{evaluate_copied, unix_now, Merge, Merged, RebuildProgress};
 use super::recopy::{CopiedRow, TableCopy};
 use super::stream::StreamContext;
 use super::{ReplicationError, SourcePlan};
 use rules::SyncRules;
 use source::{
-    connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_table, slot_info,
+    connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_tables, slot_info,
     table_columns, validate_primary, SourceTable,
 };
-use store::Store;
+use store::{Checkpoint, Store};
 
 /// Rebuilds the store from a new slot; returns the bootstrap record it ends with
 /// (consistent point `C`, from where the stream goes on). `why` says what happened to the
@@ -42,9 +42,7 @@ pub(super) async fn rebuild(
     let file_bytes_at_start = context.store.file_bytes();
     *context.progress.rebuild.lock() = Some(RebuildProgress {
         why: why.to_owned(),
-        started_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        started_at: unix_now(),
         tables_total: intent.tables.len() as u64,
         ..RebuildProgress::default()
     });
@@ -73,14 +71,20 @@ pub(super) async fn rebuild(
     let client = connect(&plan.connection).await?;
     // A table no longer published under its name is rebuilt empty (gone, as the stream
     // leaves it).
-    let mut published = Vec::with_capacity(intent.tables.len());
-    for t in &intent.tables {
-        let table = SourceTable {
+    let covered: Vec<SourceTable> = intent
+        .tables
+        .iter()
+        .map(|t| SourceTable {
             schema: t.schema.clone(),
             name: t.name.clone(),
-        };
-        published.push(published_table(&client, &table).await?.map(|_| table));
-    }
+        })
+        .collect();
+    let published: Vec<Option<SourceTable>> = published_tables(&client, &covered)
+        .await?
+        .into_iter()
+        .zip(covered)
+        .map(|(info, table)| info.map(|_| table))
+        .collect();
     let asked: Vec<SourceTable> = published.iter().flatten().cloned().collect();
     let primary = validate_primary(&client, &asked).await?;
     if primary.system_identifier != intent.system_identifier {
@@ -120,18 +124,11 @@ pub(super) async fn rebuild(
     for (table, published) in rebuilt.tables.iter_mut().zip(&published) {
         let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
             let store_id = table.id;
-            let ((), checkpoint) = {
-                let store = store.clone();
-                tokio::task::spawn_blocking(move || {
-                    let lsn = store.read(|view| view.checkpoint())?.lsn;
-                    store.write_with(lsn, |w| {
-                        w.truncate_table(store_id)?;
-                        Ok::<_, ReplicationError>(())
-                    })
-                })
-                .await
-                .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
-            };
+            let checkpoint = write(&store, move |w| {
+                w.truncate_table(store_id)?;
+                Ok(())
+            })
+            .await?;
             context.published.send_replace(checkpoint);
             tracing::warn!(
                 table = %format!("{}.{}", table.schema, table.name),
@@ -252,12 +249,14 @@ async fn merge_rows(
 /// A store write off the runtime threads.
 async fn write(
     store: &Arc<Store>,
-    work: impl FnOnce(&store::WriteTxn<'_, '_>) -> Result<(), ReplicationError> + Send + 'static,
-) -> Result<(), ReplicationError> {
+    work: impl FnOnce(&mut store::WriteTxn<'_, '_>) -> Result<(), ReplicationError> + Send + 'static,
+) -> Result<Checkpoint, ReplicationError> {
     let store = store.clone();
     tokio::task::spawn_blocking(move || {
         let lsn = store.read(|view| view.checkpoint())?.lsn;
-        store.write_with(lsn, |w| work(w)).map(|_| ())
+        store
+            .write_with(lsn, work)
+            .map(|((), checkpoint)| checkpoint)
     })
     .await
     .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))?

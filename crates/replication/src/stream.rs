@@ -212,11 +212,11 @@ pub async fn follow_slot(
             }
         }
         // A table missing under its name for long enough is gone (between transactions).
-        context.progress.tables_missing.store(
-            decoder.missing_since.iter().flatten().count() as u64,
-            Relaxed,
-        );
-        if !decoder.in_transaction {
+        context
+            .progress
+            .tables_missing
+            .store(decoder.missing_since.len() as u64, Relaxed);
+        if !decoder.in_transaction && !decoder.missing_since.is_empty() {
             for change in decoder.due_gone(Instant::now()) {
                 follow_recopies(&mut recopies, &decoder, &change);
                 if input.send(change).await.is_err() {
@@ -561,8 +561,8 @@ pub(super) struct Decoder<'a> {
     /// Per table, the commit LSN of the transaction whose Relation message described it
     /// last (0: none yet).
     described_at: Vec<u64>,
-    /// Per table, since when it is missing under its name (not gone yet).
-    missing_since: Vec<Option<Instant>>,
+    /// The tables missing under their name (not gone yet), by index: since when.
+    missing_since: std::collections::BTreeMap<usize, Instant>,
     /// How long a missing table's rows stay served.
     pub(super) gone_after: Duration,
 }
@@ -588,7 +588,7 @@ impl<'a> Decoder<'a> {
                 .map(|(i, t)| (t.qualified(), i))
                 .collect(),
             described_at: vec![0; tables.len()],
-            missing_since: vec![None; tables.len()],
+            missing_since: std::collections::BTreeMap::new(),
             gone_after: GONE_AFTER,
             tables,
             rules,
@@ -767,7 +767,7 @@ impl<'a> Decoder<'a> {
         let mut problems = Vec::new();
         // Dropped and created again under its name (and published again), or published
         // under its name again after it was gone: its rows are copied from the table now.
-        let returned = known.gone || self.missing_since[index].is_some();
+        let returned = known.gone || self.missing_since.contains_key(&index);
         let recreated = known.oid != oid || returned;
         let now: Vec<Column<'_>> = columns.to_vec();
         let shape = &known.columns;
@@ -843,7 +843,7 @@ impl<'a> Decoder<'a> {
             })
             .collect();
         let why = if returned {
-            self.missing_since[index] = None;
+            self.missing_since.remove(&index);
             self.by_oid.insert(oid, index);
             format!("a table of this name is published again (OID {oid})")
         } else if recreated {
@@ -909,7 +909,7 @@ impl Decoder<'_> {
     /// A table published under its name again is copied.
     fn missing(&mut self, index: usize, why: &str) {
         let table = &self.tables[index];
-        if table.gone || self.missing_since[index].is_some() {
+        if table.gone || self.missing_since.contains_key(&index) {
             return;
         }
         tracing::warn!(
@@ -923,7 +923,7 @@ impl Decoder<'_> {
         if self.by_oid.get(&table.oid) == Some(&index) {
             self.by_oid.remove(&table.oid);
         }
-        self.missing_since[index] = Some(Instant::now());
+        self.missing_since.insert(index, Instant::now());
     }
 
     /// Notes where the columns of table `index` sit (`(name, type, attnum)` as the catalog
@@ -951,23 +951,27 @@ impl Decoder<'_> {
     /// When the next missing table is due to be gone.
     pub(super) fn next_gone_at(&self) -> Option<Instant> {
         self.missing_since
-            .iter()
-            .flatten()
+            .values()
             .min()
             .map(|since| *since + self.gone_after)
     }
 
     /// The tables missing for `gone_after` by `now`: gone, their rows leave the buckets.
     pub(super) fn due_gone(&mut self, now: Instant) -> Vec<Change> {
-        let mut due = Vec::new();
-        for (index, since) in self.missing_since.iter_mut().enumerate() {
-            if since.is_some_and(|since| since + self.gone_after <= now) {
-                *since = None;
+        let gone_after = self.gone_after;
+        let due: Vec<usize> = self
+            .missing_since
+            .iter()
+            .filter(|(_, since)| **since + gone_after <= now)
+            .map(|(&index, _)| index)
+            .collect();
+        due.into_iter()
+            .map(|index| {
+                self.missing_since.remove(&index);
                 self.tables[index].gone = true;
-                due.push(Change::Gone { table: index });
-            }
-        }
-        due
+                Change::Gone { table: index }
+            })
+            .collect()
     }
 }
 

@@ -27,7 +27,7 @@ pub use slot::{
 pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
 pub use tls::install_crypto_provider;
 pub use validate::{
-    published_table, validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo,
+    published_tables, validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo,
     PUBLICATION,
 };
 pub use walsender::{

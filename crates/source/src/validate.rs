@@ -120,27 +120,31 @@ pub async fn validate_primary(
     })
 }
 
-/// Table `table` as published now, `None` when it does not exist or the publication does
-/// not include it (`PSM_R1007`, `PSM_R1008`: a covered table renamed, dropped or taken out
-/// of the publication while a store follows it); any other problem, the publication
-/// itself gone included, is an error.
-pub async fn published_table(
+/// `tables` as published now, in order: `None` for one that does not exist or the
+/// publication does not include (`PSM_R1007`, `PSM_R1008`: a covered table renamed,
+/// dropped or taken out of the publication while a store follows it); any other problem,
+/// the publication itself gone included, is an error.
+pub async fn published_tables(
     client: &Client,
-    table: &SourceTable,
-) -> Result<Option<TableInfo>, SourceError> {
+    tables: &[SourceTable],
+) -> Result<Vec<Option<TableInfo>>, SourceError> {
     check_publication(client).await?;
     let version: i32 = scalar(client, "SHOW server_version_num", "server version")
         .await?
         .parse()
         .unwrap_or(0);
-    match check_table(client, table, version).await {
-        Ok(info) => Ok(Some(info)),
-        Err(SourceError::Setup {
-            code: "PSM_R1007" | "PSM_R1008",
-            ..
-        }) => Ok(None),
-        Err(e) => Err(e),
+    let mut published = Vec::with_capacity(tables.len());
+    for table in tables {
+        published.push(match check_table(client, table, version).await {
+            Ok(info) => Some(info),
+            Err(SourceError::Setup {
+                code: "PSM_R1007" | "PSM_R1008",
+                ..
+            }) => None,
+            Err(e) => return Err(e),
+        });
     }
+    Ok(published)
 }
 
 async fn scalar(client: &Client, sql: &str, context: &'static str) -> Result<String, SourceError> {

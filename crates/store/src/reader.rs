@@ -6,15 +6,13 @@ use std::path::Path;
 
 use libmdbx::{NoWriteMap, Transaction, RO};
 
-use super::codec::fixed;
 use super::compress::RecordCodec;
 use super::long_keys::{is_hashed, stored_key};
 use super::op::{BucketState, OpKind, StoredOp};
 use super::op_blocks::{block_error, BlockCursor};
 use super::record::{subkey, RowRecord, Tombstone};
 use super::stored_row;
-use super::tables::row_key;
-use super::tables::Tables;
+use super::tables::{row_id_of, row_key, Tables};
 use super::writer::{compare_stored, LookupPut, RowPut, Stash, StoredAs, KEY_CHECKPOINT};
 use super::{Checkpoint, StoreError};
 
@@ -190,9 +188,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
             .map_err(self.mdbx("read a row key"))?;
         let stored = match row_id {
             Some(bytes) => {
-                let row_id = fixed::<8>(&bytes, 0, "row key")
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| self.corrupt("row key"))?;
+                let row_id = row_id_of(&bytes).ok_or_else(|| self.corrupt("row key"))?;
                 Some((row_id, self.row_record(row_id)?))
             }
             None => None,

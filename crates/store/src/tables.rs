@@ -74,6 +74,13 @@ impl<'t> Tables<'t> {
 }
 
 /// `row_keys` key: table id big-endian, then the identity bytes.
+/// The row id a `row_keys` value holds; `None` when it is not one.
+pub(super) fn row_id_of(value: &[u8]) -> Option<u64> {
+    super::codec::fixed::<8>(value, 0, "row key")
+        .ok()
+        .map(u64::from_le_bytes)
+}
+
 pub(super) fn row_key(table_id: u32, identity: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(4 + identity.len());
     key.extend_from_slice(&table_id.to_be_bytes());

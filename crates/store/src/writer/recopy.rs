@@ -143,14 +143,7 @@ pub(crate) fn compare_stored(
         let Some(bucket_id) = bucket_id(put.bucket)? else {
             return Ok(StoredAs::Different);
         };
-        let same = old.memberships.iter().any(|m| {
-            let o = old.output(m);
-            m.bucket_id == bucket_id
-                && o.object_type == put.object_type
-                && o.object_id == put.object_id
-                && o.data == put.data
-        });
-        if !same {
+        if old.membership_showing(bucket_id, put).is_none() {
             return Ok(StoredAs::Different);
         }
     }

@@ -4,10 +4,9 @@
 use libmdbx::WriteFlags;
 
 use super::{LookupPut, RowPut, Stash, WriteTxn};
-use crate::codec::fixed;
 use crate::record::{Membership, Output, RowRecord};
 use crate::stored_row;
-use crate::tables::row_key;
+use crate::tables::{row_id_of, row_key};
 use crate::StoreError;
 
 impl WriteTxn<'_, '_> {
@@ -108,20 +107,25 @@ impl WriteTxn<'_, '_> {
         // A merge keeps the op of each bucket that shows the row as before; the old
         // outputs then stay at their places, since a kept op names its output by index
         // (one no longer shown stays in the record until the row's next update).
-        let mut kept = vec![None; puts.len()];
+        // Per put, the membership a merge keeps (empty unless merging: no allocation on
+        // the ordinary paths).
+        let mut kept: Vec<Option<Membership>> = Vec::new();
         if let Some(old) = old
             .as_ref()
             .filter(|old| mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX)
         {
-            for (slot, put) in kept.iter_mut().zip(puts) {
-                *slot = self.same_membership(old, put)?;
+            for put in puts {
+                kept.push(match self.existing_bucket_id(put.bucket)? {
+                    Some(bucket_id) => old.membership_showing(bucket_id, put).copied(),
+                    None => None,
+                });
             }
             if kept.iter().any(Option::is_some) {
                 record.outputs = old.outputs.clone();
             }
         }
-        for (put, kept) in puts.iter().zip(kept) {
-            if let Some(kept) = kept {
+        for (i, put) in puts.iter().enumerate() {
+            if let Some(&Some(kept)) = kept.get(i) {
                 record.memberships.push(kept);
                 continue;
             }
@@ -176,23 +180,6 @@ impl WriteTxn<'_, '_> {
     }
 
     /// The membership of `old` that shows exactly `put` in its bucket, if any.
-    fn same_membership(
-        &mut self,
-        old: &RowRecord,
-        put: &RowPut<'_>,
-    ) -> Result<Option<Membership>, StoreError> {
-        let Some(bucket_id) = self.existing_bucket_id(put.bucket)? else {
-            return Ok(None);
-        };
-        Ok(old.memberships.iter().copied().find(|m| {
-            let o = old.output(m);
-            m.bucket_id == bucket_id
-                && o.object_type == put.object_type
-                && o.object_id == put.object_id
-                && o.data == put.data
-        }))
-    }
-
     /// The source values stored with a row, `None` when the row is not stored.
     pub fn stash(&self, table_id: u32, identity: &[u8]) -> Result<Option<Stash>, StoreError> {
         let key = row_key(table_id, identity);
@@ -335,11 +322,7 @@ impl WriteTxn<'_, '_> {
             .get(&self.tables.row_keys, key)
             .map_err(self.mdbx("read a row key"))?;
         value
-            .map(|v| {
-                fixed::<8>(&v, 0, "row key")
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| StoreError::corrupt(self.dir, "row key"))
-            })
+            .map(|v| row_id_of(&v).ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
             .transpose()
     }
 
@@ -410,5 +393,15 @@ impl RowRecord {
             let o = self.output(m);
             m.bucket_id == bucket_id && o.object_type == object_type && o.object_id == object_id
         })
+    }
+
+    /// The membership in bucket `bucket_id` that shows exactly `put`'s output, if any.
+    pub(super) fn membership_showing(
+        &self,
+        bucket_id: u32,
+        put: &RowPut<'_>,
+    ) -> Option<&Membership> {
+        self.membership_of(bucket_id, put.object_type, put.object_id)
+            .filter(|m| self.output(m).data == put.data)
     }
 }
