@@ -444,7 +444,9 @@ fn sync_end_to_end(rules: Rules) {
     );
 
     // The slot invalidated by max_slot_wal_keep_size while the replica is down (changes
-    // made meanwhile are lost with it): on start the worker rebuilds from a new slot.
+    // made meanwhile are lost with it): on start the worker rebuilds from a new slot. The
+    // client is disconnected meanwhile (a stopped server is a fetch error to the SDK).
+    client.send(&json!({"cmd": "disconnect"}));
     rig.primary.sql_each(&[
         "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'",
         "SELECT pg_reload_conf()",
@@ -476,15 +478,20 @@ fn sync_end_to_end(rules: Rules) {
         "DROP TABLE wal_filler",
     ]);
     rig.replica.start();
+    // Done once a new slot serves it (the old one is lost until the rebuild replaces it).
+    rig.replica
+        .wait_worker("the rebuild from a new slot to end", |s| {
+            (s["phase"] == "streaming"
+                && s["replication"]["rebuilding"] == false
+                && wal_status() == "reserved")
+                .then_some(())
+        });
+    client.send(&json!({"cmd": "reconnect"}));
     wait_equal(
         &mut client,
         &rig,
         "the rebuild after the slot was invalidated",
     );
-    rig.replica.wait_worker("the rebuild to end", |s| {
-        (s["phase"] == "streaming" && s["replication"]["rebuilding"] == false).then_some(())
-    });
-    assert_eq!(wal_status(), "reserved", "a new slot");
 
     step("watch client synced; insert/update/delete arrived");
     // A row moving from an accessible project to another, in one transaction with a
