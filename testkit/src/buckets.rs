@@ -57,6 +57,22 @@ pub async fn evaluate_primary_rows(
     out
 }
 
+/// `text` compiled as the engine compiles it for `store`: bucket names derived from the
+/// store's history id (generation 1's names for a store without one).
+pub fn rules_for(store: &Store, text: &str) -> SyncRules {
+    let version = store.read(|v| v.history()).unwrap().map_or(
+        rules::BucketVersion::Versioned(1),
+        rules::BucketVersion::Derived,
+    );
+    SyncRules::parse_with_version(text, version).unwrap()
+}
+
+/// A bucket name without its tag or generation (`by_list["l1"]` for `<tag>#by_list["l1"]`):
+/// what tests compare when the two sides name buckets of different histories.
+pub fn untagged(name: &str) -> &str {
+    name.split_once('#').map_or(name, |(_, rest)| rest)
+}
+
 /// Bucket → live rows, from the rows of `tables` (schema `public`) on the primary,
 /// evaluated with `rules`.
 pub async fn expected(conn: &SourceConnection, rules: &SyncRules, tables: &[&str]) -> Contents {

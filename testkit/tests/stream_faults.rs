@@ -143,9 +143,10 @@ impl Rig {
         .unwrap();
         let store = Store::open(&store_copy).unwrap();
         let stored = stored(&store);
+        let rules = buckets::rules_for(&store, self.rules.text());
         let expected = self
             .runtime
-            .block_on(expected(&self.connection, &self.rules, TABLES));
+            .block_on(expected(&self.connection, &rules, TABLES));
         assert!(
             stored == expected,
             "store differs from the primary after {when}:\n{}",

@@ -13,8 +13,8 @@ use tokio::task::JoinHandle;
 use super::EngineError;
 use config::SourceConnection;
 use replication::{
-    bootstrap, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError,
-    SourcePlan, StreamContext, StreamProgress,
+    bootstrap_with, follow_slot, BootstrapIntent, BootstrapOutcome, Progress, ReplicationError,
+    SourcePlan, Start, StreamContext, StreamProgress,
 };
 use rules::{BucketVersion, SyncRules};
 use service::Served;
@@ -32,6 +32,9 @@ pub(super) struct OpenedStore {
     pub intent: Option<BootstrapIntent>,
     /// The rules text its data was built with, when recorded.
     pub rules_text: Option<String>,
+    /// The history id its bucket names derive from (`None`: a store of an earlier build,
+    /// whose names carry its generation).
+    pub history: Option<u64>,
 }
 
 impl OpenedStore {
@@ -39,16 +42,18 @@ impl OpenedStore {
     pub async fn open(dir: PathBuf) -> Result<Self, EngineError> {
         tokio::task::spawn_blocking(move || {
             let store = Arc::new(Store::open(&dir)?);
-            let (intent, rules_text) = store.read(|view| {
+            let (intent, rules_text, history) = store.read(|view| {
                 Ok((
                     BootstrapIntent::load(view),
                     BootstrapIntent::load_rules_text(view),
+                    view.history()?,
                 ))
             })?;
             Ok(Self {
                 store,
                 intent: intent?,
                 rules_text: rules_text?,
+                history,
             })
         })
         .await
@@ -101,8 +106,9 @@ pub(super) struct Generation {
 }
 
 impl Generation {
-    /// A generation over `opened`, compiled from `rules_text` with bucket version
-    /// `number`, fed through `slot`.
+    /// A generation over `opened` (directory number `number`), compiled from `rules_text`,
+    /// fed through `slot`. Its bucket names derive from its store's history id, and carry
+    /// `number` in a store of an earlier build, which has none.
     pub fn new(
         opened: OpenedStore,
         number: u64,
@@ -111,10 +117,10 @@ impl Generation {
         connection: SourceConnection,
         serving: bool,
     ) -> Result<Self, EngineError> {
-        let rules = Arc::new(SyncRules::parse_with_version(
-            rules_text,
-            BucketVersion::Versioned(number),
-        )?);
+        let version = opened
+            .history
+            .map_or(BucketVersion::Versioned(number), BucketVersion::Derived);
+        let rules = Arc::new(SyncRules::parse_with_version(rules_text, version)?);
         let store = opened.store;
         let initial = store.read(|view| view.checkpoint())?;
         let (published, checkpoints) = watch::channel(initial);
@@ -190,6 +196,7 @@ impl Generation {
         };
         self.task = Some(tokio::spawn(replicate(
             self.plan.clone(),
+            self.number,
             context,
             self.progress.clone(),
             reporter,
@@ -332,6 +339,7 @@ pub(super) fn store_status(store: &Store) -> StoreStatus {
 /// Bootstraps (retrying errors that may pass), then follows the slot.
 async fn replicate(
     plan: SourcePlan,
+    generation: u64,
     context: StreamContext,
     progress: Arc<Progress>,
     reporter: Reporter,
@@ -342,11 +350,12 @@ async fn replicate(
     let mut backoff = RETRY_MIN;
     loop {
         reporter.validating();
-        let attempt = bootstrap(
+        let attempt = bootstrap_with(
             &plan,
             context.rules.clone(),
             store.clone(),
             progress.clone(),
+            Start { generation },
         );
         let mut stopped = stop.clone();
         let outcome = tokio::select! {

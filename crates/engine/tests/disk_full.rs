@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use config::SourceConnection;
 use engine::host::{Host, HostSettings, Tick};
-use rules::SyncRules;
 use status::{Phase, StatusCell};
 use store::Store;
 use testkit::{
@@ -163,13 +162,13 @@ fn a_full_disk_is_reported_retried_and_recovered_from_without_loss() {
 
     // Nothing lost, nothing twice: the store equals the rules applied to the rows.
     let conn = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
-    let rules = SyncRules::parse(RULES).unwrap();
+    let store = Store::open(&storage).unwrap();
+    let rules = buckets::rules_for(&store, RULES);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let expected = runtime.block_on(buckets::expected(&conn, &rules, &["notes"]));
-    let store = Store::open(&storage).unwrap();
     let stored = buckets::stored(&store);
     assert_eq!(
         stored.values().map(|rows| rows.len()).sum::<usize>(),

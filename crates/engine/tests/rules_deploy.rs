@@ -56,19 +56,34 @@ bucket_definitions:
       - SELECT id, owner, body FROM notes WHERE owner = bucket.owner
 ";
 
-/// Reads lines until a `checkpoint_complete` whose checkpoint announced a bucket of
-/// `generation`; applies every line to `client`.
-fn until_generation(rig: &EngineRig, lines: &mut Lines, client: &mut Client, generation: u64) {
-    let prefix = format!("{generation}#");
-    let mut waiting = Waiting::new(format!("a checkpoint of generation {generation}"));
+/// Reads lines until a `checkpoint_complete` after which the client holds exactly the
+/// buckets `want` names (by definition, `name[...]` after the tag) and none of `gone`
+/// (full names); applies every line to `client`.
+fn until_buckets(
+    rig: &EngineRig,
+    lines: &mut Lines,
+    client: &mut Client,
+    want: &[&str],
+    gone: &[String],
+) {
+    let mut waiting = Waiting::new(format!("a checkpoint of buckets {want:?}"));
     loop {
         waiting.progress(rig.progress());
         let batch = lines.until_complete();
         client.apply(&batch);
-        if !client.announced.is_empty() && client.announced.keys().all(|b| b.starts_with(&prefix)) {
+        if untagged(client) == want && !gone.iter().any(|g| client.announced.contains_key(g)) {
             return;
         }
     }
+}
+
+/// The client's bucket names without their tags (`mine["u1"]`), sorted.
+fn untagged(client: &Client) -> Vec<&str> {
+    client
+        .announced
+        .keys()
+        .map(|b| b.split_once('#').map_or(b.as_str(), |(_, rest)| rest))
+        .collect()
 }
 
 /// The rows the client holds in every bucket, by id (data JSON).
@@ -122,10 +137,8 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     let mut rig = EngineRig::start(SCHEMA, RULES_V1, SLOT);
     let t = token("u1", 3600);
     let (mut client, mut lines) = connect(&rig, &t);
-    assert_eq!(
-        client.announced.keys().collect::<Vec<_>>(),
-        vec![r#"1#mine["u1"]"#]
-    );
+    assert_eq!(untagged(&client), vec![r#"mine["u1"]"#]);
+    let v1_names: Vec<String> = client.announced.keys().cloned().collect();
     assert_eq!(
         held(&client),
         expected(
@@ -134,13 +147,20 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         )
     );
 
-    // Deploy v2 while the primary keeps changing: the served generation follows.
+    // Deploy v2 while the primary keeps changing: the served generation follows. `mine`
+    // changed: its bucket has a new name, the old one is removed.
     rig.deploy_rules(RULES_V2);
     rig.primary.sql(
         "UPDATE items SET kind = 'a' WHERE id IN ('i2', 'i4');
          INSERT INTO notes VALUES ('n-new', 'u1', 'written during the build');",
     );
-    until_generation(&rig, &mut lines, &mut client, 2);
+    until_buckets(
+        &rig,
+        &mut lines,
+        &mut client,
+        &[r#"mine["u1"]"#, r#"my_notes["u1"]"#],
+        &v1_names,
+    );
     let status = rig.status.snapshot();
     assert_eq!(status.generation, Some(2), "{status:?}");
     assert!(status.deploy.is_none(), "{status:?}");
@@ -217,10 +237,10 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         rig.status.snapshot().generation == Some(3)
     });
     let (fresh, _lines) = connect(&rig, &t);
-    assert_eq!(
-        fresh.announced.keys().collect::<Vec<_>>(),
-        vec![r#"3#my_notes["u1"]"#]
-    );
+    assert_eq!(untagged(&fresh), vec![r#"my_notes["u1"]"#]);
+    assert!(!client
+        .announced
+        .contains_key(fresh.announced.keys().next().unwrap()));
     assert_eq!(
         held(&fresh),
         expected(&rig, "SELECT id, owner, body FROM notes WHERE owner = 'u1'")

@@ -151,6 +151,15 @@ impl Client {
         }
     }
 
+    /// The full name of the announced bucket named `untagged` after its tag (`by_list["l1"]`
+    /// for `<tag>#by_list["l1"]`), if announced.
+    pub fn named(&self, untagged: &str) -> Option<String> {
+        self.announced
+            .keys()
+            .find(|b| b.split_once('#').is_some_and(|(_, rest)| rest == untagged))
+            .cloned()
+    }
+
     pub fn rows(&self, bucket: &str) -> BTreeMap<String, String> {
         let mut rows = BTreeMap::new();
         for op in self.ops.get(bucket).into_iter().flatten() {

@@ -63,11 +63,12 @@ fn a_client_syncs_follows_changes_and_gets_its_write_checkpoint() {
         .any(|l| l.get("partial_checkpoint_complete").is_some()));
     let mut client = Client::default();
     client.apply(&first);
-    let l1 = "1#by_list[\"l1\"]";
+    let l1 = client.named("by_list[\"l1\"]").unwrap();
+    let l1 = l1.as_str();
     let rows = client.rows(l1);
     assert_eq!(rows.len(), 2500 - 2500 / 3);
     assert_eq!(rows["t1"], r#"{"id":"t1","list_id":"l1","title":"todo 1"}"#);
-    assert!(!client.announced.contains_key("1#by_list[\"l2\"]"));
+    assert_eq!(client.named("by_list[\"l2\"]"), None);
 
     // An insert, an update moving a row out, a new list for u1: one diff each way.
     rig.primary.sql(
@@ -80,7 +81,8 @@ fn a_client_syncs_follows_changes_and_gets_its_write_checkpoint() {
     client.apply(&next);
     let rows = client.rows(l1);
     assert!(rows.contains_key("new") && !rows.contains_key("t1"));
-    assert_eq!(client.rows("1#by_list[\"l3\"]").len(), 1);
+    let l3 = client.named("by_list[\"l3\"]").unwrap();
+    assert_eq!(client.rows(&l3).len(), 1);
 
     // A write checkpoint is reported once replication passes it.
     let reply = write_checkpoint(rig.port, &token("u1", 600), "c1");

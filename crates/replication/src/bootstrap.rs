@@ -57,6 +57,30 @@ pub async fn bootstrap(
     store: Arc<Store>,
     progress: Arc<Progress>,
 ) -> Result<BootstrapOutcome, ReplicationError> {
+    let generation = match rules.bucket_version() {
+        rules::BucketVersion::Versioned(g) => g,
+        rules::BucketVersion::Derived(_) => 1,
+        rules::BucketVersion::Unversioned => 0,
+    };
+    bootstrap_with(plan, rules, store, progress, Start { generation }).await
+}
+
+/// How the engine starts a store.
+#[derive(Clone, Copy)]
+pub struct Start {
+    /// The generation the store records (its directory's number; with generation-numbered
+    /// bucket names, the number in them).
+    pub generation: u64,
+}
+
+/// [`bootstrap`] as `start` says.
+pub async fn bootstrap_with(
+    plan: &SourcePlan,
+    rules: Arc<SyncRules>,
+    store: Arc<Store>,
+    progress: Arc<Progress>,
+    start: Start,
+) -> Result<BootstrapOutcome, ReplicationError> {
     let mut tables: Vec<SourceTable> = rules
         .tables()
         .into_iter()
@@ -88,19 +112,8 @@ pub async fn bootstrap(
             // Built before the rules text was recorded: record it (the hash matched).
             store.write(0, |w| BootstrapIntent::save_rules_text(rules.text(), w))?;
         }
-        let generation = generation_of(&rules);
-        if intent.generation != generation {
-            return Err(ownership(
-                "PSM_B1010",
-                format!(
-                    "the storage holds buckets of generation {}, the rules were compiled for \
-                     generation {generation} (a bug: the engine takes the generation from the \
-                     storage); run SELECT powersync_mdbx.reset()",
-                    intent.generation
-                ),
-            ));
-        }
         if intent.state == BootstrapState::Complete {
+            check_naming(intent, &rules, &store)?;
             // A slot gone or invalidated is the stream's to rebuild (`resync`): the store
             // keeps serving meanwhile.
             let consistent_point = intent.consistent_point.unwrap_or(0);
@@ -140,7 +153,7 @@ pub async fn bootstrap(
         slot: plan.slot.clone(),
         publication: PUBLICATION.to_owned(),
         rules_hash,
-        generation: generation_of(&rules),
+        generation: start.generation,
         tables: tables
             .iter()
             .zip(1u32..)
@@ -267,12 +280,33 @@ async fn copy_all(
     Ok(())
 }
 
-/// The number before `#` in the bucket names `rules` produce (0 when unversioned).
-fn generation_of(rules: &SyncRules) -> u64 {
-    match rules.bucket_version() {
-        rules::BucketVersion::Versioned(g) => g,
-        rules::BucketVersion::Unversioned => 0,
+/// The rules name buckets as the stored data does: by the generation it was built with, or
+/// by its store's history id.
+fn check_naming(
+    intent: &BootstrapIntent,
+    rules: &SyncRules,
+    store: &Store,
+) -> Result<(), ReplicationError> {
+    let stored = match rules.bucket_version() {
+        rules::BucketVersion::Derived(_) => store.read(|v| v.history())?.map_or(
+            rules::BucketVersion::Versioned(intent.generation),
+            rules::BucketVersion::Derived,
+        ),
+        rules::BucketVersion::Versioned(_) => rules::BucketVersion::Versioned(intent.generation),
+        rules::BucketVersion::Unversioned => return Ok(()),
+    };
+    if stored == rules.bucket_version() {
+        return Ok(());
     }
+    Err(ownership(
+        "PSM_B1010",
+        format!(
+            "the storage holds buckets named {stored:?}, the rules were compiled for {:?} (a \
+             bug: the engine takes the naming from the storage); run SELECT \
+             powersync_mdbx.reset()",
+            rules.bucket_version()
+        ),
+    ))
 }
 
 fn check_ownership(

@@ -23,7 +23,7 @@ mod stream;
 mod toast;
 
 pub use apply::StreamProgress;
-pub use bootstrap::{bootstrap, BootstrapOutcome, SourcePlan};
+pub use bootstrap::{bootstrap, bootstrap_with, BootstrapOutcome, SourcePlan, Start};
 pub use error::ReplicationError;
 pub use expiry::WRITE_CHECKPOINT_MAX_AGE;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};

@@ -1,12 +1,13 @@
 //! [`SyncRules`]: the compiled form of one sync-rules file, the entry point of the module.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
 use super::bucket::BucketVersion;
 use super::compile::{legacy, streams};
 use super::error::RulesError;
+use super::fingerprint::Fingerprint;
 use super::options::Compatibility;
 use super::plan::{DataEvaluator, LookupCreator, TablePlan, TableRef};
 use super::request::{
@@ -64,6 +65,8 @@ pub struct SyncRules {
     text: std::sync::Arc<str>,
     sources: Vec<BucketSource>,
     plans: BTreeMap<TableRef, TablePlan>,
+    /// For each table, the fingerprints of the definitions and streams that read it.
+    readers: BTreeMap<TableRef, BTreeSet<Fingerprint>>,
 }
 
 impl SyncRules {
@@ -72,8 +75,8 @@ impl SyncRules {
         Self::parse_with_version(yaml, BucketVersion::default())
     }
 
-    /// Parse and compile with an explicit bucket-name version; the engine passes the
-    /// generation of the deployment so a redeploy gets fresh bucket names.
+    /// Parse and compile with an explicit bucket-name version; the engine passes the one
+    /// of the store the rules build (see [`BucketVersion`]).
     pub fn parse_with_version(
         yaml_text: &str,
         version: BucketVersion,
@@ -83,8 +86,20 @@ impl SyncRules {
         let mut sources = Vec::new();
         let mut data: Vec<(TableRef, DataEvaluator)> = Vec::new();
         let mut lookups: Vec<(TableRef, LookupCreator)> = Vec::new();
+        let mut readers: BTreeMap<TableRef, BTreeSet<Fingerprint>> = BTreeMap::new();
+        let mut note_readers = |fingerprint: Fingerprint, tables: Vec<&TableRef>| {
+            for t in tables {
+                readers.entry(t.clone()).or_default().insert(fingerprint);
+            }
+        };
         for d in &raw.definitions {
             let c = legacy::compile(d, compat, version)?;
+            let read = c
+                .data
+                .iter()
+                .map(|(t, _)| t)
+                .chain(c.lookups.iter().map(|(t, _)| t));
+            note_readers(c.fingerprint, read.collect());
             data.extend(c.data);
             lookups.extend(c.lookups);
             sources.push(BucketSource {
@@ -98,6 +113,12 @@ impl SyncRules {
         }
         for s in &raw.streams {
             let c = streams::compile(s, &raw.with, compat, version)?;
+            let read = c
+                .data
+                .iter()
+                .map(|(t, _)| t)
+                .chain(c.lookups.iter().map(|(t, _)| t));
+            note_readers(c.fingerprint, read.collect());
             data.extend(c.data);
             lookups.extend(c.lookups);
             sources.push(BucketSource {
@@ -152,7 +173,15 @@ impl SyncRules {
             text: yaml_text.into(),
             sources,
             plans,
+            readers,
         })
+    }
+
+    /// True when `other` makes of rows of `table` exactly what these rules make of them
+    /// (the same definitions and streams read it, by [`Fingerprint`]): rules compiled with
+    /// the same bucket version then write the same buckets and lookups for its rows.
+    pub fn reads_table_as(&self, other: &SyncRules, table: &TableRef) -> bool {
+        self.readers.get(table) == other.readers.get(table)
     }
 
     /// SHA-256 of the YAML text: identifies a deployment's rules content.

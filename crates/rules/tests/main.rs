@@ -7,5 +7,6 @@ mod errors;
 mod eval;
 mod fuzz;
 mod golden;
+mod naming;
 mod params;
 mod support;

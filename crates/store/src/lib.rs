@@ -308,6 +308,7 @@ impl Store {
                 &t.row_keys,
                 &t.tombstones,
                 &t.lookups,
+                &t.compaction_debt,
             ] {
                 txn.clear_table(table)
                     .map_err(|e| StoreError::mdbx(&self.dir, "clear a table", e))?;

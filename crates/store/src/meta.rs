@@ -13,6 +13,17 @@ pub const FORMAT: &str = "powersync_mdbx/store/5";
 const KEY_FORMAT: &[u8] = b"format";
 const KEY_STORE_ID: &[u8] = b"store_id";
 const KEY_CREATED_AT: &[u8] = b"created_at";
+/// The history id bucket names derive from (16 hex digits): written when a store is
+/// created (its op ids start a history), absent in stores built before names were derived.
+pub(super) const KEY_HISTORY: &[u8] = b"history";
+
+/// The history id stored as `value`, if it is one.
+pub(super) fn parse_history(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value)
+        .ok()
+        .filter(|s| s.len() == 16)
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+}
 
 /// Who this store is: shown in `status()`, and later tied to the replication slot.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -91,10 +102,14 @@ pub(super) fn load_or_init(
         .create_table(Some(META_TABLE), TableFlags::default())
         .map_err(mdbx("open the meta table"))?;
     let created_at = identity.created_at.to_string();
+    let history = random_id()
+        .map_err(|e| StoreError::io(Path::new("/dev/urandom"), "read it", e))?[..16]
+        .to_owned();
     for (key, value) in [
         (KEY_FORMAT, identity.format.as_bytes()),
         (KEY_STORE_ID, identity.store_id.as_bytes()),
         (KEY_CREATED_AT, created_at.as_bytes()),
+        (KEY_HISTORY, history.as_bytes()),
     ] {
         txn.put(&table, key, value, WriteFlags::UPSERT)
             .map_err(mdbx("write meta"))?;

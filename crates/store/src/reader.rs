@@ -116,6 +116,21 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         }
     }
 
+    /// The history id its bucket names derive from; `None` for a store built before names
+    /// were derived (it keeps generation-numbered names).
+    pub fn history(&self) -> Result<Option<u64>, StoreError> {
+        let value: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.meta, super::meta::KEY_HISTORY)
+            .map_err(self.mdbx("read the history id"))?;
+        match value {
+            None => Ok(None),
+            Some(v) => super::meta::parse_history(&v)
+                .map(Some)
+                .ok_or_else(|| StoreError::corrupt(self.dir, "history id")),
+        }
+    }
+
     /// An engine stage's record (see [`super::WriteTxn::put_stage_record`]).
     pub fn stage_record(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let key = format!("stage.{key}");

@@ -4,6 +4,7 @@ use super::select_list::data_projection;
 use super::{from_items, lookup_query};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
+use crate::fingerprint::{self, Fingerprint};
 use crate::options::Compatibility;
 use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
 use crate::request::{BucketResolver, ParamSource};
@@ -23,6 +24,8 @@ pub(crate) struct CompiledDefinition {
     pub data: Vec<(TableRef, DataEvaluator)>,
     pub lookups: Vec<(TableRef, LookupCreator)>,
     pub params: Vec<String>,
+    /// What the definition makes of rows (its bucket names carry it).
+    pub fingerprint: Fingerprint,
 }
 
 /// Compile one definition.
@@ -31,12 +34,14 @@ pub(crate) fn compile(
     compat: Compatibility,
     version: BucketVersion,
 ) -> Result<CompiledDefinition, RulesError> {
-    let prefix = version.prefix(&def.name);
+    let fingerprint = fingerprint::of_definition(def, compat);
+    let prefix = version.prefix(&def.name, &fingerprint);
     let mut out = CompiledDefinition {
         resolvers: Vec::new(),
         data: Vec::new(),
         lookups: Vec::new(),
         params: Vec::new(),
+        fingerprint,
     };
     // No `parameters`: one static query without outputs, i.e. the single bucket `name[]`.
     let global = [String::new()];

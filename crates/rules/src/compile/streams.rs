@@ -13,6 +13,7 @@ use super::{from_items, lookup_query, LookupQuery, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::expr::Expr;
+use crate::fingerprint::{self, Fingerprint};
 use crate::options::Compatibility;
 use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
 use crate::request::{BucketResolver, ParamSource};
@@ -32,6 +33,8 @@ pub(crate) struct CompiledStream {
     pub resolvers: Vec<BucketResolver>,
     pub data: Vec<(TableRef, DataEvaluator)>,
     pub lookups: Vec<(TableRef, LookupCreator)>,
+    /// What the stream makes of rows (its bucket names carry it).
+    pub fingerprint: Fingerprint,
 }
 
 /// Compile one stream; `global_with` are the file-level CTEs.
@@ -41,10 +44,12 @@ pub(crate) fn compile(
     compat: Compatibility,
     version: BucketVersion,
 ) -> Result<CompiledStream, RulesError> {
+    let fingerprint = fingerprint::of_stream(s, global_with, compat);
     let mut out = CompiledStream {
         resolvers: Vec::new(),
         data: Vec::new(),
         lookups: Vec::new(),
+        fingerprint,
     };
     for (k, sql) in s.queries.iter().enumerate() {
         let label = if s.uses_queries_key {
@@ -53,7 +58,7 @@ pub(crate) fn compile(
             "query".to_string()
         };
         let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
-        let prefix = version.prefix(&format!("{}|{k}", s.name));
+        let prefix = version.prefix(&format!("{}|{k}", s.name), &fingerprint);
         query(&ctx, s, k, global_with, prefix, &mut out)?;
     }
     Ok(out)
