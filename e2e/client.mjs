@@ -329,6 +329,14 @@ async function command(cmd) {
   switch (cmd.cmd) {
     case 'dump':
       return snapshot();
+    case 'bucket_ops':
+      // Per bucket, what the client downloaded into it (the SDK's own bookkeeping): a
+      // data line received for a bucket moves its last op.
+      return {
+        buckets: await db.getAll(
+          "SELECT name, last_op, op_checksum, add_checksum FROM ps_buckets WHERE name != '$local' ORDER BY name"
+        )
+      };
     case 'status':
       return { status: statusJson(), credentials_fetched: credentials.count(), upload_queue: (await db.getUploadQueueStats()).count };
     case 'wait_rows': {

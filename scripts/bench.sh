@@ -10,7 +10,8 @@
 #   PSM_BENCH_GATES=1                 correctness gates (scripts/bench_gates.py); 0 skips
 #   PSM_BENCH_PROFILE=<file>          perf record of the worker to readiness
 #   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
-#   PSM_BENCH_DEPLOY=1                at the end, time a rules deploy (scripts/bench_deploy.py)
+#   PSM_BENCH_DEPLOY=1                at the end, time two rules deploys (scripts/bench_deploy.py):
+#                                     one adding a stream, one renaming tasks_dashboard
 #   PSM_BENCH_MIGRATION=1             then ALTER TABLE tasks ADD COLUMN (a column the rules do
 #                                     not read) under a connected client, and time the next
 #                                     PSM_BENCH_COMMITS commits (scripts/bench_stream.py)
@@ -264,10 +265,13 @@ fi
 
 deploy='{}'
 if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
-  log "timing a rules deploy (every bucket rebuilt under the next generation)"
-  deploy="$(python3 "$root/scripts/bench_deploy.py" "$work/config.yaml" "$work/rules-deploy.yaml" \
-    "$store_dir" "$worker" -- "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" \
-    -U postgres -d postgres)"
+  for mode in add rename; do
+    log "timing a rules deploy ($mode)"
+    one="$(python3 "$root/scripts/bench_deploy.py" "$mode" "$work/config.yaml" \
+      "$work/rules-deploy-$mode.yaml" "$store_dir" "$worker" -- "$bin/psql" -X -q -A -t \
+      -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres)"
+    deploy="$(python3 -c 'import json,sys; print(json.dumps({**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}))' "$deploy" "$one")"
+  done
 fi
 
 python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" <<PY

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Times a rules deploy on a running sync replica (called by scripts/bench.sh).
 
-usage: bench_deploy.py CONFIG RULES_OUT STORE_DIR WORKER_PID -- PSQL_COMMAND...
+usage: bench_deploy.py MODE CONFIG RULES_OUT STORE_DIR WORKER_PID -- PSQL_COMMAND...
 
-Writes the fixture's streams with `tasks_dashboard` renamed (a stream removed, one
-added: every bucket is rebuilt under the next generation) to RULES_OUT, points the
+Both modes deploy inside the served store (docs/operations.md 3.4). MODE `add`: the
+fixture's streams and one more, `my_access` (not subscribed by default), reading only
+`user_project_access`: no bucket of the fixture's streams changes, only that table is
+copied again. MODE `rename`: the fixture's streams with `tasks_dashboard` renamed (a stream
+removed, one added: `tasks` is copied again, every row gets a PUT in the new stream's
+bucket and a REMOVE in the old one's). Writes the rules to RULES_OUT, points the
 configuration file's `sync_config.path` at it, calls powersync_mdbx.reload() and polls
-status() every 0.2 s until the next generation is served. Prints one JSON object: the
-deploy's seconds (reload to switch), the worker CPU it took, the storage directory's
-peak and final allocated bytes and the peak bytes the new generation held beside the
-served one.
+status() every 0.2 s until the new rules are served. Prints one JSON object, keys
+prefixed `deploy_<mode>_`: the deploy's seconds (reload to switch), the worker CPU it took,
+the ops the store gained, and the storage directory's allocated bytes before, at the peak
+and after.
 """
 
 import json
@@ -43,18 +47,30 @@ def worker_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+ADDED_STREAM = """  my_access:
+    query: SELECT * FROM user_project_access WHERE user_id = auth.user_id()
+"""
+
+
 def main():
     split = sys.argv.index("--")
-    config, rules_out, store_dir, pid = sys.argv[1:split]
+    mode, config, rules_out, store_dir, pid = sys.argv[1:split]
     psql = sys.argv[split + 1:]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rules = open(os.path.join(root, "fixture", "sync-config.yaml")).read()
-    open(rules_out, "w").write(rules.replace("tasks_dashboard:", "tasks_board:"))
+    if mode == "add":
+        rules = rules.rstrip("\n") + "\n" + ADDED_STREAM
+    elif mode == "rename":
+        rules = rules.replace("tasks_dashboard:", "tasks_board:")
+    else:
+        sys.exit(f"unknown mode {mode}")
+    open(rules_out, "w").write(rules)
     text = open(config).read()
     open(config, "w").write(re.sub(r"(sync_config:\n  path: ).*", r"\g<1>" + rules_out, text))
 
     before = status(psql)
-    generation = before["generation"]
+    served_hash = before["rules_hash"]
+    ops_before = (before.get("replication") or {}).get("last_op_id") or 0
     bytes_before = allocated(store_dir)
     cpu0 = worker_cpu(pid)
     started = time.monotonic()
@@ -63,40 +79,32 @@ def main():
     outcome = json.loads(reload)
     if outcome.get("outcome") != "deploying_rules":
         sys.exit(f"reload did not start a deploy: {outcome}")
-    peak_dir, peak_build = allocated(store_dir), 0
+    peak_dir = allocated(store_dir)
     while True:
         s = status(psql)
         peak_dir = max(peak_dir, allocated(store_dir))
         deploy = s.get("deploy") or {}
-        peak_build = max(peak_build, deploy.get("file_bytes", 0))
         if deploy.get("phase") == "failed":
             sys.exit(f"the deploy failed: {deploy}")
-        if s.get("generation") == generation + 1:
+        if s.get("rules_hash") != served_hash and not s.get("deploy"):
             break
         if time.monotonic() - started > 3600:
             sys.exit(f"no switch within an hour: {s}")
         time.sleep(0.2)
     seconds = time.monotonic() - started
     cpu = worker_cpu(pid) - cpu0
-    # The retired generation's files go once no stream reads it: wait until only the
-    # new generation's directory holds a store.
-    served = f"g{generation + 1}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        os.path.exists(os.path.join(store_dir, "mdbx.dat"))
-        or any(re.fullmatch(r"g\d+", n) and n != served for n in os.listdir(store_dir))
-    ):
-        time.sleep(0.2)
-    print(json.dumps({
-        "deploy_seconds": round(seconds, 3),
-        "deploy_switch_seconds": round(s["last_deploy"]["seconds"], 3),
-        "deploy_rows": s["last_deploy"]["rows"],
-        "deploy_worker_cpu_seconds": round(cpu, 3),
-        "deploy_storage_bytes_before": bytes_before,
-        "deploy_peak_storage_bytes": peak_dir,
-        "deploy_peak_build_file_bytes": peak_build,
-        "deploy_storage_bytes_after": allocated(store_dir),
-    }))
+    after = status(psql)
+    ops_after = (after.get("replication") or {}).get("last_op_id") or 0
+    out = {
+        "seconds": round(seconds, 3),
+        "switch_seconds": round(s["last_deploy"]["seconds"], 3),
+        "worker_cpu_seconds": round(cpu, 3),
+        "ops_written": int(ops_after) - int(ops_before),
+        "storage_bytes_before": bytes_before,
+        "peak_storage_bytes": peak_dir,
+        "storage_bytes_after": allocated(store_dir),
+    }
+    print(json.dumps({f"deploy_{mode}_{k}": v for k, v in out.items()}))
 
 
 if __name__ == "__main__":

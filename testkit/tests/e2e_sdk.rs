@@ -156,15 +156,13 @@ impl Rig {
         serde_json::from_str(&self.replica.sql("SELECT powersync_mdbx.reload()")).unwrap()
     }
 
-    /// Waits until the worker serves bucket generation `generation` or a later one (a
-    /// build interrupted before it recorded its rules is started again under the next
-    /// number); returns the generation served.
-    fn wait_generation(&self, generation: u64) -> u64 {
-        self.replica
-            .wait_worker(&format!("generation {generation} served"), |s| {
-                let served = s["generation"].as_u64()?;
-                (served >= generation && s["phase"] == "streaming").then_some(served)
-            })
+    /// Waits until the worker serves `rules` with no deploy in progress.
+    fn wait_rules(&self, rules: &str) {
+        let hash = rules::SyncRules::parse(rules).unwrap().content_hash_hex();
+        self.replica.wait_worker("the deployed rules served", |s| {
+            (s["rules_hash"] == hash.as_str() && s["deploy"].is_null() && s["phase"] == "streaming")
+                .then_some(())
+        })
     }
 
     /// The projects the user's access rows name: one parameter bucket each.
@@ -760,12 +758,14 @@ fn deploys_with_the_client_connected(
         "id, org_id, project_id, title, status, priority, assignee_id, story_points, updated_at";
     rig.primary
         .sql("UPDATE tasks SET status = 'done' WHERE id = 'task-e2e-after-truncate'");
-    let mut generation = rig.status()["generation"].as_u64().unwrap();
+    // Deploys happen inside the served store: its generation and slot stay.
+    let generation = rig.status()["generation"].as_u64().unwrap();
 
     // A changed filter (and a stream removed: tasks_dashboard).
-    let result = rig.deploy(&streams_rules("status != 'done'", ALL, false));
+    let rules = streams_rules("status != 'done'", ALL, false);
+    let result = rig.deploy(&rules);
     assert_eq!(result["outcome"], "deploying_rules", "{result}");
-    generation = rig.wait_generation(generation + 1);
+    rig.wait_rules(&rules);
     expect_rows(
         rig,
         client,
@@ -776,10 +776,37 @@ fn deploys_with_the_client_connected(
     step("deploy: a changed filter");
 
     // An added stream.
-    rig.deploy(&streams_rules("status != 'done'", ALL, true));
-    generation = rig.wait_generation(generation + 1);
+    let rules = streams_rules("status != 'done'", ALL, true);
+    rig.deploy(&rules);
+    rig.wait_rules(&rules);
     expect_rows(rig, client, "true", "summary", "an added stream");
     step("deploy: an added stream");
+
+    // A stream added without auto_subscribe: `tasks` is copied again for it, and the
+    // client, which does not subscribe to it, downloads nothing: every bucket it holds
+    // keeps its last op and checksums.
+    let before = client.send(&json!({"cmd": "bucket_ops"}));
+    assert!(
+        before["buckets"].as_array().is_some_and(|b| !b.is_empty()),
+        "{before}"
+    );
+    let rules = streams_rules("status != 'done'", ALL, true)
+        + "  task_by_id:\n    query: SELECT * FROM tasks WHERE id = subscription.parameter('id')\n";
+    rig.deploy(&rules);
+    rig.wait_rules(&rules);
+    expect_rows(
+        rig,
+        client,
+        "true",
+        "summary",
+        "a stream added without auto_subscribe",
+    );
+    let after = client.send(&json!({"cmd": "bucket_ops"}));
+    assert_eq!(
+        after["buckets"], before["buckets"],
+        "no data reached the client's buckets"
+    );
+    step("deploy: a stream added without auto_subscribe, no data sent");
 
     // Invalid rules: rejected, the served generation stays and follows the primary.
     let result = rig.deploy("config:\n  edition: 3\nstreams:\n  broken:\n    query: SELECT FROM\n");
@@ -801,13 +828,16 @@ fn deploys_with_the_client_connected(
     assert_no_warnings(&dump, "the rules deploys");
     step("deploy: invalid rules rejected");
 
-    // A changed column list, with the worker killed while it builds: the restarted worker
-    // serves the previous generation from its own stored rules and resumes the build.
-    rig.deploy(&streams_rules("true", NO_SUMMARY, false));
+    // A changed column list, with the worker killed during the deploy: the restarted
+    // worker resumes the deploy its store records (or, killed before it was recorded,
+    // starts it again).
+    let rules = streams_rules("true", NO_SUMMARY, false);
+    rig.deploy(&rules);
     rig.replica.sql(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'powersync_mdbx'",
     );
-    generation = rig.wait_generation(generation + 1);
+    rig.wait_rules(&rules);
+    assert_eq!(rig.status()["generation"], generation);
     expect_rows(
         rig,
         client,
@@ -817,14 +847,17 @@ fn deploys_with_the_client_connected(
     );
     let status = rig.status();
     assert!(status["deploy"].is_null(), "{status}");
-    let slots = rig
-        .primary
-        .sql("SELECT string_agg(slot_name, ',') FROM pg_replication_slots");
-    assert_eq!(
-        slots.trim(),
-        format!("powersync_mdbx_g{generation}"),
-        "old slots are dropped"
-    );
+    // The killed worker's temporary re-copy slot goes with its connection.
+    testkit::wait_for("only the served slot to remain", || {
+        let slots = rig
+            .primary
+            .sql("SELECT string_agg(slot_name, ',') FROM pg_replication_slots");
+        if slots.trim() == "powersync_mdbx" {
+            Ok(())
+        } else {
+            Err(slots)
+        }
+    });
     // While the killed worker restarts the client cannot connect, then is told to retry
     // until the restarted engine has checked its store and slot (503 PSYNC_S2302);
     // nothing else may show.

@@ -11,6 +11,7 @@
 //! left behind at start (`recovery`).
 
 mod build;
+mod in_place;
 mod recovery;
 mod retire;
 mod switch;
@@ -43,6 +44,8 @@ pub(super) struct Generations {
     /// The served generation.
     pub active: Generation,
     build: Option<Build>,
+    /// A deploy inside the served store (see `in_place`).
+    in_place: Option<in_place::InPlace>,
     /// Generations being retired in the background.
     retiring: JoinSet<()>,
 }
@@ -101,8 +104,10 @@ impl Generations {
             write_checkpoint_max_age,
             active,
             build: None,
+            in_place: None,
             retiring: JoinSet::new(),
         };
+        generations.resume_recorded_deploy(config_rules).await?;
         generations.sort_out_others(config_rules).await?;
         Ok(generations)
     }
@@ -111,6 +116,12 @@ impl Generations {
     /// ended, or the build reached the primary's position (then call [`Self::switch`])
     /// or failed. Cancel-safe: the build keeps the progress made towards it.
     pub async fn next_event(&mut self) -> GenerationEvent {
+        let watch = self.in_place.is_some().then(|| {
+            (
+                self.active.stream_progress.clone(),
+                self.active.checkpoints(),
+            )
+        });
         let Self {
             active,
             build,
@@ -121,7 +132,40 @@ impl Generations {
         tokio::select! {
             ended = active.replication_ended(), if replicating => GenerationEvent::ServedStopped(ended),
             ready = build_ready(build, head) => GenerationEvent::BuildReady(ready),
+            () = in_place::in_place_ready(watch) => GenerationEvent::InPlaceReady,
         }
+    }
+
+    /// A deploy the served store records (the worker stopped during it): resumed when the
+    /// configuration still holds its rules, abandoned otherwise.
+    async fn resume_recorded_deploy(&mut self, config_rules: &str) -> Result<(), EngineError> {
+        let store = self.active.store.clone();
+        let recorded = blocking_replication(move || {
+            store.read(|view| Ok(replication::deploy_in_progress(view)))?
+        })
+        .await?;
+        let Some(text) = recorded else {
+            return Ok(());
+        };
+        match self.in_place_rules(&text).filter(|_| text == config_rules) {
+            Some((next, both)) => {
+                tracing::info!("resuming the rules deploy in the served store");
+                let marked = self
+                    .active
+                    .store
+                    .read(|view| Ok(replication::BootstrapIntent::load(view)))??
+                    .map_or(0, |i| i.tables.iter().filter(|t| t.recopy).count() as u64);
+                let status = self.deploy_status_for(&next, marked);
+                self.status.update(|s| s.deploy = Some(status));
+                self.resume_in_place(Arc::new(next), Arc::new(both), marked);
+            }
+            None => {
+                tracing::info!("abandoning a rules deploy the configuration no longer asks for");
+                let store = self.active.store.clone();
+                blocking_replication(move || replication::abandon_deploy(&store)).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Stops every generation's replication (engine shutdown). Retirements in progress
@@ -141,6 +185,9 @@ pub(super) enum GenerationEvent {
     ServedStopped(Result<(), EngineError>),
     /// The build reached the primary's position (`Ok`), or failed.
     BuildReady(Result<(), EngineError>),
+    /// A deploy inside the served store merged every table it marked: switch the
+    /// endpoints ([`Generations::finish_in_place`]).
+    InPlaceReady,
 }
 
 /// Resolves once `build` has reached the primary's position, or with the error that
@@ -150,6 +197,16 @@ async fn build_ready(build: &mut Option<Build>, head: &PrimaryHead) -> Result<()
         return std::future::pending().await;
     };
     build.caught_up(head).await
+}
+
+/// Runs store work of the replication crate on a blocking thread.
+async fn blocking_replication<R: Send + 'static>(
+    work: impl FnOnce() -> Result<R, replication::ReplicationError> + Send + 'static,
+) -> Result<R, EngineError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| EngineError::Thread(std::io::Error::other(e)))?
+        .map_err(EngineError::Replication)
 }
 
 /// Runs filesystem work on a blocking thread.

@@ -89,6 +89,9 @@ pub(super) struct Generation {
     pub number: u64,
     pub store: Arc<Store>,
     pub rules: Arc<SyncRules>,
+    /// What its stream evaluates when that is not `rules`: during a deploy inside its
+    /// store, the served rules and the deployed ones together.
+    pub stream_rules: Option<Arc<SyncRules>>,
     pub plan: SourcePlan,
     pub progress: Arc<Progress>,
     pub stream_progress: Arc<StreamProgress>,
@@ -128,6 +131,7 @@ impl Generation {
             number,
             store,
             rules,
+            stream_rules: None,
             plan: SourcePlan { connection, slot },
             progress: Arc::new(Progress::default()),
             stream_progress: Arc::new(StreamProgress::default()),
@@ -182,7 +186,7 @@ impl Generation {
     pub fn start(&mut self, status: Arc<StatusCell>) {
         self.stop.send_replace(false);
         let context = StreamContext {
-            rules: self.rules.clone(),
+            rules: self.stream_rules.as_ref().unwrap_or(&self.rules).clone(),
             store: self.store.clone(),
             published: self.published.clone(),
             progress: self.stream_progress.clone(),

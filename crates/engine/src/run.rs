@@ -208,6 +208,7 @@ async fn serve_generations(
                 GenerationEvent::ServedStopped(Err(e)) => break Err(e),
                 GenerationEvent::BuildReady(Ok(())) => generations.switch(&sync).await,
                 GenerationEvent::BuildReady(Err(e)) => generations.fail_build(&e),
+                GenerationEvent::InPlaceReady => generations.finish_in_place(&sync).await,
             },
             changed = rules.changed() => {
                 if changed.is_err() {

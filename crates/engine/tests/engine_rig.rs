@@ -186,15 +186,24 @@ pub fn base64_url(bytes: &[u8]) -> String {
 
 /// An HS256 token for `sub`, valid for `lifetime` seconds (negative: expired).
 pub fn token(sub: &str, lifetime: i64) -> String {
+    token_with_claims(&[("sub", sub)], lifetime)
+}
+
+/// A token with text `claims` besides the audience and times.
+pub fn token_with_claims(claims: &[(&str, &str)], lifetime: i64) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64;
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     header.kid = Some("k1".into());
+    let mut body = json!({"aud": AUDIENCE, "iat": now, "exp": now + lifetime});
+    for (claim, value) in claims {
+        body[*claim] = json!(value);
+    }
     jsonwebtoken::encode(
         &header,
-        &json!({"sub": sub, "aud": AUDIENCE, "iat": now, "exp": now + lifetime}),
+        &body,
         &jsonwebtoken::EncodingKey::from_secret(SECRET),
     )
     .unwrap()

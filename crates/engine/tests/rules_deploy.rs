@@ -1,15 +1,17 @@
 //! Live tests of rules deploys: the engine in-process against a real primary, a client
-//! connected throughout. Changed rules are built into a new generation beside the served
-//! one while it keeps serving and following the primary; the client moves over through a
-//! `checkpoint_diff` and ends holding exactly the new rules' rows; the old generation's
-//! slot and files go. Invalid rules change nothing; a crash during the build recovers.
+//! connected throughout. Changed rules are deployed inside the served store (the tables
+//! they read differently copied again) while it keeps serving and following the primary;
+//! the client moves over through a `checkpoint_diff`, downloads again only the buckets of
+//! definitions that changed, and ends holding exactly the new rules' rows. A change of
+//! edition builds a new generation beside the served one, whose slot and files then go.
+//! Invalid rules change nothing; a crash during a deploy recovers.
 use crate::engine_rig;
 use crate::sync_client;
 
 use std::collections::BTreeMap;
 use testkit::Waiting;
 
-use engine_rig::{token, EngineRig};
+use engine_rig::{token, token_with_claims, EngineRig};
 use serde_json::Value;
 use status::Phase;
 use sync_client::{post, Client, Lines};
@@ -47,8 +49,27 @@ bucket_definitions:
       - SELECT id, body FROM notes WHERE owner = bucket.owner
 ";
 
-/// Only the notes.
+/// V2 and a definition whose buckets the client does not get (its token has no team).
 const RULES_V3: &str = "
+bucket_definitions:
+  mine:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT id, n FROM items WHERE owner = bucket.owner AND kind = 'a'
+  my_notes:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT id, body FROM notes WHERE owner = bucket.owner
+  by_team:
+    parameters: SELECT request.jwt() ->> 'team' AS kind WHERE request.jwt() ->> 'team' IS NOT NULL
+    data:
+      - SELECT id FROM items WHERE kind = bucket.kind
+";
+
+/// Only the notes, under edition 2: every definition changes, so a new generation is built.
+const RULES_V4: &str = "
+config:
+  edition: 2
 bucket_definitions:
   my_notes:
     parameters: SELECT request.user_id() AS owner
@@ -79,11 +100,13 @@ fn until_buckets(
 
 /// The client's bucket names without their tags (`mine["u1"]`), sorted.
 fn untagged(client: &Client) -> Vec<&str> {
-    client
+    let mut names: Vec<&str> = client
         .announced
         .keys()
         .map(|b| b.split_once('#').map_or(b.as_str(), |(_, rest)| rest))
-        .collect()
+        .collect();
+    names.sort();
+    names
 }
 
 /// The rows the client holds in every bucket, by id (data JSON).
@@ -132,6 +155,10 @@ fn store_entries(rig: &EngineRig) -> Vec<String> {
     names
 }
 
+fn rules_hash(text: &str) -> String {
+    rules::SyncRules::parse(text).unwrap().content_hash_hex()
+}
+
 #[test]
 fn a_connected_client_moves_to_each_deployed_generation() {
     let mut rig = EngineRig::start(SCHEMA, RULES_V1, SLOT);
@@ -147,8 +174,9 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         )
     );
 
-    // Deploy v2 while the primary keeps changing: the served generation follows. `mine`
-    // changed: its bucket has a new name, the old one is removed.
+    // Deploy v2 while the primary keeps changing: inside the served store, which keeps
+    // following the primary. `mine` changed: its bucket has a new name, the old one is
+    // removed; `my_notes` is new.
     rig.deploy_rules(RULES_V2);
     rig.primary.sql(
         "UPDATE items SET kind = 'a' WHERE id IN ('i2', 'i4');
@@ -161,10 +189,13 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         &[r#"mine["u1"]"#, r#"my_notes["u1"]"#],
         &v1_names,
     );
+    wait_for(&rig, "the deploy to end", || {
+        rig.status.snapshot().rules_hash == Some(rules_hash(RULES_V2))
+    });
     let status = rig.status.snapshot();
-    assert_eq!(status.generation, Some(2), "{status:?}");
+    assert_eq!(status.generation, Some(1), "{status:?}");
     assert!(status.deploy.is_none(), "{status:?}");
-    assert_eq!(status.last_deploy.as_ref().unwrap().generation, 2);
+    assert_eq!(status.last_deploy.as_ref().unwrap().generation, 1);
     assert!(status.ready);
     let mut want = expected(
         &rig,
@@ -176,14 +207,15 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     ));
     assert!(want.contains_key("n-new") && want.contains_key("i2"));
     assert_eq!(held(&client), want);
-    // The old generation's slot and files go once nobody reads them (its data file
-    // first, then its lock file).
-    wait_for(&rig, "the old slot and store to go", || {
-        slots(&rig) == vec![format!("{SLOT}_g2")]
-            && store_entries(&rig) == vec!["active", "g2", "generation"]
+    // No new generation: the re-copies' temporary slots are gone, the store is the one.
+    wait_for(&rig, "only the served slot to remain", || {
+        slots(&rig) == vec![SLOT.to_owned()]
     });
+    assert!(!store_entries(&rig)
+        .iter()
+        .any(|e| e.starts_with('g') && e != "generation"));
 
-    // The new generation follows the primary.
+    // The deployed rules are followed.
     rig.primary.sql(
         "INSERT INTO items VALUES ('i-late', 'u1', 'a', 7); DELETE FROM notes WHERE id = 'n1';",
     );
@@ -193,7 +225,49 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         rows.contains_key("i-late") && !rows.contains_key("n1")
     });
 
-    // Invalid rules change nothing: the error shows, v2 keeps serving.
+    // A deploy that only adds a definition this client does not get: `items` is copied
+    // again for it, and the client, connected throughout, receives no data line and keeps
+    // its bucket names, positions and checksums (checked at every checkpoint_complete).
+    let v2_names = client.announced.clone();
+    rig.deploy_rules(RULES_V3);
+    wait_for(&rig, "the deploy of v3 to switch", || {
+        rig.status.snapshot().rules_hash == Some(rules_hash(RULES_V3))
+    });
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('n-after-v3', 'u1', 'x');");
+    let mut data_lines = 0;
+    let mut waiting = Waiting::new("a write after the deploy of v3");
+    while !held(&client).contains_key("n-after-v3") {
+        waiting.progress(rig.progress());
+        let batch = lines.until_complete();
+        data_lines += batch.iter().filter(|l| l.get("data").is_some()).count();
+        client.apply(&batch);
+        assert!(
+            client.announced.keys().eq(v2_names.keys()),
+            "the buckets stay as they were"
+        );
+    }
+    assert_eq!(
+        data_lines, 1,
+        "only the write after the deploy reached the client"
+    );
+    let (fresh, _fresh_lines) = connect(&rig, &t);
+    assert_eq!(fresh.announced, client.announced);
+    assert_eq!(held(&fresh), held(&client));
+    let team = token_with_claims(&[("sub", "u9"), ("team", "a")], 3600);
+    let (by_team, _team_lines) = connect(&rig, &team);
+    let team_bucket = by_team.named(r#"by_team["a"]"#).unwrap();
+    let team_rows: BTreeMap<String, Value> = by_team
+        .rows(&team_bucket)
+        .into_iter()
+        .map(|(id, data)| (id, serde_json::from_str(&data).unwrap()))
+        .collect();
+    assert_eq!(
+        team_rows,
+        expected(&rig, "SELECT id FROM items WHERE kind = 'a'")
+    );
+
+    // Invalid rules change nothing: the error shows, v3 keeps serving.
     rig.deploy_rules("bucket_definitions:\n  b:\n    data: [SELECT FROM]\n");
     wait_for(&rig, "the rules error", || {
         rig.status
@@ -202,7 +276,7 @@ fn a_connected_client_moves_to_each_deployed_generation() {
             .is_some_and(|e| e.code == "PSM_C1010")
     });
     let status = rig.status.snapshot();
-    assert_eq!(status.generation, Some(2));
+    assert_eq!(status.rules_hash, Some(rules_hash(RULES_V3)));
     assert!(status.deploy.is_none() && status.ready);
     rig.primary
         .sql("INSERT INTO notes VALUES ('n-after-invalid', 'u1', 'x');");
@@ -211,15 +285,16 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         held(&client).contains_key("n-after-invalid")
     });
 
-    // A crash during the build of v3: the restarted engine serves v2 from its own stored
-    // rules, resumes the build (the same generation) and switches. A long transaction on
-    // the primary holds the build while it creates its slot (its bootstrap record is
-    // written by then), so the crash comes at that step every run.
+    // A change of edition renames every bucket: a new generation is built beside the
+    // served one. A crash during its build: the restarted engine serves v3 from its own
+    // stored rules, resumes the build (the same generation) and switches. A long
+    // transaction on the primary holds the build while it creates its slot (its bootstrap
+    // record is written by then), so the crash comes at that step every run.
     let long_transaction = rig.primary.hold_transaction("SELECT pg_current_xact_id()");
-    rig.deploy_rules(RULES_V3);
-    let slot_g3 = format!("{SLOT}_g3");
+    rig.deploy_rules(RULES_V4);
+    let slot_g2 = format!("{SLOT}_g2");
     wait_for(&rig, "the build to create its slot", || {
-        rig.status.snapshot().deploy.is_some() && slots(&rig).contains(&slot_g3)
+        rig.status.snapshot().deploy.is_some() && slots(&rig).contains(&slot_g2)
     });
     rig.stop();
     drop(lines);
@@ -228,26 +303,94 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     long_transaction.commit();
     wait_for(&rig, "the interrupted slot creation to end", || {
         rig.primary.sql(&format!(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot_g3}' AND active"
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot_g2}' AND active"
         )) == "0"
     });
-    rig.start_with_rules(RULES_V3);
+    rig.start_with_rules(RULES_V4);
     rig.wait_phase(Phase::Streaming);
     wait_for(&rig, "the resumed deploy to switch", || {
-        rig.status.snapshot().generation == Some(3)
+        rig.status.snapshot().generation == Some(2)
     });
     let (fresh, _lines) = connect(&rig, &t);
     assert_eq!(untagged(&fresh), vec![r#"my_notes["u1"]"#]);
-    assert!(!client
-        .announced
-        .contains_key(fresh.announced.keys().next().unwrap()));
+    assert!(!v2_names.contains_key(fresh.announced.keys().next().unwrap()));
     assert_eq!(
         held(&fresh),
         expected(&rig, "SELECT id, owner, body FROM notes WHERE owner = 'u1'")
     );
-    wait_for(&rig, "only the v3 slot to remain", || {
-        slots(&rig) == vec![format!("{SLOT}_g3")] && !rig.storage_dir().join("g2").exists()
+    wait_for(
+        &rig,
+        "only the new generation's slot and store to remain",
+        || {
+            slots(&rig) == vec![slot_g2.clone()]
+                && store_entries(&rig) == vec!["active", "g2", "generation"]
+        },
+    );
+}
+
+#[test]
+fn a_deploy_in_the_served_store_interrupted_by_a_stop_is_resumed_or_abandoned() {
+    let mut rig = EngineRig::start(SCHEMA, RULES_V1, "psm_deploy_resume");
+    let t = token("u1", 3600);
+    // A long transaction holds the deploy's re-copies (their temporary slots wait for
+    // it), so the stop comes while the deploy is recorded and unfinished.
+    let stop_during = |rig: &mut EngineRig, rules: &str| {
+        let long_transaction = rig.primary.hold_transaction("SELECT pg_current_xact_id()");
+        rig.deploy_rules(rules);
+        wait_for(rig, "the deploy to be under way", || {
+            rig.status
+                .snapshot()
+                .deploy
+                .is_some_and(|d| d.in_place && d.tables_done < d.tables_total)
+        });
+        rig.stop();
+        long_transaction.commit();
+    };
+
+    // Started again with the same rules: the deploy its store records goes on.
+    stop_during(&mut rig, RULES_V2);
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('n-while-stopped', 'u1', 'x');");
+    rig.start_with_rules(RULES_V2);
+    wait_for(&rig, "the resumed deploy to end", || {
+        let s = rig.status.snapshot();
+        s.rules_hash == Some(rules_hash(RULES_V2)) && s.deploy.is_none()
     });
+    let (client, _lines) = connect(&rig, &t);
+    assert_eq!(
+        untagged(&client),
+        vec![r#"mine["u1"]"#, r#"my_notes["u1"]"#]
+    );
+    let mut want = expected(
+        &rig,
+        "SELECT id, n FROM items WHERE owner = 'u1' AND kind = 'a'",
+    );
+    want.extend(expected(
+        &rig,
+        "SELECT id, body FROM notes WHERE owner = 'u1'",
+    ));
+    assert!(want.contains_key("n-while-stopped"));
+    assert_eq!(held(&client), want);
+    assert_eq!(rig.status.snapshot().generation, Some(1));
+
+    // Started again with the served rules: the deploy is abandoned, they keep serving
+    // (the tables it marked are copied again under them: nothing changes for a client).
+    stop_during(&mut rig, RULES_V3);
+    rig.start_with_rules(RULES_V2);
+    rig.wait_phase(Phase::Streaming);
+    wait_for(&rig, "the abandoned deploy's re-copies to end", || {
+        let s = rig.status.snapshot();
+        s.deploy.is_none()
+            && s.replication
+                .is_some_and(|r| r.recopying == 0 && r.last_op_id > 0)
+    });
+    assert_eq!(rig.status.snapshot().rules_hash, Some(rules_hash(RULES_V2)));
+    let (after, _lines) = connect(&rig, &t);
+    assert_eq!(
+        after.announced.keys().collect::<Vec<_>>(),
+        client.announced.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(held(&after), want);
 }
 
 #[test]

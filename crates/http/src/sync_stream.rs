@@ -280,7 +280,9 @@ impl Stream {
     /// `checkpoint_diff` that removes the old generation's buckets and adds the new ones
     /// (spec §7.6), and the client keeps its data until that checkpoint completes.
     fn follow(&mut self, served: Arc<service::Served>) {
-        if served.generation != self.served.generation {
+        if served.generation != self.served.generation
+            || !Arc::ptr_eq(&served.rules, &self.served.rules)
+        {
             if let Some(producer) = self.producer.as_mut() {
                 producer.session.switch_rules(served.rules.clone());
             }

@@ -393,14 +393,16 @@ impl Applier {
             .ops
             .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
         self.durable = checkpoint;
+        // Counted before the checkpoint is sent: whoever wakes on it reads this commit's
+        // (a deploy waits for its re-copies so).
+        self.progress.recopying.store(
+            self.merges.len() as u64,
+            std::sync::atomic::Ordering::Release,
+        );
         self.published.send_replace(checkpoint);
         self.feedback.update_flushed_lsn(checkpoint.lsn);
         self.feedback.update_applied_lsn(checkpoint.lsn);
         self.progress.pending.published(checkpoint.lsn);
-        self.progress.recopying.store(
-            self.merges.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
         self.progress.tables_gone.store(
             self.tables.iter().filter(|t| t.gone).count() as u64,
             std::sync::atomic::Ordering::Relaxed,

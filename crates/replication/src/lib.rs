@@ -6,6 +6,7 @@
 mod apply;
 mod bootstrap;
 mod catalog;
+mod deploy;
 mod error;
 mod expiry;
 #[doc(hidden)]
@@ -24,6 +25,7 @@ mod toast;
 
 pub use apply::StreamProgress;
 pub use bootstrap::{bootstrap, bootstrap_with, BootstrapOutcome, SourcePlan, Start};
+pub use deploy::{abandon_deploy, begin_deploy, deploy_in_progress, finish_deploy};
 pub use error::ReplicationError;
 pub use expiry::WRITE_CHECKPOINT_MAX_AGE;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};

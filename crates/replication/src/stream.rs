@@ -130,7 +130,12 @@ pub async fn follow_slot(
             checkpoints: context.published.subscribe(),
         },
     );
-    // Tables whose re-copy a restart interrupted copy again from the start.
+    // Tables whose re-copy a restart interrupted copy again from the start, as do those a
+    // rules deploy marked.
+    let deploying = context
+        .store
+        .read(|view| Ok(super::deploy::deploy_in_progress(view)))??
+        .is_some();
     let mut merges = HashMap::new();
     for (index, table) in intent.tables.iter().enumerate() {
         if table.recopy {
@@ -139,7 +144,11 @@ pub async fn follow_slot(
                 index,
                 super::merge::Merge::rekeying(
                     table.rekey_from.clone(),
-                    "a restart interrupted its re-copy".into(),
+                    if deploying {
+                        super::deploy::RECOPY_REASON.into()
+                    } else {
+                        "a restart interrupted its re-copy".into()
+                    },
                     context.store.file_bytes(),
                 ),
             );

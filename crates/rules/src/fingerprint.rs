@@ -85,3 +85,20 @@ pub(crate) fn of_stream(
     }
     parts.done()
 }
+
+/// The fingerprint of the file's CTEs (`with:`), which streams share: the name their
+/// lookups are stored under.
+pub(crate) fn of_global_with(
+    global_with: &[(String, String)],
+    compat: Compatibility,
+) -> Fingerprint {
+    let mut parts = Parts::new("with", compat);
+    parts.list(
+        global_with
+            .iter()
+            .flat_map(|(n, q)| [n.as_str(), q.as_str()])
+            .collect::<Vec<_>>()
+            .into_iter(),
+    );
+    parts.done()
+}

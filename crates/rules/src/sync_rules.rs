@@ -177,6 +177,57 @@ impl SyncRules {
         })
     }
 
+    /// What the stream evaluates during a deploy that keeps its store: every bucket and
+    /// lookup of these rules and of `next` (a definition both hold, by fingerprint, once),
+    /// so the served buckets stay current while the new ones are filled. It serves nothing
+    /// (its request side and text are these rules'). `None` when the two differ in bucket
+    /// version or edition options (then every definition changed anyway).
+    pub fn with_rows_of(&self, next: &SyncRules) -> Option<SyncRules> {
+        let derived = matches!(self.version, BucketVersion::Derived(_));
+        if !derived || self.version != next.version || self.compat != next.compat {
+            return None;
+        }
+        let mut union = self.clone();
+        for (table, plan) in &next.plans {
+            let into = union
+                .plans
+                .entry(table.clone())
+                .or_insert_with(|| TablePlan {
+                    table: table.clone(),
+                    compat: self.compat,
+                    data: Vec::new(),
+                    lookups: Vec::new(),
+                    twins: Vec::new(),
+                });
+            for d in &plan.data {
+                if !into.data.iter().any(|x| x.prefix == d.prefix) {
+                    into.data.push(d.clone());
+                }
+            }
+            for l in &plan.lookups {
+                let same = |x: &LookupCreator| {
+                    x.source == l.source
+                        && x.branches
+                            .iter()
+                            .map(|b| &b.query_id)
+                            .eq(l.branches.iter().map(|b| &b.query_id))
+                };
+                if !into.lookups.iter().any(same) {
+                    into.lookups.push(l.clone());
+                }
+            }
+            into.find_twins();
+        }
+        for (table, readers) in &next.readers {
+            union
+                .readers
+                .entry(table.clone())
+                .or_default()
+                .extend(readers.iter().copied());
+        }
+        Some(union)
+    }
+
     /// True when `other` makes of rows of `table` exactly what these rules make of them
     /// (the same definitions and streams read it, by [`Fingerprint`]): rules compiled with
     /// the same bucket version then write the same buckets and lookups for its rows.

@@ -95,3 +95,62 @@ fn a_deploy_keeps_the_names_of_definitions_it_does_not_change() {
     let edition = compiled(&BASE.replace("edition: 2", "edition: 3"), 9);
     assert!(buckets(&edition).iter().zip(&b).all(|(x, y)| x.1 != y.1));
 }
+
+#[test]
+fn the_union_of_two_versions_evaluates_rows_into_both() {
+    let before = compiled(BASE, 3);
+    let after = compiled(
+        &BASE.replace("SELECT * FROM todos", "SELECT id, list_id FROM todos"),
+        3,
+    );
+    let union = before.with_rows_of(&after).unwrap();
+    let todo = OwnedSourceRow::new("public", "todos")
+        .column("id", ty("text"), Some("t1"))
+        .column("list_id", ty("text"), Some("l1"))
+        .column("title", ty("text"), Some("x"));
+    let names = |rules: &SyncRules| -> Vec<String> {
+        let mut b: Vec<String> = eval(rules, &todo)
+            .buckets
+            .iter()
+            .map(|b| b.bucket.clone())
+            .collect();
+        b.sort();
+        b
+    };
+    let mut both = names(&before);
+    both.extend(names(&after));
+    both.sort();
+    assert_eq!(names(&union), both);
+    assert_eq!(both.len(), 2, "{both:?}");
+    // `lists` feeds the lookups of both versions of `todos`, under different names.
+    let list = OwnedSourceRow::new("public", "lists")
+        .column("id", ty("text"), Some("l1"))
+        .column("owner_id", ty("text"), Some("u1"));
+    let keys = |rules: &SyncRules| -> Vec<String> {
+        let mut k: Vec<String> = eval(rules, &list)
+            .lookups
+            .iter()
+            .map(|l| l.key.encode())
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    };
+    let mut all = keys(&before);
+    all.extend(keys(&after));
+    all.sort();
+    all.dedup();
+    assert_eq!(keys(&union), all);
+    assert!(
+        keys(&before) != keys(&after),
+        "a changed stream's lookups are its own"
+    );
+    // Versions that differ in edition, or names carrying a generation: no union.
+    assert!(before
+        .with_rows_of(&compiled(&BASE.replace("edition: 2", "edition: 3"), 3))
+        .is_none());
+    assert!(SyncRules::parse(BASE)
+        .unwrap()
+        .with_rows_of(&SyncRules::parse(BASE).unwrap())
+        .is_none());
+}

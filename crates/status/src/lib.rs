@@ -199,6 +199,10 @@ pub struct DeployStatus {
     pub file_bytes: u64,
     /// The source LSN of its latest checkpoint, once streaming (`X/Y`).
     pub applied_lsn: Option<String>,
+    /// Deployed inside the served store (its generation, directory and slot), copying
+    /// again only the tables the new rules read differently (`tables_total` of them),
+    /// instead of a new generation with a snapshot of its own.
+    pub in_place: bool,
     /// Why it stopped, or the latest error it retries.
     pub last_error: Option<ErrorReport>,
 }

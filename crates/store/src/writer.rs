@@ -212,6 +212,15 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             .map_err(self.mdbx("write a stage record"))
     }
 
+    /// Removes an engine stage's record (nothing when there is none).
+    pub fn delete_stage_record(&self, key: &str) -> Result<(), StoreError> {
+        let key = format!("stage.{key}");
+        self.txn
+            .del(&self.tables.meta, key.as_bytes(), None)
+            .map(|_| ())
+            .map_err(self.mdbx("remove a stage record"))
+    }
+
     /// Writes the buffered ops out once there are many.
     pub(super) fn flush_if_full(&mut self) -> Result<(), StoreError> {
         if self.pending_ops >= PENDING_OPS_LIMIT {

@@ -25,6 +25,7 @@ impl Generations {
                 );
                 self.retire(build.generation);
             }
+            self.abandon_in_place().await;
             self.status.update(|s| s.deploy = None);
             return;
         }
@@ -32,6 +33,10 @@ impl Generations {
             .build
             .as_ref()
             .is_some_and(|b| b.generation.rules.text() == &*text)
+            || self
+                .in_place
+                .as_ref()
+                .is_some_and(|d| d.rules.text() == &*text)
         {
             return;
         }
@@ -50,6 +55,11 @@ impl Generations {
                 "the rules changed again; abandoning the deploy in progress"
             );
             self.retire(build.generation);
+        }
+        self.abandon_in_place().await;
+        if let Some((next, both)) = self.in_place_rules(&text) {
+            self.start_in_place(next, both).await;
+            return;
         }
         self.start_build(text, None).await;
     }
@@ -112,6 +122,7 @@ impl Generations {
                 rows: 0,
                 file_bytes: 0,
                 applied_lsn: None,
+                in_place: false,
                 last_error: None,
             });
         });
@@ -140,6 +151,7 @@ impl Generations {
 
     /// Refreshes the deploy's progress in `status()` (from the engine's heartbeat).
     pub fn report_progress(&self) {
+        self.report_in_place();
         let Some(build) = &self.build else { return };
         let g = &build.generation;
         let (rows, tables_done, copying) = (

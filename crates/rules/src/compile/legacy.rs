@@ -36,6 +36,7 @@ pub(crate) fn compile(
 ) -> Result<CompiledDefinition, RulesError> {
     let fingerprint = fingerprint::of_definition(def, compat);
     let prefix = version.prefix(&def.name, &fingerprint);
+    let lookups_as = super::lookup_source(version, &def.name, &fingerprint);
     let mut out = CompiledDefinition {
         resolvers: Vec::new(),
         data: Vec::new(),
@@ -68,7 +69,7 @@ pub(crate) fn compile(
             lookup_query(
                 &ctx,
                 &select,
-                &def.name,
+                &lookups_as,
                 &i.to_string(),
                 RequestStyle::Legacy,
             )?

@@ -112,3 +112,17 @@ pub(crate) fn from_items(ctx: &QueryCtx<'_>, select: &Select) -> Result<Vec<From
     }
     Ok(out)
 }
+
+/// The name a definition's lookups are stored under: tagged like its bucket names when
+/// names are derived (two versions of a definition, evaluated side by side during a
+/// deploy, never share lookups), its plain name otherwise (stores of earlier builds).
+pub(crate) fn lookup_source(
+    version: crate::bucket::BucketVersion,
+    name: &str,
+    fingerprint: &crate::fingerprint::Fingerprint,
+) -> String {
+    match version {
+        crate::bucket::BucketVersion::Derived(_) => version.prefix(name, fingerprint),
+        _ => name.to_owned(),
+    }
+}

@@ -45,6 +45,14 @@ pub(crate) fn compile(
     version: BucketVersion,
 ) -> Result<CompiledStream, RulesError> {
     let fingerprint = fingerprint::of_stream(s, global_with, compat);
+    let sources = LookupSources {
+        stream: super::lookup_source(version, &s.name, &fingerprint),
+        global: super::lookup_source(
+            version,
+            "$with",
+            &fingerprint::of_global_with(global_with, compat),
+        ),
+    };
     let mut out = CompiledStream {
         resolvers: Vec::new(),
         data: Vec::new(),
@@ -59,9 +67,16 @@ pub(crate) fn compile(
         };
         let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
         let prefix = version.prefix(&format!("{}|{k}", s.name), &fingerprint);
-        query(&ctx, s, k, global_with, prefix, &mut out)?;
+        query(&ctx, s, k, global_with, prefix, &sources, &mut out)?;
     }
     Ok(out)
+}
+
+/// The names a stream's lookups are stored under (see `lookup_source`): its own CTEs and
+/// subqueries, and the file's CTEs (shared by every stream that reads them).
+struct LookupSources {
+    stream: String,
+    global: String,
 }
 
 fn cte_lookup(
@@ -69,12 +84,13 @@ fn cte_lookup(
     global_with: &[(String, String)],
     name: &str,
     compat: Compatibility,
+    sources: &LookupSources,
 ) -> Option<Result<LookupQuery, RulesError>> {
     let (source, sql) = if let Some((_, q)) = s.with.iter().find(|(n, _)| n == name) {
-        (s.name.clone(), q)
+        (sources.stream.clone(), q)
     } else {
         let (_, q) = global_with.iter().find(|(n, _)| n == name)?;
-        ("$with".to_string(), q)
+        (sources.global.clone(), q)
     };
     let ctx = QueryCtx::new(KIND, &s.name, format!("with.{name}"), sql, compat);
     Some(parse_select(&ctx, sql).and_then(|sel| {
@@ -94,6 +110,7 @@ fn query(
     k: usize,
     global_with: &[(String, String)],
     prefix: String,
+    sources: &LookupSources,
     out: &mut CompiledStream,
 ) -> Result<(), RulesError> {
     let select = parse_select(ctx, ctx.sql)?;
@@ -117,7 +134,7 @@ fn query(
             ));
         }
         let name = &item.table.name;
-        let Some(q) = cte_lookup(s, global_with, name, ctx.compat) else {
+        let Some(q) = cte_lookup(s, global_with, name, ctx.compat, sources) else {
             return Err(ctx.err(
                 item.span,
                 format!("`{name}` is neither a CTE of this stream nor a global CTE; joining tables is not supported"),
@@ -220,7 +237,7 @@ fn query(
                         }
                     };
                     let id = format!("{k}.sub{}", groups.len());
-                    let q = lookup_query(ctx, sub, &s.name, &id, RequestStyle::Streams)?;
+                    let q = lookup_query(ctx, sub, &sources.stream, &id, RequestStyle::Streams)?;
                     if q.outputs.len() != 1 {
                         return Err(ctx.err(
                             *span,
