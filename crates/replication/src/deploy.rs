@@ -92,16 +92,7 @@ pub async fn begin_deploy(
     let marked = tables.iter().filter(|t| t.recopy).count();
     let text = next.text().to_owned();
     store.write(applied(store)?, move |w| {
-        let bytes = w
-            .stage_record(BootstrapIntent::KEY)?
-            .ok_or_else(|| StoreError::corrupt(w.dir(), "bootstrap record missing"))?;
-        let mut intent = BootstrapIntent::decode(&bytes)
-            .map_err(|_| StoreError::corrupt(w.dir(), "bootstrap record"))?;
-        intent.tables = tables;
-        let encoded = intent
-            .encode()
-            .map_err(|_| StoreError::corrupt(w.dir(), "bootstrap record"))?;
-        BootstrapIntent::save(&encoded, w)?;
+        rewrite_intent(w, |intent| intent.tables = tables)?;
         w.put_stage_record(KEY, text.as_bytes())
     })?;
     Ok(marked)
@@ -112,16 +103,7 @@ pub async fn begin_deploy(
 pub fn finish_deploy(store: &Store, next: &SyncRules) -> Result<(), ReplicationError> {
     let (text, hash) = (next.text().to_owned(), next.content_hash_hex());
     store.write(applied(store)?, move |w| {
-        let bytes = w
-            .stage_record(BootstrapIntent::KEY)?
-            .ok_or_else(|| StoreError::corrupt(w.dir(), "bootstrap record missing"))?;
-        let mut intent = BootstrapIntent::decode(&bytes)
-            .map_err(|_| StoreError::corrupt(w.dir(), "bootstrap record"))?;
-        intent.rules_hash = hash;
-        let encoded = intent
-            .encode()
-            .map_err(|_| StoreError::corrupt(w.dir(), "bootstrap record"))?;
-        BootstrapIntent::save(&encoded, w)?;
+        rewrite_intent(w, |intent| intent.rules_hash = hash)?;
         BootstrapIntent::save_rules_text(&text, w)?;
         w.delete_stage_record(KEY)
     })?;
@@ -134,6 +116,23 @@ pub fn finish_deploy(store: &Store, next: &SyncRules) -> Result<(), ReplicationE
 pub fn abandon_deploy(store: &Store) -> Result<(), ReplicationError> {
     store.write(applied(store)?, |w| w.delete_stage_record(KEY))?;
     Ok(())
+}
+
+/// Changes the bootstrap record in `w`'s transaction.
+fn rewrite_intent(
+    w: &store::WriteTxn<'_, '_>,
+    change: impl FnOnce(&mut BootstrapIntent),
+) -> Result<(), StoreError> {
+    let bytes = w
+        .stage_record(BootstrapIntent::KEY)?
+        .ok_or_else(|| StoreError::corrupt(w.dir(), "bootstrap record missing"))?;
+    let mut intent = BootstrapIntent::decode(&bytes)
+        .map_err(|_| StoreError::corrupt(w.dir(), "bootstrap record"))?;
+    change(&mut intent);
+    let encoded = intent
+        .encode()
+        .map_err(|_| StoreError::corrupt(w.dir(), "bootstrap record"))?;
+    BootstrapIntent::save(&encoded, w)
 }
 
 /// The position the store holds (its commits here keep it: the stream is stopped).

@@ -108,6 +108,19 @@ pub(crate) struct LookupCreator {
     pub branches: Vec<LookupBranch>,
 }
 
+impl LookupCreator {
+    /// True when `other` writes the same lookups (the same source and query ids): a
+    /// global CTE read by several streams, or a definition both rules of a deploy hold.
+    pub(crate) fn same_lookup(&self, other: &LookupCreator) -> bool {
+        self.source == other.source
+            && self
+                .branches
+                .iter()
+                .map(|b| &b.query_id)
+                .eq(other.branches.iter().map(|b| &b.query_id))
+    }
+}
+
 /// Identifies a parameter lookup: which query, and the values the row side matched.
 ///
 /// The store keys lookup entries by this (plus the source row); the request side builds the

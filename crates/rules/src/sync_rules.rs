@@ -94,12 +94,7 @@ impl SyncRules {
         };
         for d in &raw.definitions {
             let c = legacy::compile(d, compat, version)?;
-            let read = c
-                .data
-                .iter()
-                .map(|(t, _)| t)
-                .chain(c.lookups.iter().map(|(t, _)| t));
-            note_readers(c.fingerprint, read.collect());
+            note_readers(c.fingerprint, tables_read(&c.data, &c.lookups));
             data.extend(c.data);
             lookups.extend(c.lookups);
             sources.push(BucketSource {
@@ -113,12 +108,7 @@ impl SyncRules {
         }
         for s in &raw.streams {
             let c = streams::compile(s, &raw.with, compat, version)?;
-            let read = c
-                .data
-                .iter()
-                .map(|(t, _)| t)
-                .chain(c.lookups.iter().map(|(t, _)| t));
-            note_readers(c.fingerprint, read.collect());
+            note_readers(c.fingerprint, tables_read(&c.data, &c.lookups));
             data.extend(c.data);
             lookups.extend(c.lookups);
             sources.push(BucketSource {
@@ -151,14 +141,7 @@ impl SyncRules {
             let key = plan(&mut plans, &t);
             if let Some(p) = plans.get_mut(&key) {
                 // A global CTE used by several streams is materialized once.
-                let dup = p.lookups.iter().any(|x| {
-                    x.source == l.source
-                        && x.branches
-                            .iter()
-                            .map(|b| &b.query_id)
-                            .eq(l.branches.iter().map(|b| &b.query_id))
-                });
-                if !dup {
+                if !p.lookups.iter().any(|x| x.same_lookup(&l)) {
                     p.lookups.push(l);
                 }
             }
@@ -205,14 +188,7 @@ impl SyncRules {
                 }
             }
             for l in &plan.lookups {
-                let same = |x: &LookupCreator| {
-                    x.source == l.source
-                        && x.branches
-                            .iter()
-                            .map(|b| &b.query_id)
-                            .eq(l.branches.iter().map(|b| &b.query_id))
-                };
-                if !into.lookups.iter().any(same) {
+                if !into.lookups.iter().any(|x| x.same_lookup(l)) {
                     into.lookups.push(l.clone());
                 }
             }
@@ -362,4 +338,15 @@ impl SyncRules {
         }
         Ok(res)
     }
+}
+
+/// The tables a compiled definition reads (with repeats).
+fn tables_read<'a, D, L>(
+    data: &'a [(TableRef, D)],
+    lookups: &'a [(TableRef, L)],
+) -> Vec<&'a TableRef> {
+    data.iter()
+        .map(|(t, _)| t)
+        .chain(lookups.iter().map(|(t, _)| t))
+        .collect()
 }
