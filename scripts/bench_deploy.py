@@ -8,7 +8,7 @@ fixture's streams and one more, `my_access` (not subscribed by default), reading
 `user_project_access`: no bucket of the fixture's streams changes, only that table is
 copied again. MODE `rename`: the fixture's streams with `tasks_dashboard` renamed (a stream
 removed, one added: `tasks` is copied again, every row gets a PUT in the new stream's
-bucket and a REMOVE in the old one's). Writes the rules to RULES_OUT, points the
+bucket; the old one's is no longer served). Writes the rules to RULES_OUT, points the
 configuration file's `sync_config.path` at it, calls powersync_mdbx.reload() and polls
 status() every 0.2 s until the new rules are served. Prints one JSON object, keys
 prefixed `deploy_<mode>_`: the deploy's seconds (reload to switch), the worker CPU it took,

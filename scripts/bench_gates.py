@@ -26,7 +26,7 @@ from bench_stream import Psql, Stream, token
 
 TARGET_USER = "user-org-001-0001"
 OUTSIDER = "user-benchmark-no-access"
-PREFIX = "1#tasks_by_auth_project|0"
+PREFIX = "tasks_by_auth_project|0"  # without the tag (bench_stream keeps names so)
 BODY = {
     "buckets": [],
     "include_checksum": True,

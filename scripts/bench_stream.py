@@ -27,7 +27,14 @@ import time
 
 AUDIENCE = "powersync-user-value-benchmark"
 PROBE_USER = "user-benchmark-readiness-probe"
-PROBE_BUCKET = '1#tasks_by_auth_project|0["project-org-001-0001"]'
+# Buckets are kept by their names without the tag before `#` (it derives from the
+# replica's store history: docs/storage.md, "Bucket names").
+PROBE_BUCKET = 'tasks_by_auth_project|0["project-org-001-0001"]'
+
+
+def untagged(name: str) -> str:
+    """A bucket name without its tag: `by_list["l1"]` for `<tag>#by_list["l1"]`."""
+    return name.split("#", 1)[1] if "#" in name else name
 PROBE_BODY = {
     "buckets": [],
     "include_checksum": True,
@@ -88,19 +95,21 @@ class Stream:
             line = self.line()
             if "checkpoint" in line:
                 cp = line["checkpoint"]
-                self.announced = {b["bucket"]: b["checksum"] & 0xFFFFFFFF for b in cp["buckets"]}
-                self.counts = {b["bucket"]: b.get("count") for b in cp["buckets"]}
+                self.announced = {
+                    untagged(b["bucket"]): b["checksum"] & 0xFFFFFFFF for b in cp["buckets"]
+                }
+                self.counts = {untagged(b["bucket"]): b.get("count") for b in cp["buckets"]}
             elif "checkpoint_diff" in line:
                 d = line["checkpoint_diff"]
-                for b in d["updated_buckets"]:
-                    self.announced[b["bucket"]] = b["checksum"] & 0xFFFFFFFF
-                    self.counts[b["bucket"]] = b.get("count")
                 for name in d["removed_buckets"]:
-                    self.announced.pop(name, None)
-                    self.counts.pop(name, None)
+                    self.announced.pop(untagged(name), None)
+                    self.counts.pop(untagged(name), None)
+                for b in d["updated_buckets"]:
+                    self.announced[untagged(b["bucket"])] = b["checksum"] & 0xFFFFFFFF
+                    self.counts[untagged(b["bucket"])] = b.get("count")
             elif "data" in line:
                 d = line["data"]
-                bucket = d["bucket"]
+                bucket = untagged(d["bucket"])
                 rows = self.rows.setdefault(bucket, {})
                 for op in d["data"]:
                     checksum = op["checksum"] & 0xFFFFFFFF
