@@ -1,14 +1,17 @@
-//! Rules deploys: changed sync rules are built into a new generation beside the served
-//! one (its own store in `g<generation>/`, its own slot and exported snapshot), which
-//! then follows its slot until it has reached the primary's position; the engine then
-//! switches the served generation and retires the old one (slot dropped, files removed).
-//! Clients move over through an ordinary `checkpoint_diff` (bucket names carry the
-//! generation, spec §7.6). Until the switch nothing changes for them.
+//! Rules deploys. Usually inside the served store (`in_place`): the tables the new rules
+//! read differently are copied again while the stream evaluates both rules, then the
+//! endpoints switch; buckets of unchanged definitions keep their histories. When that
+//! cannot be (a store whose bucket names carry its generation, a change of edition), the
+//! rules are built into a new generation beside the served one (its own store in
+//! `g<generation>/`, its own slot and exported snapshot), which follows its slot until it
+//! has reached the primary's position; the engine then switches the served generation and
+//! retires the old one (slot dropped, files removed). Clients move over through an
+//! ordinary `checkpoint_diff`. Until the switch nothing changes for them.
 //!
 //! This file holds the engine's generations (the served one and the build) and their
-//! life (open, events, stop); the deploy's steps have a file each: the build (`build`),
-//! the switch (`switch`), retiring a generation (`retire`) and sorting out what a crash
-//! left behind at start (`recovery`).
+//! life (open, events, stop); the deploy's steps have a file each: a deploy inside the
+//! store (`in_place`), the build (`build`), the switch (`switch`), retiring a generation
+//! (`retire`) and sorting out what a crash left behind at start (`recovery`).
 
 mod build;
 mod in_place;

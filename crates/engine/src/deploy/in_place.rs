@@ -70,10 +70,12 @@ impl Generations {
             "copying again the tables the new rules read differently; clients keep the served rules meanwhile"
         );
         self.resume_in_place(next, both, marked);
+        self.active.start(self.status.clone());
     }
 
     /// Goes on with a deploy recorded in the served store (just begun, or found at start):
-    /// its stream evaluates `both` until the marked tables are merged.
+    /// its stream, started (again) by the caller, evaluates `both` until the marked tables
+    /// are merged.
     pub(super) fn resume_in_place(
         &mut self,
         next: Arc<SyncRules>,
@@ -87,9 +89,6 @@ impl Generations {
             .stream_progress
             .recopying
             .store(marked, Ordering::Release);
-        if !self.active.is_replicating() {
-            self.active.start(self.status.clone());
-        }
         self.in_place = Some(InPlace {
             rules: next,
             started: Instant::now(),
