@@ -10,6 +10,7 @@
 #   PSM_BENCH_GATES=1                 correctness gates (scripts/bench_gates.py); 0 skips
 #   PSM_BENCH_PROFILE=<file>          perf record of the worker to readiness
 #   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
+#   PSM_BENCH_PROFILE_RECOPY=<file>   perf record of the worker during the re-copies
 #   PSM_BENCH_DEPLOY=1                at the end, time two rules deploys (scripts/bench_deploy.py):
 #                                     one adding a stream, one renaming tasks_dashboard
 #   PSM_BENCH_MIGRATION=1             then ALTER TABLE tasks ADD COLUMN (a column the rules do
@@ -255,9 +256,14 @@ if [ "${PSM_BENCH_RECOPY:-0}" != 0 ]; then
   mdbx_before_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
   sample_peak_anon "$work/recopy_anon" &
   sampler=$!
+  if [ -n "${PSM_BENCH_PROFILE_RECOPY:-}" ]; then
+    perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE_RECOPY" >/dev/null 2>&1 &
+    recopy_perf=$!
+  fi
   recopy="$(python3 "$root/scripts/bench_stream.py" recopy "$http_port" "$secret" \
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
   kill "$sampler" 2>/dev/null || true
+  if [ -n "${recopy_perf:-}" ]; then kill -INT "$recopy_perf" 2>/dev/null; wait "$recopy_perf" 2>/dev/null || true; fi
   mdbx_after_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
   recopy="$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); f=float(sys.argv[2]); m["recopy_retype_over_floor"]=round(m["recopy_retype_seconds"]/f,2); m["recopy_rename_over_floor"]=round(m["recopy_rename_seconds"]/f,2); m["recopy_extra_file_bytes"]=int(sys.argv[4])-int(sys.argv[3]); m["recopy_peak_anon_rss_bytes"]=int(sys.argv[5])*1024; print(json.dumps(m))' \
     "$recopy" "$floor_text" "$mdbx_before_recopy" "$mdbx_after_recopy" "$(cat "$work/recopy_anon" 2>/dev/null || echo 0)")"

@@ -24,7 +24,10 @@ use super::toast::stash_for;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
 use metrics::{Histogram, PendingCommits};
-use rules::{PgType, RowEvaluation, RulesError, SourceColumn, SourceRow, SyncRules};
+use rules::{
+    PgType, RowEvaluation, RulesError, SlotBinding, SourceColumn, SourceRow, SyncRules, TablePlan,
+};
+use smallvec::SmallVec;
 use source::ColumnMeta;
 use store::{identity_key, Checkpoint, Stash, Store, WriteTxn};
 
@@ -180,8 +183,19 @@ pub(super) struct StreamTable {
     /// Per column: whether the rules read it (a value of a column they do not read
     /// cannot change their output).
     reads: Vec<bool>,
+    /// The rules' plan for the table bound to `columns`, made once per shape (`None`:
+    /// the rules ignore the table).
+    plan: Option<Arc<BoundPlan>>,
     /// Gone from the primary under its name (see [`IntentTable::gone`]).
     pub gone: bool,
+}
+
+/// A table's plan with its column slots bound to one column layout: a row is evaluated
+/// without matching names per row.
+#[derive(Debug)]
+struct BoundPlan {
+    plan: TablePlan,
+    binding: SlotBinding,
 }
 
 impl StreamTable {
@@ -201,6 +215,7 @@ impl StreamTable {
             types: Vec::new(),
             identity: Vec::new(),
             reads: Vec::new(),
+            plan: None,
             gone: table.gone,
         }
         .with_columns(table.columns.clone(), rules)
@@ -226,13 +241,53 @@ impl StreamTable {
             .iter()
             .map(|c| plan.is_some_and(|p| p.reads_column(&c.name)))
             .collect();
+        let plan = plan.map(|plan| {
+            Arc::new(BoundPlan {
+                binding: plan.bind(columns.iter().map(|c| c.name.as_str())),
+                plan: plan.clone(),
+            })
+        });
         Some(Self {
             columns,
             types,
             identity,
             reads,
+            plan,
             ..self.clone()
         })
+    }
+
+    /// Evaluates a row of this shape with the rules it was shaped by; `value(i)`: the
+    /// value of column `i`, its text checked as UTF-8.
+    pub fn evaluate<'v>(
+        &self,
+        value: impl Fn(usize) -> Option<&'v str>,
+    ) -> Result<RowEvaluation, RulesError> {
+        let Some(bound) = &self.plan else {
+            return Ok(RowEvaluation::default());
+        };
+        let columns: SmallVec<[SourceColumn<'_>; 16]> = self
+            .columns
+            .iter()
+            .zip(&self.types)
+            .enumerate()
+            .map(|(i, (c, t))| SourceColumn {
+                name: &c.name,
+                pg_type: *t,
+                value: value(i),
+            })
+            .collect();
+        let row = SourceRow {
+            schema: &self.schema,
+            table: &self.name,
+            columns: &columns,
+        };
+        bound.plan.evaluate_bound(&bound.binding, &row)
+    }
+
+    /// Indices (into `columns`) of the replica identity, in key order.
+    pub fn identity_columns(&self) -> &[usize] {
+        &self.identity
     }
 
     pub fn qualified(&self) -> String {
@@ -651,7 +706,7 @@ impl Applier {
         values: &[Option<&[u8]>],
         used_stash: bool,
     ) -> Result<Vec<u8>, ReplicationError> {
-        let row = evaluate_row(&self.rules, table, values, used_stash)?;
+        let row = evaluate_row(table, values, used_stash)?;
         let input = StoreInput::of(&row.eval);
         w.upsert_row_stashed(
             table.store_id,
@@ -833,52 +888,34 @@ pub(super) struct EvaluatedRow {
     pub stash: Stash,
 }
 
-/// Evaluates a complete row (values in the table's column order) against the rules: its
-/// identity, bucket memberships and lookups, and the values kept for later TOAST updates.
+/// Evaluates a complete row (values in the table's column order) with the rules the
+/// table was shaped by: its identity, bucket memberships and lookups, and the values kept
+/// for later TOAST updates.
 pub(super) fn evaluate_row(
-    rules: &SyncRules,
     table: &StreamTable,
     values: &[Option<&[u8]>],
     used_stash: bool,
 ) -> Result<EvaluatedRow, ReplicationError> {
-    let columns = table
-        .columns
+    let texts = values
         .iter()
-        .zip(&table.types)
-        .zip(values)
-        .map(|((c, t), v)| {
-            let value = v
-                .map(std::str::from_utf8)
+        .zip(&table.columns)
+        .map(|(v, c)| {
+            v.map(std::str::from_utf8)
                 .transpose()
                 .map_err(|_| RulesError::Row {
-                    table: format!("{}.{}", table.schema, table.name),
+                    table: table.qualified(),
                     column: c.name.clone(),
                     message: "value is not valid UTF-8".into(),
-                })?;
-            Ok(SourceColumn {
-                name: &c.name,
-                pg_type: *t,
-                value,
-            })
+                })
         })
-        .collect::<Result<Vec<SourceColumn<'_>>, RulesError>>()?;
-    let row = SourceRow {
-        schema: &table.schema,
-        table: &table.name,
-        columns: &columns,
-    };
-    let eval = match rules.plan_for(&table.schema, &table.name) {
-        Some(plan) => plan.evaluate(&row)?,
-        None => RowEvaluation::default(),
-    };
+        .collect::<Result<SmallVec<[Option<&str>; 16]>, RulesError>>()?;
+    let eval = table.evaluate(|i| texts.get(i).copied().flatten())?;
     let value = |i: usize| values.get(i).copied().flatten();
-    let identity = identity_key(table.identity.iter().map(|&i| value(i)));
-    let stash = stash_for(&table.columns, value, used_stash);
     Ok(EvaluatedRow {
-        identity,
+        identity: identity_key(table.identity.iter().map(|&i| value(i))),
         previous: None,
         eval,
-        stash,
+        stash: stash_for(&table.columns, value, used_stash),
     })
 }
 

@@ -117,7 +117,7 @@ fn apply(
             .unwrap_or_default())
     })?;
     let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
-    let row = evaluate_row(rules, table, &filled, used_stash)?;
+    let row = evaluate_row(table, &filled, used_stash)?;
     // What the writer would be handed.
     let input = StoreInput::of(&row.eval);
     let _ = input.lookup_puts();

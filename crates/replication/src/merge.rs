@@ -16,11 +16,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::apply::{evaluate_row, EvaluatedRow, StreamTable};
+use super::apply::{EvaluatedRow, StreamTable};
 use super::recopy::CopiedRow;
+use super::toast::stash_for;
 use super::ReplicationError;
 use crate::store_input::StoreInput;
-use rules::SyncRules;
+use source::CopyFields;
 use store::{identity_key, StoredAs, WriteTxn};
 
 /// Stored identities read per page by the final sweep.
@@ -272,24 +273,35 @@ impl Merge {
     }
 }
 
-/// Evaluates copied rows of `shape` (values in its column order) with the rules; with the
-/// key each may still be stored under when the stored rows are keyed by `rekey_from`.
+/// Evaluates copied rows of `shape` (`COPY` text lines, values in its column order) with
+/// the rules it was shaped by; with the key each may still be stored under when the
+/// stored rows are keyed by `rekey_from`.
 pub(super) fn evaluate_copied(
-    rules: &SyncRules,
     shape: &StreamTable,
     rekey_from: &[String],
     rows: Vec<CopiedRow>,
 ) -> Result<Vec<EvaluatedRow>, ReplicationError> {
     let previous = key_columns(shape, rekey_from);
+    let mut fields = CopyFields::new(shape.columns.len());
     rows.iter()
-        .map(|row| {
-            let values: Vec<Option<&[u8]>> = row.iter().map(|v| v.as_deref()).collect();
-            let mut evaluated = evaluate_row(rules, shape, &values, false)?;
-            evaluated.previous = previous
+        .map(|line| {
+            let values = fields.decode(line).map_err(|e| ReplicationError::Copy {
+                table: shape.qualified(),
+                problem: e.to_string(),
+            })?;
+            let value = |i: usize| values.get(i);
+            let eval = shape.evaluate(|i| values.get_str(i))?;
+            let identity = identity_key(shape.identity_columns().iter().map(|&i| value(i)));
+            let previous = previous
                 .as_ref()
-                .map(|columns| identity_key(columns.iter().map(|&i| values[i])))
-                .filter(|previous| *previous != evaluated.identity);
-            Ok(evaluated)
+                .map(|columns| identity_key(columns.iter().map(|&i| value(i))))
+                .filter(|previous| *previous != identity);
+            Ok(EvaluatedRow {
+                identity,
+                previous,
+                eval,
+                stash: stash_for(&shape.columns, value, false),
+            })
         })
         .collect()
 }

@@ -24,7 +24,7 @@ use crate::store_input::StoreInput;
 use rules::SyncRules;
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, primary_identity, table_columns,
-    ColumnMeta, CopyFields, SourceTable,
+    ColumnMeta, SourceTable,
 };
 use store::{Checkpoint, Store, StoredAs};
 
@@ -210,10 +210,10 @@ async fn copy(
                 read_all = true;
                 break;
             };
-            let (rules, shape, rekey_from) = (rules.clone(), shape.clone(), rekey_from.to_vec());
+            let (shape, rekey_from) = (shape.clone(), rekey_from.to_vec());
             let compare = compare.clone();
             evaluating.push_back(tokio::task::spawn_blocking(move || {
-                let rows = evaluate_copied(&rules, &shape, &rekey_from, copied)?;
+                let rows = evaluate_copied(&shape, &rekey_from, copied)?;
                 match compare {
                     Some(store) => set_aside_unchanged(&store, shape.store_id, rows),
                     None => Ok((rows, Vec::new())),
@@ -289,18 +289,17 @@ fn set_aside_unchanged(
     Ok((merge, unchanged))
 }
 
-/// A table's `COPY` inside a snapshot, read in batches of decoded rows.
+/// A table's `COPY` inside a snapshot, read in batches of lines (decoded where they are
+/// evaluated, off the runtime threads).
 pub(super) struct TableCopy {
-    table: String,
     rows: std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
-    fields: CopyFields,
-    columns: usize,
     /// The stream ended (it is not polled again).
     ended: bool,
 }
 
-/// A copied row: values in the copy's column order, COPY text, `None` for NULL.
-pub(super) type CopiedRow = Vec<Option<Bytes>>;
+/// A copied row: one line of `COPY` text (without its newline), values in the copy's
+/// column order.
+pub(super) type CopiedRow = Bytes;
 
 impl TableCopy {
     /// Starts `COPY source (columns)` on `reader` (inside its snapshot).
@@ -311,10 +310,7 @@ impl TableCopy {
     ) -> Result<Self, ReplicationError> {
         let rows = source::copy_table(reader, source, columns).await?;
         Ok(Self {
-            table: source.to_string(),
             rows: Box::pin(rows),
-            fields: CopyFields::new(columns.len()),
-            columns: columns.len(),
             ended: false,
         })
     }
@@ -327,20 +323,11 @@ impl TableCopy {
                 self.ended = true;
                 break;
             };
-            let line = line.map_err(source::SourceError::query("COPY"))?;
-            let line = line.strip_suffix(b"\n").unwrap_or(&line);
-            let decoded = self
-                .fields
-                .decode(line)
-                .map_err(|e| ReplicationError::Copy {
-                    table: self.table.clone(),
-                    problem: e.to_string(),
-                })?;
-            rows.push(
-                (0..self.columns)
-                    .map(|i| decoded.get(i).map(Bytes::copy_from_slice))
-                    .collect(),
-            );
+            let mut line = line.map_err(source::SourceError::query("COPY"))?;
+            if line.last() == Some(&b'\n') {
+                line.truncate(line.len() - 1);
+            }
+            rows.push(line);
         }
         Ok((!rows.is_empty()).then_some(rows))
     }

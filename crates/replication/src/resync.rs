@@ -21,7 +21,6 @@ use super::merge::{evaluate_copied, unix_now, Merge, Merged, RebuildProgress};
 use super::recopy::{CopiedRow, TableCopy};
 use super::stream::StreamContext;
 use super::{ReplicationError, SourcePlan};
-use rules::SyncRules;
 use source::{
     connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_tables, slot_info,
     table_columns, validate_primary, SourceTable,
@@ -229,11 +228,10 @@ async fn merge_rows(
     mut merge: Merge,
     rows: Vec<CopiedRow>,
 ) -> Result<Merge, ReplicationError> {
-    let (store, rules): (Arc<Store>, Arc<SyncRules>) =
-        (context.store.clone(), context.rules.clone());
+    let store = context.store.clone();
     let (merge, checkpoint) = tokio::task::spawn_blocking(move || {
         let evaluated = match merge.shape() {
-            Some(shape) => evaluate_copied(&rules, shape, &[], rows)?,
+            Some(shape) => evaluate_copied(shape, &[], rows)?,
             None => Vec::new(),
         };
         let lsn = store.read(|view| view.checkpoint())?.lsn;

@@ -1,6 +1,7 @@
 //! The read side: short read-only transactions that answer checkpoints, bucket
 //! accumulators and pages of ops after a client's position.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -197,7 +198,8 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         bucket_ids: &mut HashMap<String, u32>,
     ) -> Result<StoredAs, StoreError> {
         let key = row_key(table_id, identity);
-        let row_id: Option<Vec<u8>> = self
+        // Borrowed from the map: a read-only transaction's pages stay put.
+        let row_id: Option<Cow<'_, [u8]>> = self
             .txn
             .get(&self.tables.row_keys, &key)
             .map_err(self.mdbx("read a row key"))?;
@@ -222,7 +224,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
 
     /// The record of row `row_id`.
     pub(crate) fn row_record(&self, row_id: u64) -> Result<RowRecord, StoreError> {
-        let bytes: Vec<u8> = self
+        let bytes: Cow<'_, [u8]> = self
             .txn
             .get(&self.tables.rows, row_id.to_ne_bytes())
             .map_err(self.mdbx("read a row"))?
@@ -337,7 +339,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
     fn resolve(&self, op: &StoredOp) -> Result<OpRead, StoreError> {
         let object = match op.kind {
             OpKind::Put => {
-                let bytes: Vec<u8> = self
+                let bytes: Cow<'_, [u8]> = self
                     .txn
                     .get(&self.tables.rows, op.reference.to_ne_bytes())
                     .map_err(self.mdbx("read a row"))?
