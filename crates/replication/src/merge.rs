@@ -24,9 +24,6 @@ use crate::store_input::StoreInput;
 use source::CopyFields;
 use store::{identity_key, StoredAs, WriteTxn};
 
-/// Stored identities read per page by the final sweep.
-const SWEEP_PAGE: usize = 1024;
-
 /// One table's re-copy as the applier merges it.
 #[derive(Debug, Default)]
 pub(super) struct Merge {
@@ -69,11 +66,17 @@ struct Copied {
     consistent_point: u64,
     /// The table with the columns the copy has.
     shape: StreamTable,
-    /// Fingerprints of the copied rows' identities (see [`fingerprint`]).
-    seen: HashSet<u128>,
+    /// Row ids of the stored rows the copy holds: the final sweep deletes the others
+    /// (unless the stream changed them since the copy's consistent point).
+    held: HashSet<u64, foldhash::fast::FixedState>,
     rows: u64,
     written: u64,
 }
+
+/// A copied row as the merge takes it, with how it compared with the store when that
+/// was done beside the applier (after the store held every transaction committed before
+/// the copy's consistent point): its verdict and the stored row's id.
+pub(super) type CopiedEvaluation = (EvaluatedRow, Option<(StoredAs, Option<u64>)>);
 
 /// What a finished merge did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -165,7 +168,7 @@ impl Merge {
         self.copy = Some(Copied {
             consistent_point,
             shape,
-            seen: HashSet::new(),
+            held: HashSet::default(),
             rows: 0,
             written: 0,
         });
@@ -186,31 +189,31 @@ impl Merge {
                 .is_some_and(|&lsn| lsn >= consistent_point)
     }
 
-    /// Merges copied rows, evaluated (see [`evaluate_copied`]), and notes the copied rows
-    /// found stored exactly as evaluated beforehand (`unchanged`, by [`fingerprint`]).
+    /// Merges copied rows, evaluated (see [`evaluate_copied`]), and notes the stored rows
+    /// found exactly as evaluated beforehand (`unchanged`, by row id).
     pub fn rows(
         &mut self,
         w: &mut WriteTxn<'_, '_>,
-        rows: Vec<EvaluatedRow>,
-        unchanged: Vec<u128>,
+        rows: Vec<CopiedEvaluation>,
+        unchanged: Vec<u64>,
     ) -> Result<(), ReplicationError> {
         let Some(mut copy) = self.copy.take() else {
             return Ok(());
         };
         copy.rows += unchanged.len() as u64;
-        copy.seen.extend(unchanged);
+        copy.held.extend(unchanged);
         let result = (|| {
             let table_id = copy.shape.store_id;
-            for EvaluatedRow {
-                identity,
-                previous,
-                eval,
-                stash,
-            } in rows
-            {
+            for (row, compared) in rows {
+                let EvaluatedRow {
+                    identity,
+                    previous,
+                    eval,
+                    stash,
+                } = row;
                 copy.rows += 1;
-                copy.seen.insert(fingerprint(&identity));
                 if self.newer_than_copy(&identity, copy.consistent_point) {
+                    // Not held: the sweep keeps it for the stream's change.
                     continue;
                 }
                 if let Some(previous) = &previous {
@@ -219,10 +222,19 @@ impl Merge {
                 }
                 let input = StoreInput::of(&eval);
                 let lookups = input.lookup_puts();
-                match w.stored_as(table_id, &identity, &input.memberships, &lookups, &stash)? {
-                    StoredAs::Same => {}
+                // A comparison made beside the applier still holds: since then the row
+                // changed only if the stream changed it (skipped above).
+                let (verdict, row_id) = match compared {
+                    Some(compared) => compared,
+                    None => {
+                        w.stored_as(table_id, &identity, &input.memberships, &lookups, &stash)?
+                    }
+                };
+                let row_id = match verdict {
+                    StoredAs::Same => row_id,
                     StoredAs::SameButStash => {
                         w.restash_row(table_id, &identity, stash)?;
+                        row_id
                     }
                     StoredAs::Different => {
                         copy.written += 1;
@@ -232,9 +244,10 @@ impl Merge {
                             &input.memberships,
                             &lookups,
                             stash,
-                        )?;
+                        )?
                     }
-                }
+                };
+                copy.held.extend(row_id);
             }
             Ok(())
         })();
@@ -249,19 +262,11 @@ impl Merge {
             return Ok(Merged::default());
         };
         let table_id = copy.shape.store_id;
-        let mut gone = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = w.table_identities(table_id, after.as_deref(), SWEEP_PAGE)?;
-            let Some(last) = page.last().cloned() else {
-                break;
-            };
-            gone.extend(page.into_iter().filter(|identity| {
-                !copy.seen.contains(&fingerprint(identity))
-                    && !self.newer_than_copy(identity, copy.consistent_point)
-            }));
-            after = Some(last);
-        }
+        let gone: Vec<Vec<u8>> = w
+            .table_rows_not_held(table_id, |row_id| copy.held.contains(&row_id))?
+            .into_iter()
+            .filter(|identity| !self.newer_than_copy(identity, copy.consistent_point))
+            .collect();
         for identity in &gone {
             w.delete_row(table_id, identity)?;
         }
@@ -323,15 +328,4 @@ pub(super) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// 128 bits of SHA-256 of a row identity: what the merge remembers of each copied row
-/// (16 bytes a row instead of the identity; two identities share one with a probability
-/// of about 2^-128 per pair).
-pub(super) fn fingerprint(identity: &[u8]) -> u128 {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(identity);
-    let mut first = [0u8; 16];
-    first.copy_from_slice(&digest[..16]);
-    u128::from_le_bytes(first)
 }

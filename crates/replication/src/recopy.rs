@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::apply::{EvaluatedRow, StreamTable};
-use super::merge::{evaluate_copied, fingerprint};
+use super::merge::{evaluate_copied, CopiedEvaluation};
 use super::{ReplicationError, SourcePlan};
 use crate::store_input::StoreInput;
 use rules::SyncRules;
@@ -47,12 +47,13 @@ pub(super) enum RecopyEvent {
         consistent_point: u64,
         columns: Vec<ColumnMeta>,
     },
-    /// Copied rows, evaluated with the rules: those to merge, and the fingerprints of
-    /// those found stored exactly so (nothing to write; see `compare`).
+    /// Copied rows, evaluated with the rules: those to merge (with how they compared
+    /// with the store, when that was done), and the row ids of those found stored
+    /// exactly so (nothing to write; see `compare`).
     Rows {
         table: usize,
-        rows: Vec<EvaluatedRow>,
-        unchanged: Vec<u128>,
+        rows: Vec<CopiedEvaluation>,
+        unchanged: Vec<u64>,
     },
     /// Every row was handed over.
     Done { table: usize },
@@ -216,7 +217,10 @@ async fn copy(
                 let rows = evaluate_copied(&shape, &rekey_from, copied)?;
                 match compare {
                     Some(store) => set_aside_unchanged(&store, shape.store_id, rows),
-                    None => Ok((rows, Vec::new())),
+                    None => Ok((
+                        rows.into_iter().map(|row| (row, None)).collect(),
+                        Vec::new(),
+                    )),
                 }
             }));
         }
@@ -252,15 +256,16 @@ pub(super) struct Applied {
     pub checkpoints: watch::Receiver<Checkpoint>,
 }
 
-/// Splits evaluated `rows` of table `table_id` into those the applier must merge and the
-/// fingerprints of those the store holds exactly so (compared in one read, beside the
-/// applier: most rows of a re-copy are unchanged, and the applier need not look at them).
+/// Splits evaluated `rows` of table `table_id` into those the applier must merge, with
+/// their comparison, and the row ids of those the store holds exactly so (compared in one
+/// read, beside the applier: most rows of a re-copy are unchanged, and the applier need
+/// not look at them).
 fn set_aside_unchanged(
     store: &Store,
     table_id: u32,
     rows: Vec<EvaluatedRow>,
-) -> Result<(Vec<EvaluatedRow>, Vec<u128>), ReplicationError> {
-    let verdicts = store.read(|view| {
+) -> Result<(Vec<CopiedEvaluation>, Vec<u64>), ReplicationError> {
+    let compared = store.read(|view| {
         let mut bucket_ids = HashMap::new();
         rows.iter()
             .map(|row| {
@@ -275,15 +280,14 @@ fn set_aside_unchanged(
                     &mut bucket_ids,
                 )
             })
-            .collect::<Result<Vec<StoredAs>, _>>()
+            .collect::<Result<Vec<(StoredAs, Option<u64>)>, _>>()
     })?;
     let mut merge = Vec::new();
     let mut unchanged = Vec::new();
-    for (row, verdict) in rows.into_iter().zip(verdicts) {
-        if verdict == StoredAs::Same {
-            unchanged.push(fingerprint(&row.identity));
-        } else {
-            merge.push(row);
+    for (row, compared) in rows.into_iter().zip(compared) {
+        match compared {
+            (StoredAs::Same, Some(row_id)) => unchanged.push(row_id),
+            compared => merge.push((row, Some(compared))),
         }
     }
     Ok((merge, unchanged))

@@ -235,6 +235,7 @@ async fn merge_rows(
             None => Vec::new(),
         };
         let lsn = store.read(|view| view.checkpoint())?.lsn;
+        let evaluated = evaluated.into_iter().map(|row| (row, None)).collect();
         let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, evaluated, Vec::new()))?;
         Ok::<_, ReplicationError>((merge, checkpoint))
     })

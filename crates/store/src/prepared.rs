@@ -247,6 +247,7 @@ impl WriteTxn<'_, '_> {
             row.stash.clone(),
             super::writer::RowWrite::Upsert,
         )
+        .map(drop)
     }
 }
 

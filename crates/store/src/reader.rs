@@ -196,7 +196,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         lookups: &[LookupPut<'_>],
         stash: &Stash,
         bucket_ids: &mut HashMap<String, u32>,
-    ) -> Result<StoredAs, StoreError> {
+    ) -> Result<(StoredAs, Option<u64>), StoreError> {
         let key = row_key(table_id, identity);
         // Borrowed from the map: a read-only transaction's pages stay put.
         let row_id: Option<Cow<'_, [u8]>> = self
@@ -210,7 +210,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
             }
             None => None,
         };
-        compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
+        let verdict = compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
             if let Some(&id) = bucket_ids.get(name) {
                 return Ok(Some(id));
             }
@@ -219,7 +219,8 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                 bucket_ids.insert(name.to_owned(), id);
             }
             Ok(id)
-        })
+        })?;
+        Ok((verdict, stored.map(|(row_id, _)| row_id)))
     }
 
     /// The record of row `row_id`.

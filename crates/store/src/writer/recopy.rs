@@ -1,6 +1,8 @@
 //! What re-copying a table needs from the writer: whether a row is stored exactly as a
 //! new evaluation produces it (then it costs clients nothing), replacing only the values
-//! kept with a row, and the stored identities of a table, page by page.
+//! kept with a row, and the stored rows of a table the copy did not hold.
+
+use std::borrow::Cow;
 
 use libmdbx::WriteFlags;
 
@@ -24,7 +26,7 @@ pub enum StoredAs {
 }
 
 impl WriteTxn<'_, '_> {
-    /// Compares a row's evaluation with its stored record.
+    /// Compares a row's evaluation with its stored record; with the stored row's id.
     pub fn stored_as(
         &mut self,
         table_id: u32,
@@ -32,15 +34,16 @@ impl WriteTxn<'_, '_> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
         stash: &Stash,
-    ) -> Result<StoredAs, StoreError> {
+    ) -> Result<(StoredAs, Option<u64>), StoreError> {
         let key = row_key(table_id, identity);
         let stored = match self.row_id(&key)? {
             Some(row_id) => Some((row_id, self.load_row(row_id)?)),
             None => None,
         };
-        compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
+        let verdict = compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
             self.existing_bucket_id(name)
-        })
+        })?;
+        Ok((verdict, stored.map(|(row_id, _)| row_id)))
     }
 
     /// Replaces the values kept with a stored row (no op is written). Returns false when
@@ -61,37 +64,32 @@ impl WriteTxn<'_, '_> {
         Ok(true)
     }
 
-    /// Up to `limit` stored identities of table `table_id` after `after` (from the first
-    /// when `None`), in key order.
-    pub fn table_identities(
+    /// The identities of table `table_id`'s stored rows whose row id `held` does not
+    /// hold, in key order (one pass over the table's keys, no record read).
+    pub fn table_rows_not_held(
         &self,
         table_id: u32,
-        after: Option<&[u8]>,
-        limit: usize,
+        held: impl Fn(u64) -> bool,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
         let prefix = table_id.to_be_bytes();
-        let start = match after {
-            Some(identity) => row_key(table_id, identity),
-            None => prefix.to_vec(),
-        };
         let mut cursor = self
             .txn
             .cursor(&self.tables.row_keys)
             .map_err(self.mdbx("open a cursor"))?;
-        let mut identities = Vec::new();
-        let mut next: Option<(Vec<u8>, Vec<u8>)> = cursor
-            .set_range(&start)
+        let mut missing = Vec::new();
+        let mut next: Option<(Cow<'_, [u8]>, [u8; 8])> = cursor
+            .set_range(&prefix)
             .map_err(self.mdbx("seek row keys"))?;
-        while let Some((key, _)) = next {
-            if !key.starts_with(&prefix) || identities.len() == limit {
+        while let Some((key, row_id)) = next {
+            if !key.starts_with(&prefix) {
                 break;
             }
-            if after.is_none() || key != start {
-                identities.push(key[prefix.len()..].to_vec());
+            if !held(u64::from_le_bytes(row_id)) {
+                missing.push(key[prefix.len()..].to_vec());
             }
             next = cursor.next().map_err(self.mdbx("read row keys"))?;
         }
-        Ok(identities)
+        Ok(missing)
     }
 
     /// The id of bucket `name` when it exists (in the store or this transaction).

@@ -27,6 +27,7 @@ impl WriteTxn<'_, '_> {
             Stash::new(),
             RowWrite::Upsert,
         )
+        .map(drop)
     }
 
     /// [`Self::upsert_row`] that also keeps `stash` with the row (see [`Self::stash`]).
@@ -39,11 +40,13 @@ impl WriteTxn<'_, '_> {
         stash: Stash,
     ) -> Result<(), StoreError> {
         self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert)
+            .map(drop)
     }
 
     /// Writes a row as a table's re-copy found it: like [`Self::upsert_row_stashed`], but a
     /// bucket whose output of the row is exactly what it holds keeps its op (no PUT), so
-    /// clients get ops only in the buckets where the row's output changed.
+    /// clients get ops only in the buckets where the row's output changed. Returns the
+    /// row's id (`None`: it feeds nothing and is not stored).
     pub fn merge_row_stashed(
         &mut self,
         table_id: u32,
@@ -51,7 +54,7 @@ impl WriteTxn<'_, '_> {
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
         stash: Stash,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Merge)
     }
 
@@ -72,8 +75,10 @@ impl WriteTxn<'_, '_> {
             Stash::new(),
             RowWrite::Insert,
         )
+        .map(drop)
     }
 
+    /// Writes a row; returns its row id (`None`: it feeds nothing and is not stored).
     pub(crate) fn apply_row(
         &mut self,
         table_id: u32,
@@ -82,7 +87,7 @@ impl WriteTxn<'_, '_> {
         lookups: &[LookupPut<'_>],
         stash: Stash,
         mode: RowWrite,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         self.flush_if_full()?;
         let key = row_key(table_id, identity);
         let known_new = mode == RowWrite::Insert;
@@ -156,7 +161,7 @@ impl WriteTxn<'_, '_> {
             if existing.is_some() || known_new {
                 self.forget_row(&key, row_id)?;
             }
-            return Ok(());
+            return Ok(None);
         }
         // New rows get increasing ids: appending skips the search for their place.
         let flags = if known_new {
@@ -176,10 +181,9 @@ impl WriteTxn<'_, '_> {
                 )
                 .map_err(self.mdbx("write a row key"))?;
         }
-        Ok(())
+        Ok(Some(row_id))
     }
 
-    /// The membership of `old` that shows exactly `put` in its bucket, if any.
     /// The source values stored with a row, `None` when the row is not stored.
     pub fn stash(&self, table_id: u32, identity: &[u8]) -> Result<Option<Stash>, StoreError> {
         let key = row_key(table_id, identity);
