@@ -365,6 +365,9 @@ def recopy(port: int, secret: str, psql_argv) -> None:
                 sys.exit(f"{key}: no re-copy started within 60 s")
             time.sleep(0.02)
         out[f"{key}_seconds"] = round(time.time() - committed, 3)
+        # Until the stream decoded the write (after the ALTER's WAL) and the gauge rose;
+        # the rest is the temporary slot, the copy and its merge.
+        out[f"{key}_started_seconds"] = round(started - committed, 3)
         out[f"{key}_ops"] = int(metric(port, "powersync_mdbx_ops_written_total") - ops_before)
     db.close()
     print(json.dumps(out))
