@@ -337,6 +337,13 @@ async function command(cmd) {
           "SELECT name, last_op, op_checksum, add_checksum FROM ps_buckets WHERE name != '$local' ORDER BY name"
         )
       };
+    case 'raw_rows': {
+      // The rows as the client keeps them: every column the service sent, also those its
+      // schema does not name (the schema's views read only the named ones).
+      const table = cmd.table ?? 'tasks';
+      if (!TABLES.includes(table)) throw new Error(`unknown table ${table}`);
+      return { rows: await db.getAll(`SELECT id, data FROM "ps_data__${table}" ORDER BY id`) };
+    }
     case 'status':
       return { status: statusJson(), credentials_fetched: credentials.count(), upload_queue: (await db.getUploadQueueStats()).count };
     case 'wait_rows': {

@@ -828,6 +828,51 @@ fn deploys_with_the_client_connected(
     assert_no_warnings(&dump, "the rules deploys");
     step("deploy: invalid rules rejected");
 
+    // Under `SELECT *` a column added with a constant default changes every row's output
+    // without one row change on the stream: the table is copied again and every row the
+    // client holds gets the new column.
+    let rules = "config:\n  edition: 3\nstreams:\n  tasks:\n    auto_subscribe: true\n    \
+                 query: SELECT * FROM tasks\n";
+    rig.deploy(rules);
+    rig.wait_rules(rules);
+    expect_rows(rig, client, "true", "summary", "every column of every task");
+    rig.primary.sql(
+        "ALTER TABLE tasks ADD COLUMN label text DEFAULT 'migrated';
+         UPDATE tasks SET title = 'After a column added under *' \
+         WHERE id = 'task-sentinel-update-0001';",
+    );
+    let want = rig.expected_tasks_where("true", "summary");
+    let count = want.as_array().map_or(0, Vec::len);
+    testkit::wait_for(
+        "every task the client holds to have the added column",
+        || {
+            let raw = client.send(&json!({"cmd": "raw_rows", "table": "tasks"}));
+            let rows = raw["rows"].as_array().cloned().unwrap_or_default();
+            let labelled = rows
+                .iter()
+                .filter(|r| {
+                    serde_json::from_str::<Value>(r["data"].as_str().unwrap_or("{}"))
+                        .is_ok_and(|data| data["label"] == "migrated")
+                })
+                .count();
+            if rows.len() == count && labelled == count {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{labelled} of {} rows labelled, {count} expected",
+                    rows.len()
+                ))
+            }
+        },
+    );
+    expect_rows(rig, client, "true", "summary", "a column added under *");
+    rig.replica.wait_worker("the re-copy to end", |s| {
+        (s["phase"] == "streaming" && s["replication"]["recopying"] == 0).then_some(())
+    });
+    let dump = client.send(&json!({"cmd": "dump"}));
+    assert_no_warnings(&dump, "a column added under *");
+    step("deploy: SELECT *, then a column added with a constant default");
+
     // A changed column list, with the worker killed during the deploy: the restarted
     // worker resumes the deploy its store records (or, killed before it was recorded,
     // starts it again).
