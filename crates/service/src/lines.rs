@@ -216,7 +216,12 @@ fn stream(e: &mut Emitter<'_>, s: &StreamDescription) {
         e.object(Key::Elem);
         match err.subscription {
             None => e.str(Key::Name("subscription"), "default"),
-            Some(i) => e.int64(Key::Name("subscription"), i as i64),
+            // An int32 in BSON, as the official service sends it: the official client
+            // refuses an int64 here (the whole line, and the connection, fail).
+            Some(i) => e.int32(
+                Key::Name("subscription"),
+                i32::try_from(i).unwrap_or(i32::MAX),
+            ),
         }
         e.str(Key::Name("message"), &err.message);
         e.end_object();

@@ -250,6 +250,25 @@ fn ndjson_values_follow_the_wire_rules() {
         v["checkpoint"]["streams"][0]["errors"],
         serde_json::json!([{"subscription":"default","message":"m"},{"subscription":2,"message":"n"}])
     );
+    // In BSON the index is an int32, as the official service's numbers are: the official
+    // client takes a subscription index as int32 (BSON) or unsigned (JSON), not int64,
+    // and fails the whole line otherwise.
+    let doc =
+        bson::Document::from_reader(&mut std::io::Cursor::new(errors.to_bytes(Encoding::Bson)))
+            .unwrap();
+    let error = doc
+        .get_document("checkpoint")
+        .unwrap()
+        .get_array("streams")
+        .unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_array("errors")
+        .unwrap()[1]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(error.get("subscription"), Some(&bson::Bson::Int32(2)));
 }
 
 #[test]
