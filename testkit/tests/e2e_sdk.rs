@@ -830,11 +830,16 @@ fn deploys_with_the_client_connected(
 
     // Under `SELECT *` a column added with a constant default changes every row's output
     // without one row change on the stream: the table is copied again and every row the
-    // client holds gets the new column.
-    let rules = "config:\n  edition: 3\nstreams:\n  tasks:\n    auto_subscribe: true\n    \
-                 query: SELECT * FROM tasks\n";
-    rig.deploy(rules);
-    rig.wait_rules(rules);
+    // client holds gets the new column. (The stream the client subscribed to stays.)
+    let explicit = streams_rules("true", ALL, false);
+    let rules = explicit.replacen(
+        &format!("SELECT {ALL} FROM tasks"),
+        "SELECT * FROM tasks",
+        1,
+    );
+    assert_ne!(rules, explicit, "the tasks stream selects *");
+    rig.deploy(&rules);
+    rig.wait_rules(&rules);
     expect_rows(rig, client, "true", "summary", "every column of every task");
     rig.primary.sql(
         "ALTER TABLE tasks ADD COLUMN label text DEFAULT 'migrated';
