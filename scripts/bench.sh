@@ -19,6 +19,12 @@
 #   PSM_BENCH_RECOPY=1                then migrations of columns the rules read (a retype that
 #                                     keeps every output, a rename that changes them all): the
 #                                     table's re-copy beside the stream, against the COPY floor
+#   PSM_BENCH_BULK=1                  at the end, bulk changes through the stream (scripts/bench_bulk.py):
+#                                     pgbench single-row transactions at 2,000/s, then an UPDATE,
+#                                     DELETE, INSERT of every task row and a TRUNCATE, each against
+#                                     pg_recvlogical reading the same transaction (0 skips)
+#   PSM_BENCH_LAG_SECONDS=60          how long pgbench runs (0: no small transactions)
+#   PSM_BENCH_PROFILE_BULK=<file>     perf record of the worker during the bulk changes
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
@@ -280,7 +286,28 @@ if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
   done
 fi
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" <<PY
+bulk='{}'
+if [ "${PSM_BENCH_BULK:-1}" != 0 ]; then
+  log "bulk changes: single-row transactions at 2,000/s, then 1 M-row UPDATE, DELETE, INSERT, TRUNCATE"
+  if [ -n "${PSM_BENCH_PROFILE_BULK:-}" ]; then
+    perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE_BULK" >/dev/null 2>&1 &
+    bulk_perf=$!
+  fi
+  bulk="$(python3 "$root/scripts/bench_bulk.py" worker "$http_port" "$secret" "$worker" \
+    "${PSM_BENCH_LAG_SECONDS:-60}" "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+  if [ -n "${bulk_perf:-}" ]; then kill -INT "$bulk_perf" 2>/dev/null; wait "$bulk_perf" 2>/dev/null || true; fi
+  log "the decoding floor: the sync replica stopped, pg_recvlogical reads the same transactions"
+  run_pg "$bin/pg_ctl" -w -D "$work/replica" -m fast stop >/dev/null
+  floor="$(python3 "$root/scripts/bench_bulk.py" floor "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+  bulk="$(python3 -c 'import json,sys; b={**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}
+for k in ("update", "delete", "insert", "truncate"):
+    # A TRUNCATE decodes as one message: its floor is a few milliseconds, no ratio.
+    f = b[f"bulk_{k}_floor_seconds"]
+    b[f"bulk_{k}_over_floor"] = round(b[f"bulk_{k}_seconds"] / f, 2) if f >= 0.01 else None
+print(json.dumps(b))' "$bulk" "$floor")"
+fi
+
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -292,6 +319,7 @@ gates = json.loads(sys.argv[7])
 deploy = json.loads(sys.argv[8])
 migration = json.loads(sys.argv[9])
 recopy = json.loads(sys.argv[10])
+bulk = json.loads(sys.argv[11])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -329,6 +357,9 @@ out = {
   **deploy,
   **migration,
   **recopy,
+  **bulk,
+  **({f"bulk_{k}_cpu_over_snapshot": round(bulk[f"bulk_{k}_worker_cpu_us_per_row"] / ($cpu * 1e6 / rows), 2)
+      for k in ("update", "delete", "insert", "truncate")} if bulk else {}),
 }
 print(json.dumps(out))
 PY

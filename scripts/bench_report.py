@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Summarises benchmark runs (one JSON object per file, from scripts/bench.sh) into
-medians with min–max per profile: prints a Markdown table and writes summary.json.
+medians with min–max per profile: prints Markdown tables (initial replication, then
+streaming: bulk changes against their decoding floor, many small transactions) and
+writes summary.json.
 
   bench_report.py RESULTS_DIR
 """
@@ -24,6 +26,26 @@ COLUMNS = [
     ("wal_bytes_mib", "primary WAL (MiB)", "{:.0f}"),
     ("download_unparsed_seconds", "download all rows, server (s)", "{:.2f}"),
 ]
+# The streaming table (method step 11).
+STREAM_COLUMNS = [
+    ("bulk_update_floor_seconds", "UPDATE floor (s)", "{:.2f}"),
+    ("bulk_update_seconds", "UPDATE (s)", "{:.2f}"),
+    ("bulk_update_over_floor", "UPDATE / floor", "{:.1f}×"),
+    ("bulk_update_worker_cpu_us_per_row", "UPDATE CPU µs/row", "{:.1f}"),
+    ("bulk_delete_floor_seconds", "DELETE floor (s)", "{:.2f}"),
+    ("bulk_delete_seconds", "DELETE (s)", "{:.2f}"),
+    ("bulk_delete_over_floor", "DELETE / floor", "{:.1f}×"),
+    ("bulk_delete_worker_cpu_us_per_row", "DELETE CPU µs/row", "{:.1f}"),
+    ("bulk_insert_floor_seconds", "INSERT floor (s)", "{:.2f}"),
+    ("bulk_insert_seconds", "INSERT (s)", "{:.2f}"),
+    ("bulk_insert_over_floor", "INSERT / floor", "{:.1f}×"),
+    ("bulk_insert_worker_cpu_us_per_row", "INSERT CPU µs/row", "{:.1f}"),
+    ("bulk_truncate_seconds", "TRUNCATE (s)", "{:.2f}"),
+    ("bulk_peak_anon_rss_mib", "bulk peak anon RSS (MiB)", "{:.0f}"),
+    ("small_tx_lag_ms_median", "2,000 tx/s lag median (ms)", "{:.0f}"),
+    ("small_tx_lag_ms_p99", "lag p99 (ms)", "{:.0f}"),
+    ("small_tx_worker_cpu_us_per_tx", "CPU µs/tx", "{:.0f}"),
+]
 PROFILES = ["100k", "250k", "1m", "2m", "5m"]
 
 
@@ -38,6 +60,9 @@ def derived(run: dict) -> dict:
     run["mdbx_allocated_over_source"] = run["mdbx_allocated_bytes"] / run["source_relation_bytes"]
     if "wal_bytes" in run:
         run["wal_bytes_mib"] = run["wal_bytes"] / 2**20
+    peaks = [run.get(f"bulk_{k}_peak_anon_rss_bytes") for k in ("update", "delete", "insert", "truncate")]
+    if all(peaks):
+        run["bulk_peak_anon_rss_mib"] = max(peaks) / 2**20
     return run
 
 
@@ -50,26 +75,29 @@ def main() -> None:
         run = derived(json.loads(path.read_text()))
         runs.setdefault(run["profile"], []).append(run)
     summary = {}
-    header = ["profile", "rows", "runs"] + [title for _, title, _ in COLUMNS]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for profile in sorted(runs, key=lambda p: PROFILES.index(p) if p in PROFILES else 99):
-        group = runs[profile]
-        cells = [profile, f"{group[0]['rows']:,}", str(len(group))]
-        summary[profile] = {"runs": len(group), "rows": group[0]["rows"]}
-        for key, _, fmt in COLUMNS:
-            values = [r[key] for r in group if r.get(key) is not None]
-            if not values:
-                cells.append("–")
-                continue
-            median = statistics.median(values)
-            summary[profile][key] = {"median": median, "min": min(values), "max": max(values)}
-            cell = fmt.format(median)
-            if len(values) > 1:
-                cell += f" ({fmt.format(min(values))}–{fmt.format(max(values))})"
-            cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
+    tables = []
+    for columns in (COLUMNS, STREAM_COLUMNS):
+        header = ["profile", "rows", "runs"] + [title for _, title, _ in columns]
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for profile in sorted(runs, key=lambda p: PROFILES.index(p) if p in PROFILES else 99):
+            group = runs[profile]
+            cells = [profile, f"{group[0]['rows']:,}", str(len(group))]
+            summary.setdefault(profile, {"runs": len(group), "rows": group[0]["rows"]})
+            for key, _, fmt in columns:
+                values = [r[key] for r in group if r.get(key) is not None]
+                if not values:
+                    cells.append("–")
+                    continue
+                median = statistics.median(values)
+                summary[profile][key] = {"median": median, "min": min(values), "max": max(values)}
+                cell = fmt.format(median)
+                if len(values) > 1:
+                    cell += f" ({fmt.format(min(values))}–{fmt.format(max(values))})"
+                cells.append(cell)
+            lines.append("| " + " | ".join(cells) + " |")
+        tables.append("\n".join(lines))
     (results / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print("\n".join(lines))
+    print("\n\n".join(tables))
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use pg_walstream::{ColumnValue, RowData, SharedLsnFeedback};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::expiry::Sweep;
+use super::handoff::ChangeReceiver;
 use super::intent::{BootstrapIntent, IntentTable};
 use super::merge::{Merge, RebuildProgress, RecopyProgress};
 use super::recopy::{Handover, RecopyEvent};
@@ -324,7 +325,7 @@ pub(super) struct Applier {
 impl Applier {
     /// Applies changes until the input closes (the stream ended; an open transaction is
     /// abandoned and will be redelivered) or an error.
-    pub fn run(mut self, mut input: mpsc::Receiver<Change>) -> Result<(), ReplicationError> {
+    pub fn run(mut self, mut input: ChangeReceiver) -> Result<(), ReplicationError> {
         let mut held = None;
         loop {
             let next = match held.take() {
@@ -372,7 +373,7 @@ impl Applier {
     /// Returns a change read ahead that belongs to the next round.
     fn apply_group(
         &mut self,
-        input: &mut mpsc::Receiver<Change>,
+        input: &mut ChangeReceiver,
         first_commit_lsn: u64,
     ) -> Result<Option<Change>, ReplicationError> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -413,14 +414,13 @@ impl Applier {
                         }
                     }
                     let held = match input.try_recv() {
-                        Ok(Change::Begin { commit_lsn: next })
+                        Some(Change::Begin { commit_lsn: next })
                             if changes < GROUP_ROWS && next >= durable_lsn =>
                         {
                             commit_lsn = next;
                             continue;
                         }
-                        Ok(other) => Some(other),
-                        Err(_) => None,
+                        other => other,
                     };
                     sweep.run(w, durable_lsn, &this.progress)?;
                     return Ok((held, commit_times, changes));
@@ -964,7 +964,7 @@ pub(super) fn identity_of(table: &StreamTable, values: &[Presence]) -> Vec<u8> {
 }
 
 /// Drops the changes of a transaction that is already in the store.
-fn skip_transaction(input: &mut mpsc::Receiver<Change>) -> Result<(), ReplicationError> {
+fn skip_transaction(input: &mut ChangeReceiver) -> Result<(), ReplicationError> {
     loop {
         match input.blocking_recv() {
             Some(Change::Commit { .. }) => return Ok(()),

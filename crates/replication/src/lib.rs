@@ -11,6 +11,7 @@ mod error;
 mod expiry;
 #[doc(hidden)]
 pub mod fuzzing;
+mod handoff;
 mod intent;
 mod liveness;
 mod merge;

@@ -30,8 +30,6 @@ use source::{
 };
 use store::{Checkpoint, Store};
 
-/// Decoded changes buffered between the connection and the applier.
-const CHANGE_QUEUE: usize = 1024;
 /// Events read from the connection ahead of decoding.
 const EVENT_QUEUE: usize = 256;
 
@@ -154,7 +152,7 @@ pub async fn follow_slot(
             );
         }
     }
-    let (input, changes) = mpsc::channel(CHANGE_QUEUE);
+    let (mut input, changes) = super::handoff::channel();
     let applier = Applier {
         store: context.store.clone(),
         rules: context.rules.clone(),
@@ -215,7 +213,7 @@ pub async fn follow_slot(
                     Err(e) => break 'stream Err(e),
                 };
                 follow_recopies(&mut recopies, &decoder, &change);
-                if input.send(change).await.is_err() {
+                if input.push(change).await.is_err() {
                     break 'stream Ok(()); // the applier stopped; its error is reported below
                 }
             }
@@ -228,7 +226,7 @@ pub async fn follow_slot(
         if !decoder.in_transaction && !decoder.missing_since.is_empty() {
             for change in decoder.due_gone(Instant::now()) {
                 follow_recopies(&mut recopies, &decoder, &change);
-                if input.send(change).await.is_err() {
+                if input.push(change).await.is_err() {
                     break 'stream Ok(()); // the applier stopped; its error is reported below
                 }
             }
@@ -247,7 +245,7 @@ pub async fn follow_slot(
                             .map(|c| (c.name.as_str(), c.type_oid, c.attnum)),
                     );
                 }
-                if input.send(Change::Recopy(event)).await.is_err() {
+                if input.push(Change::Recopy(event)).await.is_err() {
                     break;
                 }
             }
@@ -259,6 +257,10 @@ pub async fn follow_slot(
         // not at the next change the primary happens to send: an idle source would leave a
         // dead applier unnoticed, and nothing applied, indefinitely.
         let gone_at = decoder.next_gone_at();
+        // Changes go to the applier in batches; what is collected goes before any wait.
+        if next_events.is_empty() && input.flush().await.is_err() {
+            break Ok(()); // the applier stopped; its error is reported below
+        }
         let next = tokio::select! {
             biased;
             () = cancel.cancelled() => break cancelled(&dead),
@@ -289,7 +291,7 @@ pub async fn follow_slot(
                     context.progress.received.fetch_add(1, Relaxed);
                 }
                 follow_recopies(&mut recopies, &decoder, &change);
-                if input.send(change).await.is_err() {
+                if input.push(change).await.is_err() {
                     break Ok(()); // the applier stopped; its error is reported below
                 }
                 // Waiting for a busy applier is not silence of the primary.

@@ -1,0 +1,204 @@
+//! The hand-off of decoded changes from the stream's task to the applier thread, in
+//! batches: one channel message (and at most one wake-up of the other side) per batch,
+//! not per change. A bulk transaction otherwise cost two thread switches per row, as
+//! the applier freed one slot at a time for a decoder waiting on a full queue.
+
+use tokio::sync::mpsc;
+
+use super::apply::Change;
+
+/// Changes per batch at most.
+const BATCH: usize = 256;
+/// Batches queued between the two sides at most (with [`BATCH`]: 2,048 changes).
+const QUEUED_BATCHES: usize = 8;
+
+/// A pair of ends.
+pub(super) fn channel() -> (ChangeSender, ChangeReceiver) {
+    let (sender, receiver) = mpsc::channel(QUEUED_BATCHES);
+    (
+        ChangeSender {
+            sender,
+            batch: Vec::with_capacity(BATCH),
+        },
+        ChangeReceiver {
+            receiver,
+            batch: Vec::new().into_iter(),
+        },
+    )
+}
+
+/// The applier stopped (its error is reported where it is joined).
+#[derive(Debug)]
+pub(super) struct Closed;
+
+/// The stream's end: changes are collected into a batch, sent when it is full, when a
+/// transaction's commit ends it (a commit is never held back behind later changes), or
+/// on [`ChangeSender::flush`], which the stream calls before it waits for anything.
+pub(super) struct ChangeSender {
+    sender: mpsc::Sender<Vec<Change>>,
+    batch: Vec<Change>,
+}
+
+impl ChangeSender {
+    /// Adds a change; waits only when a full batch finds the queue full. A commit sends
+    /// the batch when the queue has room; when it has none the applier is busy and will
+    /// take what follows together with it (many small transactions then share a batch,
+    /// and the applier one store commit).
+    pub async fn push(&mut self, change: Change) -> Result<(), Closed> {
+        let commit = matches!(change, Change::Commit { .. });
+        self.batch.push(change);
+        if self.batch.len() >= BATCH {
+            return self.flush().await;
+        }
+        if commit {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            match self.sender.try_send(batch) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(batch)) => self.batch = batch,
+                Err(mpsc::error::TrySendError::Closed(_)) => return Err(Closed),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what is collected (nothing when empty).
+    pub async fn flush(&mut self) -> Result<(), Closed> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.sender.send(batch).await.map_err(|_| Closed)
+    }
+
+    /// Resolves when the applier is gone.
+    pub async fn closed(&self) {
+        self.sender.closed().await;
+    }
+}
+
+/// The applier's end: one change at a time, as sent.
+pub(super) struct ChangeReceiver {
+    receiver: mpsc::Receiver<Vec<Change>>,
+    batch: std::vec::IntoIter<Change>,
+}
+
+impl ChangeReceiver {
+    /// The next change, waiting for one; `None` once the stream's end is gone and every
+    /// change sent was received.
+    pub fn blocking_recv(&mut self) -> Option<Change> {
+        loop {
+            if let Some(change) = self.batch.next() {
+                return Some(change);
+            }
+            self.batch = self.receiver.blocking_recv()?.into_iter();
+        }
+    }
+
+    /// The next change if one was sent already.
+    pub fn try_recv(&mut self) -> Option<Change> {
+        loop {
+            if let Some(change) = self.batch.next() {
+                return Some(change);
+            }
+            self.batch = self.receiver.try_recv().ok()?.into_iter();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn advance(lsn: u64) -> Change {
+        Change::Advance { lsn }
+    }
+
+    fn lsn_of(change: Option<Change>) -> Option<u64> {
+        match change {
+            Some(Change::Advance { lsn }) => Some(lsn),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_arrive_in_order_once_flushed_committed_or_a_batch_is_full() {
+        let (mut sender, mut receiver) = channel();
+        sender.push(advance(1)).await.unwrap();
+        assert!(receiver.try_recv().is_none(), "held until flushed");
+        sender.flush().await.unwrap();
+        assert_eq!(lsn_of(receiver.try_recv()), Some(1));
+        for lsn in 0..BATCH as u64 {
+            sender.push(advance(lsn)).await.unwrap();
+        }
+        for lsn in 0..BATCH as u64 {
+            assert_eq!(
+                lsn_of(receiver.try_recv()),
+                Some(lsn),
+                "a full batch goes at once"
+            );
+        }
+        assert!(receiver.try_recv().is_none());
+        sender.push(advance(5)).await.unwrap();
+        let received = std::time::Instant::now();
+        sender
+            .push(Change::Commit {
+                end_lsn: 6,
+                received,
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            lsn_of(receiver.try_recv()),
+            Some(5),
+            "a commit sends its batch"
+        );
+        assert!(matches!(
+            receiver.try_recv(),
+            Some(Change::Commit { end_lsn: 6, .. })
+        ));
+        sender.push(advance(7)).await.unwrap();
+        sender.flush().await.unwrap();
+        drop(sender);
+        let received = tokio::task::spawn_blocking(move || {
+            let first = lsn_of(receiver.blocking_recv());
+            (first, receiver.blocking_recv().is_none())
+        })
+        .await
+        .unwrap();
+        assert_eq!(received, (Some(7), true));
+    }
+
+    #[tokio::test]
+    async fn commits_share_a_batch_while_the_queue_is_full() {
+        let (mut sender, mut receiver) = channel();
+        let received = std::time::Instant::now();
+        let commit = |end_lsn| Change::Commit { end_lsn, received };
+        for lsn in 0..QUEUED_BATCHES as u64 {
+            sender.push(commit(lsn)).await.unwrap();
+        }
+        // The queue is full: these wait in one batch instead of waiting for room.
+        for lsn in 100..110 {
+            sender.push(commit(lsn)).await.unwrap();
+        }
+        for lsn in (0..QUEUED_BATCHES as u64).chain(100..110) {
+            if lsn == 100 {
+                assert!(
+                    receiver.try_recv().is_none(),
+                    "held while the queue was full"
+                );
+                sender.flush().await.unwrap();
+            }
+            let got = receiver.try_recv();
+            assert!(matches!(got, Some(Change::Commit { end_lsn, .. }) if end_lsn == lsn));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_gone_applier_is_reported() {
+        let (mut sender, receiver) = channel();
+        drop(receiver);
+        sender.push(advance(1)).await.unwrap();
+        assert!(sender.flush().await.is_err());
+        sender.closed().await;
+    }
+}

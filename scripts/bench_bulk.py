@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Bulk changes and many small transactions through the stream, against a decoding floor
+(scripts/bench.sh, method step 11).
+
+  bench_bulk.py worker PORT SECRET WORKER_PID LAG_SECONDS PSQL...
+      -> JSON: with the probe client connected, pgbench single-row transactions at
+         2,000/s (the worker's lag sampled every 100 ms), then one transaction each of an
+         UPDATE, a DELETE and an INSERT of every task row and a TRUNCATE of the table:
+         seconds from COMMIT until the client holds the result, worker CPU per changed
+         row, peak anonymous RSS. Leaves `tasks` empty and its rows in the unlogged
+         table bench_tasks_saved.
+  bench_bulk.py floor PSQL...
+      -> JSON: the sync replica stopped, the same four transactions read by pg_recvlogical
+         from a slot of its own with the worker's pgoutput options: seconds from COMMIT
+         until the primary's walsender has sent past the commit.
+
+Only the standard library; pgbench and pg_recvlogical come with PostgreSQL.
+"""
+import http.client
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from bench_stream import PROBE_BODY, PROBE_BUCKET, PROBE_USER, Psql, Stream, token
+
+SENTINEL = "task-sentinel-update-0001"
+PROBE_PROJECT = "project-org-001-0001"
+# The worker's pgoutput options (crates/source/src/slot.rs `start_stream`).
+PGOUTPUT_OPTIONS = ["proto_version=1", "publication_names=powersync", "messages=true"]
+FLOOR_SLOT = "psm_bench_floor"
+
+# name, statement, what the probe client holds once the worker applied it.
+SCENARIOS = [
+    ("update", "UPDATE tasks SET story_points = story_points + 1", "sentinel"),
+    ("delete", "DELETE FROM tasks", "empty"),
+    ("insert", "INSERT INTO tasks SELECT * FROM bench_tasks_saved", "full"),
+    ("truncate", "TRUNCATE tasks", "empty"),
+]
+
+PGBENCH_SCRIPT = """\\set p random(1, {projects})
+\\set t random(1, {tasks})
+UPDATE tasks SET priority = priority + 1 WHERE id = 'task-org-001-' || lpad(:p::text, 4, '0') || '-' || lpad(:t::text, 4, '0');
+"""
+
+
+def connection(psql_argv) -> list:
+    """`-h HOST -p PORT -U USER` of a psql command line (pgbench's `-d` means debug)."""
+    args = []
+    for flag in ("-h", "-p", "-U"):
+        if flag in psql_argv:
+            args += [flag, psql_argv[psql_argv.index(flag) + 1]]
+    return args
+
+
+def database(psql_argv) -> str:
+    return psql_argv[psql_argv.index("-d") + 1] if "-d" in psql_argv else "postgres"
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class PeakAnon:
+    """The process's peak RssAnon (bytes), sampled every 50 ms on a thread."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self.running = pid, 0, True
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self):
+        while self.running:
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        self.running = False
+        self.thread.join()
+        return self.peak
+
+
+def applied_lsn(conn: http.client.HTTPConnection) -> int:
+    """The worker's applied LSN from GET /metrics (a kept-alive connection)."""
+    conn.request("GET", "/metrics")
+    for line in conn.getresponse().read().decode().splitlines():
+        if line.startswith("powersync_mdbx_applied_lsn "):
+            return int(float(line.split()[1]))
+    sys.exit("metric powersync_mdbx_applied_lsn not served")
+
+
+def lsn_value(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+def percentile(ordered, p: float) -> float:
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def small_transactions(port: int, worker_pid: int, psql_argv, seconds: int) -> dict:
+    """pgbench at 2,000 single-row transactions per second for `seconds`; every 100 ms
+    the primary's current LSN is noted, and its lag is the time until the worker's
+    applied LSN (polled every 5 ms) passed it."""
+    db = Psql(psql_argv)
+    projects = int(db.run("SELECT count(DISTINCT project_id) FROM tasks WHERE id LIKE 'task-org-001-%'")[0])
+    per_project = int(db.run("SELECT count(*) FROM tasks WHERE project_id = 'project-org-001-0001' AND id LIKE 'task-org-001-%'")[0])
+    script = f"/tmp/psm-bench-pgbench-{os.getpid()}.sql"
+    with open(script, "w") as f:
+        f.write(PGBENCH_SCRIPT.format(projects=projects, tasks=per_project))
+    pgbench = os.path.join(os.path.dirname(psql_argv[0]), "pgbench")
+    cpu0 = cpu_seconds(worker_pid)
+    peak = PeakAnon(worker_pid)
+    bench = subprocess.Popen(
+        [pgbench, "-n", "-c", "4", "-j", "2", "-R", "2000", "-T", str(seconds), "-f", script]
+        + connection(psql_argv)
+        + [database(psql_argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    metrics = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    pending, lags = [], []
+    next_sample = time.time() + 1.0  # after pgbench's connections are up
+    while bench.poll() is None or pending:
+        now = time.time()
+        if bench.poll() is None and now >= next_sample:
+            pending.append((now, lsn_value(db.run("SELECT pg_current_wal_lsn()")[0])))
+            next_sample += 0.1
+        applied = applied_lsn(metrics)
+        seen = time.time()
+        while pending and applied >= pending[0][1]:
+            lags.append(seen - pending.pop(0)[0])
+        if pending and seen - pending[0][0] > 60:
+            sys.exit("the worker's applied LSN did not pass a primary LSN within 60 s")
+        time.sleep(0.005)
+    out = bench.stdout.read()
+    transactions = next(
+        (int(line.split(":")[1].split()[0]) for line in out.splitlines() if "number of transactions actually processed" in line),
+        None,
+    )
+    if bench.returncode != 0 or transactions is None:
+        sys.exit(f"pgbench failed:\n{out}")
+    cpu = cpu_seconds(worker_pid) - cpu0
+    lags.sort()
+    db.close()
+    os.unlink(script)
+    return {
+        "small_tx_seconds": seconds,
+        "small_tx_transactions": transactions,
+        "small_tx_lag_samples": len(lags),
+        "small_tx_lag_ms_median": round(percentile(lags, 0.5) * 1000, 1),
+        "small_tx_lag_ms_p99": round(percentile(lags, 0.99) * 1000, 1),
+        "small_tx_lag_ms_max": round(lags[-1] * 1000, 1),
+        "small_tx_worker_cpu_us_per_tx": round(cpu * 1e6 / transactions, 1),
+        "small_tx_peak_anon_rss_bytes": peak.stop(),
+    }
+
+
+def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv) -> None:
+    out = small_transactions(port, worker_pid, psql_argv, lag_seconds) if lag_seconds > 0 else {}
+    stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
+    stream.until_complete()
+    db = Psql(psql_argv)
+    db.run("DROP TABLE IF EXISTS bench_tasks_saved")
+    db.run("CREATE UNLOGGED TABLE bench_tasks_saved AS SELECT * FROM tasks")
+    total = int(db.run("SELECT count(*) FROM tasks")[0])
+    in_probe = int(db.run(f"SELECT count(*) FROM tasks WHERE project_id = '{PROBE_PROJECT}'")[0])
+    out["bulk_rows"] = total
+    for name, statement, holds in SCENARIOS:
+        cpu0 = cpu_seconds(worker_pid)
+        peak = PeakAnon(worker_pid)
+        db.run(statement)
+        committed = time.time()
+        final = int(db.run(f"SELECT coalesce(max(story_points), -1) FROM tasks WHERE id = '{SENTINEL}'")[0])
+        while True:
+            rows = stream.rows.get(PROBE_BUCKET, {})
+            if holds == "empty" and not rows:
+                break
+            if holds == "full" and len(rows) == in_probe:
+                break
+            if holds == "sentinel" and SENTINEL in rows and json.loads(rows[SENTINEL])["story_points"] == final:
+                break
+            stream.until_complete()
+        seconds = time.time() - committed
+        cpu = cpu_seconds(worker_pid) - cpu0
+        out[f"bulk_{name}_seconds"] = round(seconds, 3)
+        out[f"bulk_{name}_worker_cpu_us_per_row"] = round(cpu * 1e6 / total, 2)
+        out[f"bulk_{name}_peak_anon_rss_bytes"] = peak.stop()
+    db.close()
+    print(json.dumps(out))
+
+
+def floor(psql_argv) -> None:
+    db = Psql(psql_argv)
+    db.run(f"SELECT pg_create_logical_replication_slot('{FLOOR_SLOT}', 'pgoutput')")
+    options = [arg for option in PGOUTPUT_OPTIONS for arg in ("-o", option)]
+    reader = subprocess.Popen(
+        [os.path.join(os.path.dirname(psql_argv[0]), "pg_recvlogical"), *connection(psql_argv),
+         "-d", database(psql_argv), "--slot", FLOOR_SLOT, "--start", "--no-loop", "-f", "/dev/null", *options],
+    )
+
+    def sent_past_commit() -> float:
+        """Seconds from now until the walsender sent past the WAL written so far."""
+        committed = time.time()
+        lsn = db.run("SELECT pg_current_wal_lsn()")[0]
+        while True:
+            sent = db.run(
+                f"SELECT coalesce(bool_or(sent_lsn >= '{lsn}'), false) FROM pg_stat_replication "
+                f"WHERE application_name = 'pg_recvlogical'"
+            )[0]
+            if sent == "t":
+                return time.time() - committed
+            if reader.poll() is not None:
+                sys.exit("pg_recvlogical ended")
+            if time.time() - committed > 600:
+                sys.exit("the floor's walsender did not pass the commit within 600 s")
+            time.sleep(0.01)
+
+    # The table as the worker's scenarios found it (they left it empty), read through too.
+    db.run("INSERT INTO tasks SELECT * FROM bench_tasks_saved")
+    sent_past_commit()
+    out = {}
+    for name, statement, _ in SCENARIOS:
+        db.run(statement)
+        out[f"bulk_{name}_floor_seconds"] = round(sent_past_commit(), 3)
+    reader.terminate()
+    reader.wait()
+    db.run(f"SELECT pg_drop_replication_slot('{FLOOR_SLOT}')")
+    db.close()
+    print(json.dumps(out))
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    if mode == "worker":
+        port, secret, pid, lag = int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+        worker(port, secret, pid, lag, sys.argv[6:])
+    elif mode == "floor":
+        floor(sys.argv[2:])
+    else:
+        sys.exit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
