@@ -298,7 +298,8 @@ if [ "${PSM_BENCH_BULK:-1}" != 0 ]; then
   if [ -n "${bulk_perf:-}" ]; then kill -INT "$bulk_perf" 2>/dev/null; wait "$bulk_perf" 2>/dev/null || true; fi
   log "the decoding floor: the sync replica stopped, pg_recvlogical reads the same transactions"
   run_pg "$bin/pg_ctl" -w -D "$work/replica" -m fast stop >/dev/null
-  floor="$(python3 "$root/scripts/bench_bulk.py" floor "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+  floor="$(python3 "$root/scripts/bench_bulk.py" floor "${PSM_BENCH_LAG_SECONDS:-60}" \
+    "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
   bulk="$(python3 -c 'import json,sys; b={**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}
 for k in ("update", "delete", "insert", "truncate"):
     # A TRUNCATE decodes as one message: its floor is a few milliseconds, no ratio.

@@ -9,10 +9,11 @@
          seconds from COMMIT until the client holds the result, worker CPU per changed
          row, peak anonymous RSS. Leaves `tasks` empty and its rows in the unlogged
          table bench_tasks_saved.
-  bench_bulk.py floor PSQL...
-      -> JSON: the sync replica stopped, the same four transactions read by pg_recvlogical
-         from a slot of its own with the worker's pgoutput options: seconds from COMMIT
-         until the primary's walsender has sent past the commit.
+  bench_bulk.py floor LAG_SECONDS PSQL...
+      -> JSON: the sync replica stopped, pg_recvlogical reads a slot of its own with the
+         worker's pgoutput options: the lag of its walsender's sent LSN under the same
+         pgbench load, then the same four transactions, each timed from COMMIT until the
+         walsender has sent past the commit.
 
 Only the standard library; pgbench and pg_recvlogical come with PostgreSQL.
 """
@@ -87,6 +88,30 @@ class PeakAnon:
         return self.peak
 
 
+def publish_histogram(port: int) -> dict:
+    """Cumulative counts of powersync_mdbx_checkpoint_publish_seconds by upper bound."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("powersync_mdbx_checkpoint_publish_seconds_bucket{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            counts[float("inf") if bound == "+Inf" else float(bound)] = float(line.split()[-1])
+    return counts
+
+
+def histogram_quantile(before: dict, after: dict, q: float):
+    """The upper bound (ms) of the bucket holding quantile `q` of what was added."""
+    added = sorted((bound, after[bound] - before.get(bound, 0)) for bound in after)
+    total = added[-1][1] if added else 0
+    for bound, count in added:
+        if total and count >= q * total:
+            return None if bound == float("inf") else round(bound * 1000, 1)
+    return None
+
+
 def applied_lsn(conn: http.client.HTTPConnection) -> int:
     """The worker's applied LSN from GET /metrics (a kept-alive connection)."""
     conn.request("GET", "/metrics")
@@ -105,10 +130,10 @@ def percentile(ordered, p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def small_transactions(port: int, worker_pid: int, psql_argv, seconds: int) -> dict:
+def small_transactions(psql_argv, seconds: int, position, cpu_pid=None) -> dict:
     """pgbench at 2,000 single-row transactions per second for `seconds`; every 100 ms
-    the primary's current LSN is noted, and its lag is the time until the worker's
-    applied LSN (polled every 5 ms) passed it."""
+    the primary's current LSN is noted, and its lag is the time until `position()` (the
+    worker's applied LSN, or the floor's sent LSN; polled every 5 ms) passed it."""
     db = Psql(psql_argv)
     projects = int(db.run("SELECT count(DISTINCT project_id) FROM tasks WHERE id LIKE 'task-org-001-%'")[0])
     per_project = int(db.run("SELECT count(*) FROM tasks WHERE project_id = 'project-org-001-0001' AND id LIKE 'task-org-001-%'")[0])
@@ -116,8 +141,8 @@ def small_transactions(port: int, worker_pid: int, psql_argv, seconds: int) -> d
     with open(script, "w") as f:
         f.write(PGBENCH_SCRIPT.format(projects=projects, tasks=per_project))
     pgbench = os.path.join(os.path.dirname(psql_argv[0]), "pgbench")
-    cpu0 = cpu_seconds(worker_pid)
-    peak = PeakAnon(worker_pid)
+    cpu0 = cpu_seconds(cpu_pid) if cpu_pid else 0
+    peak = PeakAnon(cpu_pid) if cpu_pid else None
     bench = subprocess.Popen(
         [pgbench, "-n", "-c", "4", "-j", "2", "-R", "2000", "-T", str(seconds), "-f", script]
         + connection(psql_argv)
@@ -126,7 +151,6 @@ def small_transactions(port: int, worker_pid: int, psql_argv, seconds: int) -> d
         stderr=subprocess.STDOUT,
         text=True,
     )
-    metrics = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     pending, lags = [], []
     next_sample = time.time() + 1.0  # after pgbench's connections are up
     while bench.poll() is None or pending:
@@ -134,12 +158,12 @@ def small_transactions(port: int, worker_pid: int, psql_argv, seconds: int) -> d
         if bench.poll() is None and now >= next_sample:
             pending.append((now, lsn_value(db.run("SELECT pg_current_wal_lsn()")[0])))
             next_sample += 0.1
-        applied = applied_lsn(metrics)
+        passed = position()
         seen = time.time()
-        while pending and applied >= pending[0][1]:
+        while pending and passed >= pending[0][1]:
             lags.append(seen - pending.pop(0)[0])
         if pending and seen - pending[0][0] > 60:
-            sys.exit("the worker's applied LSN did not pass a primary LSN within 60 s")
+            sys.exit("the position did not pass a primary LSN within 60 s")
         time.sleep(0.005)
     out = bench.stdout.read()
     transactions = next(
@@ -148,24 +172,34 @@ def small_transactions(port: int, worker_pid: int, psql_argv, seconds: int) -> d
     )
     if bench.returncode != 0 or transactions is None:
         sys.exit(f"pgbench failed:\n{out}")
-    cpu = cpu_seconds(worker_pid) - cpu0
     lags.sort()
     db.close()
     os.unlink(script)
-    return {
-        "small_tx_seconds": seconds,
-        "small_tx_transactions": transactions,
-        "small_tx_lag_samples": len(lags),
-        "small_tx_lag_ms_median": round(percentile(lags, 0.5) * 1000, 1),
-        "small_tx_lag_ms_p99": round(percentile(lags, 0.99) * 1000, 1),
-        "small_tx_lag_ms_max": round(lags[-1] * 1000, 1),
-        "small_tx_worker_cpu_us_per_tx": round(cpu * 1e6 / transactions, 1),
-        "small_tx_peak_anon_rss_bytes": peak.stop(),
+    result = {
+        "seconds": seconds,
+        "transactions": transactions,
+        "lag_samples": len(lags),
+        "lag_ms_median": round(percentile(lags, 0.5) * 1000, 1),
+        "lag_ms_p99": round(percentile(lags, 0.99) * 1000, 1),
+        "lag_ms_max": round(lags[-1] * 1000, 1),
     }
+    if cpu_pid:
+        result["worker_cpu_us_per_tx"] = round((cpu_seconds(cpu_pid) - cpu0) * 1e6 / transactions, 1)
+        result["peak_anon_rss_bytes"] = peak.stop()
+    return result
 
 
 def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv) -> None:
-    out = small_transactions(port, worker_pid, psql_argv, lag_seconds) if lag_seconds > 0 else {}
+    out = {}
+    if lag_seconds > 0:
+        metrics = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        before = publish_histogram(port)
+        small = small_transactions(psql_argv, lag_seconds, lambda: applied_lsn(metrics), worker_pid)
+        after = publish_histogram(port)
+        out = {f"small_tx_{k}": v for k, v in small.items()}
+        # The worker's own part: Commit message received -> checkpoint published.
+        out["small_tx_publish_ms_p50_bound"] = histogram_quantile(before, after, 0.5)
+        out["small_tx_publish_ms_p99_bound"] = histogram_quantile(before, after, 0.99)
     stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
     stream.until_complete()
     db = Psql(psql_argv)
@@ -198,13 +232,15 @@ def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv)
     print(json.dumps(out))
 
 
-def floor(psql_argv) -> None:
+def floor(lag_seconds: int, psql_argv) -> None:
     db = Psql(psql_argv)
     db.run(f"SELECT pg_create_logical_replication_slot('{FLOOR_SLOT}', 'pgoutput')")
     options = [arg for option in PGOUTPUT_OPTIONS for arg in ("-o", option)]
     reader = subprocess.Popen(
         [os.path.join(os.path.dirname(psql_argv[0]), "pg_recvlogical"), *connection(psql_argv),
          "-d", database(psql_argv), "--slot", FLOOR_SLOT, "--start", "--no-loop", "-f", "/dev/null", *options],
+        # Its stop below is reported as an unexpected end of the stream.
+        stderr=subprocess.DEVNULL,
     )
 
     def sent_past_commit() -> float:
@@ -228,6 +264,19 @@ def floor(psql_argv) -> None:
     db.run("INSERT INTO tasks SELECT * FROM bench_tasks_saved")
     sent_past_commit()
     out = {}
+    if lag_seconds > 0:
+        watcher = Psql(psql_argv)
+
+        def sent() -> int:
+            got = watcher.run(
+                "SELECT coalesce(max(sent_lsn), '0/0') FROM pg_stat_replication "
+                "WHERE application_name = 'pg_recvlogical'"
+            )[0]
+            return lsn_value(got)
+
+        small = small_transactions(psql_argv, lag_seconds, sent)
+        watcher.close()
+        out.update({f"small_tx_floor_{k}": small[k] for k in ("lag_ms_median", "lag_ms_p99", "lag_ms_max")})
     for name, statement, _ in SCENARIOS:
         db.run(statement)
         out[f"bulk_{name}_floor_seconds"] = round(sent_past_commit(), 3)
@@ -244,7 +293,7 @@ def main() -> None:
         port, secret, pid, lag = int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
         worker(port, secret, pid, lag, sys.argv[6:])
     elif mode == "floor":
-        floor(sys.argv[2:])
+        floor(int(sys.argv[2]), sys.argv[3:])
     else:
         sys.exit(f"unknown mode {mode}")
 

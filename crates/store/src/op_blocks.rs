@@ -202,41 +202,50 @@ fn last_block(
     Ok(Some(stored_block(&key, &value)?))
 }
 
-/// Replaces op `op_id` of a bucket with `with(old)` (same op id); `None` when the bucket
-/// has no such op. Only that record of its block is decoded and rewritten (a stream's
-/// update supersedes one op per bucket of the row).
+/// Replaces ops of a bucket: for each `(op id, argument)` of `changes` (ascending op
+/// ids) the op becomes `with(old, argument)` (same op id). Each block holding any of them
+/// is read and put once, whatever the number of its ops replaced (a bulk update supersedes
+/// a whole block's ops one row after another). `None` when the bucket lacks one of the
+/// ops (those before it may have been replaced).
 pub(super) fn rewrite(
     txn: &Transaction<'_, RW, libmdbx::NoWriteMap>,
     table: &Table<'_>,
     bucket_id: u32,
-    op_id: u64,
-    with: impl FnOnce(StoredOp) -> StoredOp,
+    changes: &[(u64, u64)],
+    with: impl Fn(StoredOp, u64) -> StoredOp,
 ) -> Result<Option<()>, BlockError> {
-    let mut cursor = txn.cursor(table)?;
-    // The first block whose last op is at or above `op_id`: the one holding it, if any.
-    let entry: Option<Entry<'_>> = cursor.set_range(&block_key(bucket_id, op_id))?;
-    let Some((key, value)) = entry else {
-        return Ok(None);
-    };
-    if key_bucket(&key)? != bucket_id {
-        return Ok(None);
+    let mut next = 0;
+    while let Some(&(first, _)) = changes.get(next) {
+        let mut cursor = txn.cursor(table)?;
+        // The first block whose last op is at or above `first`: the one holding it, if any.
+        let entry: Option<Entry<'_>> = cursor.set_range(&block_key(bucket_id, first))?;
+        let Some((key, value)) = entry else {
+            return Ok(None);
+        };
+        if key_bucket(&key)? != bucket_id {
+            return Ok(None);
+        }
+        let key = super::codec::fixed::<12>(&key, 0, WHAT)?;
+        let last = u64::from_be_bytes(super::codec::fixed::<8>(&key, 4, WHAT)?);
+        let mut bytes = value.into_owned();
+        let (records, rest) = bytes.as_chunks_mut::<OP_BYTES>();
+        if records.is_empty() || !rest.is_empty() {
+            return Err(Corrupt { what: WHAT }.into());
+        }
+        while let Some(&(op_id, argument)) = changes.get(next).filter(|(id, _)| *id <= last) {
+            let Ok(i) = records.binary_search_by_key(&op_id, record_op_id) else {
+                return Ok(None);
+            };
+            let Some(record) = records.get_mut(i) else {
+                return Ok(None);
+            };
+            let new = with(StoredOp::decode(record.as_slice())?, argument);
+            debug_assert_eq!(new.op_id, op_id);
+            *record = new.encode();
+            next += 1;
+        }
+        txn.put(table, key, bytes, WriteFlags::UPSERT)?;
     }
-    let key = super::codec::fixed::<12>(&key, 0, WHAT)?;
-    let mut bytes = value.into_owned();
-    let (records, rest) = bytes.as_chunks_mut::<OP_BYTES>();
-    if records.is_empty() || !rest.is_empty() {
-        return Err(Corrupt { what: WHAT }.into());
-    }
-    let Ok(i) = records.binary_search_by_key(&op_id, record_op_id) else {
-        return Ok(None);
-    };
-    let Some(record) = records.get_mut(i) else {
-        return Ok(None);
-    };
-    let new = with(StoredOp::decode(record.as_slice())?);
-    debug_assert_eq!(new.op_id, op_id);
-    *record = new.encode();
-    txn.put(table, key, bytes, WriteFlags::UPSERT)?;
     Ok(Some(()))
 }
 
@@ -394,16 +403,32 @@ mod tests {
         let table = txn.create_table(Some("ops"), TableFlags::empty()).unwrap();
         let mut all: Vec<StoredOp> = (1..=500).map(put).collect();
         append(&txn, &table, 7, &all).unwrap();
-        // An op in the first block becomes a MOVE; a missing op is reported.
-        let moved = |op: StoredOp| StoredOp {
+        // Ops in the first three blocks become MOVEs (each block put once); a missing op
+        // is reported.
+        let moved = |op: StoredOp, target: u64| StoredOp {
             kind: OpKind::Move,
-            reference: 999,
+            reference: target,
             ..op
         };
-        assert!(rewrite(&txn, &table, 7, 20, moved).unwrap().is_some());
-        all[19] = moved(all[19]);
-        assert!(rewrite(&txn, &table, 7, 501, moved).unwrap().is_none());
-        assert!(rewrite(&txn, &table, 8, 20, moved).unwrap().is_none());
+        let changes: Vec<(u64, u64)> = [20, 21, 169, 170, 171, 400]
+            .into_iter()
+            .map(|id| (id, 900 + id))
+            .collect();
+        assert!(rewrite(&txn, &table, 7, &changes, moved).unwrap().is_some());
+        for &(id, target) in &changes {
+            let i = usize::try_from(id).unwrap() - 1;
+            all[i] = moved(all[i], target);
+        }
+        assert!(rewrite(&txn, &table, 7, &[(501, 1)], moved)
+            .unwrap()
+            .is_none());
+        assert!(rewrite(&txn, &table, 7, &[(30, 1), (501, 1)], moved)
+            .unwrap()
+            .is_none());
+        all[29] = moved(all[29], 1);
+        assert!(rewrite(&txn, &table, 8, &[(20, 1)], moved)
+            .unwrap()
+            .is_none());
         // An op below the bucket's last is refused.
         assert!(append(&txn, &table, 7, &[put(400)]).is_err());
         // The first 200 ops (past the first block's end) become one CLEAR.

@@ -22,7 +22,6 @@ pub use recopy::StoredAs;
 mod rows;
 pub(crate) use rows::RowWrite;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
@@ -116,6 +115,8 @@ pub struct WriteTxn<'t, 'db> {
     counters: Counters,
     /// Hashed with foldhash: looked up for every op, SipHash cost more than the lookup.
     dirty: foldhash::HashMap<String, BucketState>,
+    /// The names of the buckets in `dirty`, by id.
+    dirty_names: foldhash::HashMap<u32, String>,
     new_names: Vec<(u32, String)>,
     codec: &'t RecordCodec,
     packer: Packer<'t>,
@@ -124,13 +125,16 @@ pub struct WriteTxn<'t, 'db> {
     /// Ops appended in this transaction, per bucket id, in op order; written to each
     /// bucket's blocks when the transaction finishes.
     pending: foldhash::HashMap<u32, Vec<StoredOp>>,
-    /// Ops in `pending`; past [`PENDING_OPS_LIMIT`] they are written out early so a
-    /// transaction of millions of changes does not hold them all in memory.
+    /// Ops of earlier transactions superseded in this one, per bucket id: `(op id, the
+    /// op superseding it)`, made MOVEs in their blocks when the pending ops are written.
+    superseded: foldhash::HashMap<u32, Vec<(u64, u64)>>,
+    /// Ops in `pending` and `superseded`; past [`PENDING_OPS_LIMIT`] they are written out
+    /// early so a transaction of millions of changes does not hold them all in memory.
     pending_ops: usize,
     /// The LSN to commit with, when the changes decided it ([`Self::set_lsn`]).
     lsn: Option<u64>,
     /// Per bucket id: ops this transaction made compactable (superseded PUTs, REMOVEs).
-    compactable: HashMap<u32, u64>,
+    compactable: foldhash::HashMap<u32, u64>,
     /// The largest key in `row_keys` once read ([`Self::claim_row`]), empty when there
     /// is none (no row key is empty); `None` until then and after any write there that
     /// did not go through `claim_row`.
@@ -164,14 +168,16 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             dir,
             counters,
             dirty: foldhash::HashMap::default(),
+            dirty_names: foldhash::HashMap::default(),
             new_names: Vec::new(),
             codec,
             packer: codec.packer(),
             samples: Vec::new(),
             pending: foldhash::HashMap::default(),
+            superseded: foldhash::HashMap::default(),
             pending_ops: 0,
             lsn: None,
-            compactable: HashMap::new(),
+            compactable: foldhash::HashMap::default(),
             row_keys_end: None,
             known_buckets: foldhash::HashMap::default(),
         })
@@ -230,13 +236,14 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
     }
 
     /// Writes the buffered ops (op ids only grow, so they append to each bucket's last
-    /// block). Each libmdbx call writes at most one block, so a transaction of millions of
-    /// changes can spill dirty pages between calls.
+    /// block) and the superseded ones. Each libmdbx call writes at most one block, so a
+    /// transaction of millions of changes can spill dirty pages between calls.
     fn write_pending(&mut self) -> Result<(), StoreError> {
         for (bucket_id, ops) in self.pending.drain() {
             op_blocks::append(self.txn, &self.tables.ops, bucket_id, &ops)
                 .map_err(|e| block_error(self.dir, "append ops", e))?;
         }
+        self.write_superseded()?;
         self.pending_ops = 0;
         Ok(())
     }

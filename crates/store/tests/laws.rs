@@ -254,6 +254,58 @@ fn every_position_syncs_across_op_blocks() {
     }
 }
 
+/// A bulk update supersedes ops block after block; a compaction later in the same write
+/// sees them as MOVEs, and what a client downloads adds up.
+#[test]
+fn ops_superseded_in_a_write_are_moves_for_a_compaction_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("store")).unwrap();
+    let upsert_all = |w: &mut store::WriteTxn<'_, '_>, rows: u64, version: u32| {
+        for row in 0..rows {
+            let data = format!("{{\"id\":\"r{row}\",\"v\":{version}}}");
+            let object_id = format!("r{row}");
+            let put = RowPut {
+                bucket: BUCKETS[0],
+                object_type: "items",
+                object_id: &object_id,
+                data: &data,
+                checksum: checksum_of(&data),
+            };
+            w.upsert_row(1, &row.to_be_bytes(), &[put], &[])?;
+        }
+        Ok(())
+    };
+    let truth_at = |updated: u64| {
+        let rows: BTreeMap<String, String> = (0..1000)
+            .map(|row| {
+                let version = if row < updated { 2 } else { 1 };
+                let data = format!("{{\"id\":\"r{row}\",\"v\":{version}}}");
+                (format!("r{row}"), data)
+            })
+            .collect();
+        BTreeMap::from([(BUCKETS[0], rows)])
+    };
+    // 1,000 rows: six blocks of ops; a client syncs them.
+    store.write(1, |w| upsert_all(w, 1000, 1)).unwrap();
+    let mut behind = Client::default();
+    behind.sync(&store, &truth_at(0));
+    let id = store
+        .read(|v| Ok(v.bucket(BUCKETS[0])?.unwrap().id))
+        .unwrap();
+    let (removed, cp) = store
+        .write(2, |w| {
+            upsert_all(w, 700, 2)?;
+            w.compact_bucket(id)
+        })
+        .unwrap();
+    // The 700 superseded PUTs lead the bucket: one CLEAR stands for them.
+    assert_eq!(removed, 699);
+    assert_eq!(cp.op_id, 1700);
+    // A new client and the one synced before both end with the rows and checksums.
+    Client::default().sync(&store, &truth_at(700));
+    behind.sync(&store, &truth_at(700));
+}
+
 #[test]
 fn unchanged_memberships_keep_a_single_copy_of_data() {
     let dir = tempfile::tempdir().unwrap();

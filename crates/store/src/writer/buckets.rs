@@ -63,11 +63,13 @@ impl WriteTxn<'_, '_> {
                 }
             }
         };
+        self.dirty_names.insert(state.id, name.to_owned());
         Ok(self.dirty.entry(name.to_owned()).or_insert(state))
     }
 
     pub(super) fn bucket_name(&self, id: u32) -> Result<String, StoreError> {
-        if let Some((_, name)) = self.new_names.iter().find(|(i, _)| *i == id) {
+        // Every bucket this transaction wrote to (a REMOVE's bucket mostly is one).
+        if let Some(name) = self.dirty_names.get(&id) {
             return Ok(name.clone());
         }
         crate::tables::bucket_name(self.txn, self.tables, self.dir, id)
@@ -125,15 +127,36 @@ impl WriteTxn<'_, '_> {
                 }
             }
         }
-        let moved = |old: StoredOp| StoredOp {
+        // An op already in its block: rewritten with the others of its block when the
+        // buffered ops are written out.
+        self.superseded
+            .entry(bucket_id)
+            .or_default()
+            .push((op_id, target));
+        self.pending_ops += 1;
+        Ok(())
+    }
+
+    /// Turns the superseded ops noted by [`Self::supersede`] into MOVEs, one put per block.
+    pub(super) fn write_superseded(&mut self) -> Result<(), StoreError> {
+        let moved = |old: StoredOp, target: u64| StoredOp {
             kind: OpKind::Move,
             output: 0,
             reference: target,
             ..old
         };
-        op_blocks::rewrite(self.txn, &self.tables.ops, bucket_id, op_id, moved)
-            .map_err(|e| block_error(self.dir, "supersede an op", e))?
-            .ok_or_else(|| StoreError::corrupt(self.dir, "superseded op missing"))
+        let mut superseded = std::mem::take(&mut self.superseded);
+        for (bucket_id, moves) in &mut superseded {
+            // Stable: an op superseded twice ends with its last target.
+            moves.sort_by_key(|&(op_id, _)| op_id);
+            op_blocks::rewrite(self.txn, &self.tables.ops, *bucket_id, moves, moved)
+                .map_err(|e| block_error(self.dir, "supersede ops", e))?
+                .ok_or_else(|| StoreError::corrupt(self.dir, "superseded op missing"))?;
+            moves.clear();
+        }
+        // The emptied lists keep their room for the next ones.
+        self.superseded = superseded;
+        Ok(())
     }
 
     pub(super) fn remove_membership(
