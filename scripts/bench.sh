@@ -239,7 +239,9 @@ if [ "$rounds" -gt 0 ] || [ "$commits" -gt 0 ]; then
   churn="$(python3 "$root/scripts/bench_stream.py" churn "$http_port" "$secret" \
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres -- "$commits" "$rounds")"
   kill "$sampler" 2>/dev/null || true
-  churn_anon="$(cat "$work/churn_anon" 2>/dev/null || echo 0)"
+  # Empty when the sampler was stopped while writing it.
+  churn_anon="$(cat "$work/churn_anon" 2>/dev/null || true)"
+  churn_anon="${churn_anon:-0}"
 fi
 status_after="$(psql_r -c "SELECT powersync_mdbx.status()")"
 mdbx_bytes_after="$(stat -c %s "$store_dir/mdbx.dat")"
@@ -272,7 +274,7 @@ if [ "${PSM_BENCH_RECOPY:-0}" != 0 ]; then
   if [ -n "${recopy_perf:-}" ]; then kill -INT "$recopy_perf" 2>/dev/null; wait "$recopy_perf" 2>/dev/null || true; fi
   mdbx_after_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
   recopy="$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); f=float(sys.argv[2]); m["recopy_retype_over_floor"]=round(m["recopy_retype_seconds"]/f,2); m["recopy_rename_over_floor"]=round(m["recopy_rename_seconds"]/f,2); m["recopy_extra_file_bytes"]=int(sys.argv[4])-int(sys.argv[3]); m["recopy_peak_anon_rss_bytes"]=int(sys.argv[5])*1024; print(json.dumps(m))' \
-    "$recopy" "$floor_text" "$mdbx_before_recopy" "$mdbx_after_recopy" "$(cat "$work/recopy_anon" 2>/dev/null || echo 0)")"
+    "$recopy" "$floor_text" "$mdbx_before_recopy" "$mdbx_after_recopy" "$(cat "$work/recopy_anon" 2>/dev/null | grep . || echo 0)")"
 fi
 
 deploy='{}'

@@ -941,15 +941,24 @@ impl Presence {
     }
 }
 
-/// The tuple's values in the table's column order.
+/// The tuple's values in the table's column order. A tuple lists its columns in the
+/// order of the table's last Relation message (leaving out unchanged TOAST values), so
+/// each is looked for next in the list first, and by name only when it is not there.
 pub(super) fn values_of(table: &StreamTable, data: &RowData) -> Vec<Presence> {
+    let mut listed = data.iter().peekable();
     table
         .columns
         .iter()
-        .map(|c| match data.get(&c.name) {
-            None => Presence::Unchanged,
-            Some(ColumnValue::Null) => Presence::Null,
-            Some(ColumnValue::Text(b) | ColumnValue::Binary(b)) => Presence::Value(b.clone()),
+        .map(|c| {
+            let value = match listed.next_if(|(name, _)| ***name == *c.name) {
+                Some((_, value)) => Some(value),
+                None => data.get(&c.name),
+            };
+            match value {
+                None => Presence::Unchanged,
+                Some(ColumnValue::Null) => Presence::Null,
+                Some(ColumnValue::Text(b) | ColumnValue::Binary(b)) => Presence::Value(b.clone()),
+            }
         })
         .collect()
 }

@@ -162,7 +162,8 @@ impl Following {
                 let ended = (&mut self.task).await;
                 panic!("the stream ended before {head:X}: {ended:?}");
             }
-            let retried = self.retried.lock().len();
+            // The errors retried so far: a stalled wait shows why the stream restarted.
+            let retried = self.retried.lock().clone();
             waiting.progress((checkpoint, self.progress.activity(), retried));
             let _ =
                 tokio::time::timeout(Duration::from_millis(50), self.checkpoints.changed()).await;

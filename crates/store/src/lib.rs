@@ -58,10 +58,12 @@ const MAX_MAP_BYTES: isize = 1 << 40;
 /// made a 30 MB store a 64 MiB file).
 const GROWTH_STEP: isize = 16 << 20;
 /// Dirty pages a write transaction keeps in memory before libmdbx spills them to the file
-/// (64 MiB of 4 KiB pages): a transaction of millions of changes stays within it. The
+/// (32 MiB of 4 KiB pages): a transaction of millions of changes stays within it. Half
+/// the earlier 16,384 took 25–35 MiB off the peak of a 1 M-row UPDATE at about the same
+/// speed (`docs/benchmark.md`, "Streaming"). The
 /// environment writes through buffers, not a writable map: writing a shared map cost the
 /// snapshot page faults and cross-CPU TLB flushes at every writeback.
-const TXN_DIRTY_PAGES: u64 = 16384;
+const TXN_DIRTY_PAGES: u64 = 8192;
 
 /// Lowers libmdbx's own logging to warnings. libmdbx's fork handler logs a debug line in
 /// every child of a process that loaded it (each PostgreSQL backend): call this once where

@@ -276,3 +276,53 @@ fn a_column_from_a_relation_message_learns_its_attnum() {
         "{again:?}"
     );
 }
+
+#[test]
+fn a_tuple_s_values_are_found_in_order_with_unchanged_or_reordered_columns() {
+    use crate::apply::{values_of, Presence};
+    use pg_walstream::{ColumnValue, RowData};
+    use std::sync::Arc;
+    let rules = SyncRules::parse(RULES).unwrap();
+    let table = StreamTable::from_intent(&todos(&["id", "title", "body", "done"]), &rules).unwrap();
+    let row = |columns: &[(&str, Option<&str>)]| {
+        let mut data = RowData::new();
+        for (name, value) in columns {
+            let value = value.map_or(ColumnValue::Null, |v| {
+                ColumnValue::text_bytes(bytes::Bytes::copy_from_slice(v.as_bytes()))
+            });
+            data.push(Arc::from(*name), value);
+        }
+        data
+    };
+    let shown = |values: Vec<Presence>| -> Vec<String> {
+        values
+            .iter()
+            .map(|v| match v {
+                Presence::Unchanged => "unchanged".to_owned(),
+                other => other.as_deref().map_or("null".to_owned(), |b| {
+                    String::from_utf8_lossy(b).into_owned()
+                }),
+            })
+            .collect()
+    };
+    // In the table's order.
+    let listed = row(&[
+        ("id", Some("1")),
+        ("title", Some("t")),
+        ("body", None),
+        ("done", Some("f")),
+    ]);
+    assert_eq!(shown(values_of(&table, &listed)), ["1", "t", "null", "f"]);
+    // An unchanged TOAST value is left out of the tuple: the columns after it still match.
+    let toasted = row(&[("id", Some("1")), ("title", Some("t")), ("done", Some("f"))]);
+    assert_eq!(
+        shown(values_of(&table, &toasted)),
+        ["1", "t", "unchanged", "f"]
+    );
+    // Another order (columns named by a newer shape) is found by name.
+    let reordered = row(&[("done", Some("f")), ("id", Some("1")), ("body", Some("b"))]);
+    assert_eq!(
+        shown(values_of(&table, &reordered)),
+        ["1", "unchanged", "b", "f"]
+    );
+}
