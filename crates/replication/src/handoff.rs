@@ -18,7 +18,7 @@ pub(super) fn channel() -> (ChangeSender, ChangeReceiver) {
     (
         ChangeSender {
             sender,
-            batch: Vec::with_capacity(BATCH),
+            batch: Vec::new(),
         },
         ChangeReceiver {
             receiver,
@@ -51,11 +51,11 @@ impl ChangeSender {
             return self.flush().await;
         }
         if commit {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
-            match self.sender.try_send(batch) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(batch)) => self.batch = batch,
-                Err(mpsc::error::TrySendError::Closed(_)) => return Err(Closed),
+            // Room first: a full queue leaves the batch where it is, untouched.
+            match self.sender.try_reserve() {
+                Ok(permit) => permit.send(std::mem::take(&mut self.batch)),
+                Err(mpsc::error::TrySendError::Full(())) => {}
+                Err(mpsc::error::TrySendError::Closed(())) => return Err(Closed),
             }
         }
         Ok(())
@@ -66,7 +66,7 @@ impl ChangeSender {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        let batch = std::mem::take(&mut self.batch);
         self.sender.send(batch).await.map_err(|_| Closed)
     }
 
