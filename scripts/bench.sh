@@ -273,7 +273,7 @@ if [ "${PSM_BENCH_RECOPY:-0}" != 0 ]; then
   kill "$sampler" 2>/dev/null || true
   if [ -n "${recopy_perf:-}" ]; then kill -INT "$recopy_perf" 2>/dev/null; wait "$recopy_perf" 2>/dev/null || true; fi
   mdbx_after_recopy="$(stat -c %s "$store_dir/mdbx.dat")"
-  recopy="$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); f=float(sys.argv[2]); m["recopy_retype_over_floor"]=round(m["recopy_retype_seconds"]/f,2); m["recopy_rename_over_floor"]=round(m["recopy_rename_seconds"]/f,2); m["recopy_extra_file_bytes"]=int(sys.argv[4])-int(sys.argv[3]); m["recopy_peak_anon_rss_bytes"]=int(sys.argv[5])*1024; print(json.dumps(m))' \
+  recopy="$(python3 -c 'import json,sys; m=json.loads(sys.argv[1]); f=float(sys.argv[2]); m["recopy_retype_over_floor"]=round(m["recopy_retype_seconds"]/f,2); m["recopy_rename_over_floor"]=round(m["recopy_rename_seconds"]/f,2); m["recopy_retype_first_write_over_floor"]=round(m["recopy_retype_first_write_seconds"]/f,2); m["recopy_rename_first_write_over_floor"]=round(m["recopy_rename_first_write_seconds"]/f,2); m["recopy_extra_file_bytes"]=int(sys.argv[4])-int(sys.argv[3]); m["recopy_peak_anon_rss_bytes"]=int(sys.argv[5])*1024; print(json.dumps(m))' \
     "$recopy" "$floor_text" "$mdbx_before_recopy" "$mdbx_after_recopy" "$(cat "$work/recopy_anon" 2>/dev/null | grep . || echo 0)")"
 fi
 

@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import subprocess
+import threading
 import sys
 import time
 
@@ -330,12 +331,49 @@ def metric(port: int, name: str) -> float:
     sys.exit(f"metric {name} not served")
 
 
+def until_sentinel(stream: "Stream", field: str, value) -> None:
+    """Reads the stream until the client holds the probe bucket's sentinel row with
+    `field` equal to `value` (checkpoints published before that write may come first)."""
+    sentinel = "task-sentinel-update-0001"
+    while True:
+        data = stream.rows.get(PROBE_BUCKET, {}).get(sentinel)
+        if data is not None and json.loads(data)[field] == value:
+            return
+        stream.until_complete()
+
+
+class Gauge(threading.Thread):
+    """Polls an unlabelled gauge of GET /metrics every 20 ms: when it first rose above 0
+    and when it was back at 0 after that."""
+
+    def __init__(self, port: int, name: str, deadline: float):
+        super().__init__(daemon=True)
+        self.port, self.name, self.deadline = port, name, deadline
+        self.rose = None
+        self.fell = None
+
+    def run(self):
+        while True:
+            value = metric(self.port, self.name)
+            now = time.time()
+            if value > 0 and self.rose is None:
+                self.rose = now
+            if value == 0 and self.rose is not None:
+                self.fell = now
+                return
+            if self.rose is None and now > self.deadline:
+                return
+            time.sleep(0.02)
+
+
 def recopy(port: int, secret: str, psql_argv) -> None:
     """Migrations of a column the rules read, each with one write of the table after it
-    (the change reaches the worker with the table's next row change): the time from that
-    write's COMMIT until the table's re-copy is merged (the gauge
-    powersync_mdbx_tables_recopying back at 0), and the ops the worker wrote meanwhile
-    (powersync_mdbx_ops_written_total)."""
+    (the change reaches the worker with the table's next row change). Reports the time
+    from that write's COMMIT until the connected client holds it (how long until clients
+    see new writes again), the commit-to-client latency of single-row writes issued every
+    100 ms while the table is copied again, the time until the re-copy is merged (the
+    gauge powersync_mdbx_tables_recopying back at 0), and the ops the worker wrote
+    meanwhile (powersync_mdbx_ops_written_total)."""
     stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
     stream.until_complete()
     db = Psql(psql_argv)
@@ -344,31 +382,49 @@ def recopy(port: int, secret: str, psql_argv) -> None:
         ("recopy_retype", "ALTER TABLE tasks ALTER COLUMN title TYPE varchar(1000)"),
         ("recopy_rename", "ALTER TABLE tasks RENAME COLUMN summary TO summary_renamed"),
     ]
+    write = 0
     for key, alter in steps:
         t0 = time.time()
         db.run(alter)
         out[f"{key}_alter_ms"] = round((time.time() - t0) * 1000, 2)
         ops_before = metric(port, "powersync_mdbx_ops_written_total")
+        write += 1
         db.run(
-            "UPDATE tasks SET priority = priority + 1 "
+            f"UPDATE tasks SET story_points = {-write} "
             f"WHERE id = 'task-sentinel-update-0001' /* {key} */"
         )
         committed = time.time()
-        started = None
-        while True:
-            recopying = metric(port, "powersync_mdbx_tables_recopying")
-            if recopying > 0 and started is None:
-                started = time.time()
-            if recopying == 0 and started is not None:
-                break
-            if started is None and time.time() - committed > 60:
-                sys.exit(f"{key}: no re-copy started within 60 s")
-            time.sleep(0.02)
-        out[f"{key}_seconds"] = round(time.time() - committed, 3)
+        gauge = Gauge(port, "powersync_mdbx_tables_recopying", committed + 60)
+        gauge.start()
+        until_sentinel(stream, "story_points", -write)
+        out[f"{key}_first_write_seconds"] = round(time.time() - committed, 3)
+        # Writes while the table is copied again: each timed from COMMIT until the
+        # client holds it.
+        during = []
+        while gauge.is_alive():
+            write += 1
+            db.run(
+                f"UPDATE tasks SET story_points = {-write} "
+                f"WHERE id = 'task-sentinel-update-0001' /* {key} during */"
+            )
+            t1 = time.time()
+            until_sentinel(stream, "story_points", -write)
+            if gauge.is_alive():
+                during.append(time.time() - t1)
+            time.sleep(0.1)
+        gauge.join()
+        if gauge.rose is None:
+            sys.exit(f"{key}: no re-copy started within 60 s")
+        out[f"{key}_seconds"] = round(gauge.fell - committed, 3)
         # Until the stream decoded the write (after the ALTER's WAL) and the gauge rose;
         # the rest is the temporary slot, the copy and its merge.
-        out[f"{key}_started_seconds"] = round(started - committed, 3)
+        out[f"{key}_started_seconds"] = round(gauge.rose - committed, 3)
         out[f"{key}_ops"] = int(metric(port, "powersync_mdbx_ops_written_total") - ops_before)
+        during.sort()
+        out[f"{key}_writes_during"] = len(during)
+        if during:
+            out[f"{key}_write_to_client_ms_median"] = percentile_ms(during, 0.5)
+            out[f"{key}_write_to_client_ms_max"] = round(during[-1] * 1000, 2)
     db.close()
     print(json.dumps(out))
 
