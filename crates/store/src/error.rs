@@ -95,6 +95,19 @@ pub enum StoreError {
         /// libmdbx's verdict.
         source: libmdbx::Error,
     },
+    /// A copy of a peer's store (seeding, `transfer`) cannot be installed; nothing of it
+    /// is served.
+    #[error(
+        "PSM_S1010 storage {path}: the copy of the peer's store cannot be installed: {problem}"
+    )]
+    BadCopy {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+        /// The copy ended early (the peer or the connection stopped): another try may do.
+        cut_short: bool,
+    },
     /// A commit failed earlier; the store refuses writes until the worker restarts.
     #[error(
         "PSM_S1007 storage {path}: an earlier commit failed, writes are refused until the \

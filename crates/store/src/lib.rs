@@ -24,6 +24,7 @@ mod reader;
 mod record;
 mod stored_row;
 mod tables;
+mod transfer;
 mod write_checkpoints;
 mod writer;
 
@@ -47,6 +48,7 @@ pub use meta::{inspect_data_file, stage_record_of_any_format, DataFile, StoreIde
 pub use op::{BucketState, OpKind};
 pub use prepared::{PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn};
+pub use transfer::CopiedMeta;
 pub use write_checkpoints::{Expiry, ExpiryPass, WriteCheckpointRecord, WRITE_CHECKPOINT_PREFIX};
 pub use writer::{LookupPut, RowPut, Stash, StoredAs, WriteTxn};
 

@@ -6,3 +6,4 @@ extern crate powersync_mdbx_store as store;
 mod damaged;
 mod laws;
 mod long_keys;
+mod transfer;
