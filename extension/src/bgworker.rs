@@ -130,6 +130,8 @@ fn settings() -> HostSettings {
         runtime_threads: RUNTIME_THREADS,
         slot_name: guc::get(&guc::SLOT_NAME).unwrap_or_else(|| "powersync_mdbx".into()),
         admin_socket: Some(crate::admin_client::socket_path()),
+        peer_secret: guc::get(&guc::PEER_SECRET).map(engine::PeerSecret::new),
+        seed_from: guc::get(&guc::SEED_FROM),
     }
 }
 

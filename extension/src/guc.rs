@@ -15,6 +15,11 @@ pub static SLOT_NAME: GucSetting<Option<CString>> =
 pub static LISTEN_ADDRESSES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
 
+/// `powersync_mdbx.peer_secret`: the secret replicas of one fleet share.
+pub static PEER_SECRET: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.seed_from`: the peer an empty store is copied from.
+pub static SEED_FROM: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
 /// Registers the GUCs. Called from `_PG_init` in every process that loads the library,
 /// so `SHOW` works everywhere. `storage_dir` can only be defined while the postmaster
 /// preloads the library (PostgreSQL refuses postmaster-level settings later).
@@ -44,6 +49,26 @@ pub fn define(preloading: bool) {
         &SLOT_NAME,
         GucContext::Sighup,
         GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.peer_secret",
+        c"Secret shared by the sync replicas of one fleet (at least 16 bytes).",
+        c"With it the replica serves copies of its store to peers that present it \
+          (GET /peer/store, loopback only in this build) and presents it to the peer it \
+          seeds from. Unset: no peer endpoint.",
+        &PEER_SECRET,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY | GucFlags::NO_SHOW_ALL,
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.seed_from",
+        c"Peer sync replica (http://127.0.0.1:<port>) an empty store is copied from.",
+        c"Instead of a snapshot, a replica with empty storage copies the peer's store and \
+          streams its own slot from the copy's position, so both hold one history. Needs \
+          powersync_mdbx.peer_secret.",
+        &SEED_FROM,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
     );
     if !preloading {
         return;

@@ -90,10 +90,27 @@ impl Cluster {
         config: &str,
         extra_conf: &[String],
     ) -> Self {
-        let path = dir.write("config.yaml", config);
+        Self::start_sync_replica_named(install, dir, "replica", config, extra_conf)
+    }
+
+    /// [`Self::start_sync_replica`] under another name (several replicas in one
+    /// directory): the config is written to `<name>.yaml`.
+    pub fn start_sync_replica_named(
+        install: &PgInstall,
+        dir: &TestDir,
+        name: &str,
+        config: &str,
+        extra_conf: &[String],
+    ) -> Self {
+        let file = if name == "replica" {
+            "config.yaml".to_owned()
+        } else {
+            format!("{name}.yaml")
+        };
+        let path = dir.write(&file, config);
         let mut conf = vec![format!("powersync_mdbx.config_file = '{}'", path.display())];
         conf.extend(extra_conf.iter().cloned());
-        let replica = Self::start_new(install, dir, "replica", ClusterKind::SyncReplica, &conf);
+        let replica = Self::start_new(install, dir, name, ClusterKind::SyncReplica, &conf);
         replica.sql("CREATE EXTENSION powersync_mdbx");
         replica
     }
@@ -125,6 +142,21 @@ impl Cluster {
                 format!("{failure}\nserver log (tail):\n{tail}")
             },
         )
+    }
+
+    /// Waits until this sync replica's worker applied everything committed on `primary`
+    /// so far (a logical message marks the point, so an idle primary is passed too).
+    pub fn wait_applied(&self, primary: &Cluster) {
+        primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
+        let head = primary.sql("SELECT pg_current_wal_lsn()");
+        self.wait_worker("the worker applying up to the primary's head", |_| {
+            let done = self
+                .try_sql(&format!(
+                    "SELECT applied_lsn >= '{head}' FROM powersync_mdbx.replication()"
+                ))
+                .ok()?;
+            (done == "t").then_some(())
+        });
     }
 
     /// Waits for the worker's status to show `phase`; returns it.

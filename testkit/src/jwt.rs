@@ -36,9 +36,22 @@ pub fn global_bucket_config(
     audience: &str,
     port: u16,
 ) -> String {
+    let rules = format!("bucket_definitions:\n  global:\n    data:\n      - {data_query}\n");
+    rules_config(primary_uri, &rules, secret, audience, port)
+}
+
+/// [`global_bucket_config`] with the sync rules `rules` (YAML).
+pub fn rules_config(
+    primary_uri: &str,
+    rules: &str,
+    secret: &[u8],
+    audience: &str,
+    port: u16,
+) -> String {
+    let rules: String = rules.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "replication:\n  connections:\n    - uri: {primary_uri}\n      sslmode: disable\n\
-         sync_config:\n  content: |\n    bucket_definitions:\n      global:\n        data:\n          - {data_query}\n\
+         sync_config:\n  content: |\n{rules}\
          client_auth:\n  audience: [{audience}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
          port: {port}\n",
         base64_url(secret)

@@ -25,7 +25,7 @@ pub use cluster::{Cluster, ClusterKind, TestDir};
 pub use held::HeldTransaction;
 pub use http::{http_get, HttpReply};
 pub use install::PgInstall;
-pub use jwt::{base64_url, global_bucket_config, hs256_token};
+pub use jwt::{base64_url, global_bucket_config, hs256_token, rules_config};
 pub use ports::free_port;
 pub use proxy::TcpProxy;
 pub use sdk::{require_sdk_client, sdk_client_installed, SdkClient, WatchClient};

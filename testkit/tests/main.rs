@@ -5,6 +5,7 @@
 extern crate powersync_mdbx_testkit as testkit;
 
 mod e2e_sdk;
+mod fleet;
 mod many_streams;
 mod sql_functions;
 mod stalled_streams;

@@ -13,7 +13,7 @@ use config::SourceConnection;
 use rules::SyncRules;
 use serde_json::Value;
 use testkit::{
-    base64_url, free_port, wait_until, Cluster, ClusterKind, Patience, PgInstall, TestDir,
+    free_port, rules_config, wait_until, Cluster, ClusterKind, Patience, PgInstall, TestDir,
 };
 
 const SECRET: &[u8] = b"sql-functions-secret-of-32-bytes";
@@ -46,15 +46,7 @@ fn token(sub: &str) -> String {
 }
 
 fn config(primary: &Cluster, http_port: u16) -> String {
-    let rules: String = RULES.lines().map(|l| format!("    {l}\n")).collect();
-    format!(
-        "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
-         sync_config:\n  content: |\n{rules}\
-         client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n\
-         port: {http_port}\n",
-        primary.uri("postgres"),
-        base64_url(SECRET)
-    )
+    rules_config(&primary.uri("postgres"), RULES, SECRET, AUDIENCE, http_port)
 }
 
 fn json(cluster: &Cluster, sql: &str) -> Value {
@@ -86,20 +78,6 @@ fn user_buckets(replica: &Cluster, sub: &str, body: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Waits until the worker applied everything committed on the primary so far.
-fn sync_point(primary: &Cluster, replica: &Cluster) {
-    primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
-    let head = primary.sql("SELECT pg_current_wal_lsn()");
-    replica.wait_worker("the worker applying up to the primary's head", |_| {
-        let done = replica
-            .try_sql(&format!(
-                "SELECT applied_lsn >= '{head}' FROM powersync_mdbx.replication()"
-            ))
-            .ok()?;
-        (done == "t").then_some(())
-    });
 }
 
 fn expected_counts(primary: &Cluster) -> BTreeMap<String, u64> {
@@ -163,7 +141,7 @@ fn sql_functions_answer_support_questions() {
     assert_eq!(stored_counts(&replica), expected_counts(&primary));
     primary
         .sql("INSERT INTO todos SELECT 'n' || g, 'l2', 'new ' || g FROM generate_series(1, 5) g");
-    sync_point(&primary, &replica);
+    replica.wait_applied(&primary);
     let counts = stored_counts(&replica);
     assert_eq!(counts, expected_counts(&primary));
     assert_eq!(counts["by_list[\"l2\"]"], 12, "{counts:?}");
@@ -203,7 +181,7 @@ fn sql_functions_answer_support_questions() {
     );
     assert_eq!(row, "3 by_list 12");
     primary.sql("UPDATE lists SET owner_id = 'u2' WHERE id = 'l3'");
-    sync_point(&primary, &replica);
+    replica.wait_applied(&primary);
     assert_eq!(
         user_buckets(&replica, "u1", "{}"),
         [by("l1"), lists.clone()]

@@ -62,4 +62,11 @@ pub enum ConfigError {
         /// The variable's name.
         name: String,
     },
+    /// A setting of postgresql.conf (`powersync_mdbx.*`) holds a value the engine cannot
+    /// use; the message names it and what is accepted.
+    #[error("PSM_C1007 {message}; fix it in postgresql.conf, then reload")]
+    Setting {
+        /// What is wrong and what is accepted.
+        message: String,
+    },
 }

@@ -11,8 +11,10 @@ mod connection;
 mod env_tags;
 mod error;
 mod file;
+mod peer;
 
 pub use api::ApiLimits;
 pub use connection::{SourceConnection, SslMode};
 pub use error::ConfigError;
 pub use file::{ClientAuth, RulesSource, ServiceConfig, DEFAULT_PORT};
+pub use peer::{PeerSecret, SeedPeer};

@@ -43,6 +43,10 @@ pub struct HostSettings {
     pub slot_name: String,
     /// Where the engine serves its admin socket, if anywhere.
     pub admin_socket: Option<PathBuf>,
+    /// `powersync_mdbx.peer_secret`.
+    pub peer_secret: Option<config::PeerSecret>,
+    /// `powersync_mdbx.seed_from`, as set.
+    pub seed_from: Option<String>,
 }
 
 /// What the host loop should do after a [`Host::tick`].
@@ -332,6 +336,31 @@ impl Host {
             admin_socket: self.settings.admin_socket.clone(),
             http_limits: None,
             write_checkpoint_max_age: None,
+            fleet: self.fleet()?,
+        })
+    }
+
+    /// The fleet settings, checked: a secret long enough, a peer this build can seed
+    /// from, and a secret to prove to it.
+    fn fleet(&self) -> Result<crate::Fleet, ConfigError> {
+        let setting = |message: String| ConfigError::Setting { message };
+        if let Some(secret) = &self.settings.peer_secret {
+            secret.check().map_err(setting)?;
+        }
+        let seed_from = match &self.settings.seed_from {
+            None => None,
+            Some(url) => {
+                if self.settings.peer_secret.is_none() {
+                    return Err(setting(format!(
+                        "powersync_mdbx.seed_from is {url} but powersync_mdbx.peer_secret is                          not set: set it to the peer's secret"
+                    )));
+                }
+                Some(config::SeedPeer::parse(url).map_err(setting)?)
+            }
+        };
+        Ok(crate::Fleet {
+            peer_secret: self.settings.peer_secret.clone(),
+            seed_from,
         })
     }
 

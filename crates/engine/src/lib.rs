@@ -12,6 +12,7 @@ mod generation;
 pub mod host;
 pub mod logging;
 mod run;
+mod seeding;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio::sync::watch;
 use config::ServiceConfig;
 use status::StatusCell;
 
+pub use config::PeerSecret;
 pub use error::EngineError;
 
 /// What the engine runs with: the service file plus the host's overrides.
@@ -47,6 +49,19 @@ pub struct EngineConfig {
     /// How long write-checkpoint requests are kept (`None`:
     /// [`replication::WRITE_CHECKPOINT_MAX_AGE`]; tests shorten it).
     pub write_checkpoint_max_age: Option<std::time::Duration>,
+    /// The replica's place in a fleet of replicas.
+    pub fleet: Fleet,
+}
+
+/// The settings a fleet of replicas shares (`docs/operations.md`, "A fleet of replicas").
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    /// `powersync_mdbx.peer_secret`: with it, this replica serves copies of its store to
+    /// peers (`GET /peer/store`) and proves itself to the peer it seeds from.
+    pub peer_secret: Option<config::PeerSecret>,
+    /// `powersync_mdbx.seed_from`: the peer an empty store is copied from instead of a
+    /// snapshot.
+    pub seed_from: Option<config::SeedPeer>,
 }
 
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::deploy::{GenerationEvent, Generations};
 use super::generation::{store_status, Generation};
+use super::seeding::{seed_unless_complete, SeedTarget};
 use super::{EngineConfig, EngineError};
 use auth::Authenticator;
 use http::HttpState;
@@ -99,6 +100,21 @@ async fn run_engine(
         s.last_error = None;
     });
     let configured: Arc<str> = rules.borrow_and_update().clone();
+    if let (Some(peer), Some(secret)) = (&config.fleet.seed_from, &config.fleet.peer_secret) {
+        let from = replication::SeedSource {
+            peer: peer.clone(),
+            secret: secret.clone(),
+        };
+        let target = SeedTarget {
+            root: &config.storage_dir,
+            slot_base: &config.slot_name,
+            connection: &config.service.source,
+            rules_text: &configured,
+        };
+        if !seed_unless_complete(target, &from, &status, stop.clone()).await? {
+            return Ok(());
+        }
+    }
     let mut generations = Generations::open(
         config.storage_dir.clone(),
         config.slot_name.clone(),
@@ -177,6 +193,11 @@ async fn serve_generations(
         HttpState {
             status: status.clone(),
             sync: sync.clone(),
+            peer_secret: config
+                .fleet
+                .peer_secret
+                .as_ref()
+                .map(|s| http::peer_secret_digest(s.expose())),
         },
         stop.clone(),
         http_limits,

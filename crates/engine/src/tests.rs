@@ -20,6 +20,7 @@ fn config(dir: &Path, port: u16) -> EngineConfig {
         admin_socket: None,
         http_limits: None,
         write_checkpoint_max_age: None,
+        fleet: crate::Fleet::default(),
     }
 }
 

@@ -115,6 +115,8 @@ fn a_full_disk_is_reported_retried_and_recovered_from_without_loss() {
         runtime_threads: 2,
         slot_name: "psm_disk_full".into(),
         admin_socket: None,
+        peer_secret: None,
+        seed_from: None,
     };
     let no_guard: fn(&mut dyn FnMut()) = |f| f();
     let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);

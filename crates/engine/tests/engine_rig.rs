@@ -167,6 +167,7 @@ fn engine_config(
             admin_socket: None,
             http_limits: None,
             write_checkpoint_max_age: None,
+            fleet: engine::Fleet::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ mod error;
 mod limits;
 mod metrics;
 mod metrics_text;
+mod peer_copy;
 mod probes;
 mod server;
 mod sync_stream;
@@ -20,6 +21,7 @@ pub use error::ApiError;
 pub use limits::{
     HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, DESCRIPTOR_RESERVE,
 };
+pub use peer_copy::peer_secret_digest;
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 
 /// The body type every handler answers with, whole or streamed.

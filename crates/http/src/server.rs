@@ -17,7 +17,7 @@ use super::limits::HttpLimits;
 use super::probes::{self, Probe};
 use super::write_timeout::WriteTimeout;
 use super::Body;
-use super::{cors, metrics, sync_stream, write_checkpoint};
+use super::{cors, metrics, peer_copy, sync_stream, write_checkpoint};
 use service::SyncService;
 use status::StatusCell;
 
@@ -31,6 +31,8 @@ pub struct HttpState {
     pub status: Arc<StatusCell>,
     /// The sync endpoints.
     pub sync: Arc<SyncService>,
+    /// SHA-256 of `powersync_mdbx.peer_secret`; `None`: no peer endpoint.
+    pub peer_secret: Option<[u8; 32]>,
 }
 
 /// Raises this process's soft limit of open files to its hard limit: every sync stream
@@ -173,7 +175,7 @@ pub async fn serve(
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => break,
             conn = conn_rx.recv() => {
-                let Some((stream, _peer)) = conn else { break };
+                let Some((stream, peer)) = conn else { break };
                 let Ok(permit) = connections.clone().try_acquire_owned() else {
                     tokio::spawn(refuse(stream));
                     continue;
@@ -190,7 +192,7 @@ pub async fn serve(
                 let state = state.clone();
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
-                    async move { Ok::<_, std::convert::Infallible>(route(req, &state).await) }
+                    async move { Ok::<_, std::convert::Infallible>(route(req, &state, peer).await) }
                 });
                 let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
                 let conn = http1.serve_connection(io, service);
@@ -243,16 +245,16 @@ const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// carry CORS headers.
 const SYNC_ENDPOINTS: [&str; 2] = ["/sync/stream", "/write-checkpoint2.json"];
 
-async fn route(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+async fn route(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
     let cors = SYNC_ENDPOINTS.contains(&req.uri().path());
-    let mut response = dispatch(req, state).await;
+    let mut response = dispatch(req, state, peer).await;
     if cors {
         cors::allow_origin(&mut response);
     }
     response
 }
 
-async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
+async fn dispatch(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     if let Some(probe) = Probe::from_path(&path) {
@@ -276,6 +278,7 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState) -> Response<Body> {
         (Method::GET, "/write-checkpoint2.json") => {
             write_checkpoint::handle(req, state.sync.clone()).await
         }
+        (Method::GET, peer_copy::PATH) => peer_copy::handle(req, state, peer).await,
         (method, _) if known => ApiError::method_not_allowed(&method, &path).into_response(),
         _ => ApiError::not_found(&path).into_response(),
     }

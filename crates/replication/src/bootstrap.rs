@@ -15,7 +15,7 @@ use config::SourceConnection;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
-    table_columns, validate_primary, SourceError, SourceTable, PUBLICATION,
+    table_columns, validate_primary, SourceError, SourceTable,
 };
 use store::Store;
 
@@ -146,34 +146,28 @@ pub async fn bootstrap_with(
     }
 
     let started = Instant::now();
-    let mut intent = BootstrapIntent {
-        system_identifier: primary.system_identifier.clone(),
-        timeline: Some(primary.timeline),
-        database: plan.connection.database.clone(),
-        slot: plan.slot.clone(),
-        publication: PUBLICATION.to_owned(),
+    let tables_of_intent = tables
+        .iter()
+        .zip(1u32..)
+        .map(|(t, id)| IntentTable {
+            id,
+            schema: t.schema.clone(),
+            name: t.name.clone(),
+            columns: Vec::new(),
+            identity: Vec::new(),
+            oid: 0,
+            recopy: false,
+            rekey_from: Vec::new(),
+            gone: false,
+        })
+        .collect();
+    let mut intent = BootstrapIntent::creating_slot(
+        &primary,
+        plan,
         rules_hash,
-        generation: start.generation,
-        tables: tables
-            .iter()
-            .zip(1u32..)
-            .map(|(t, id)| IntentTable {
-                id,
-                schema: t.schema.clone(),
-                name: t.name.clone(),
-                columns: Vec::new(),
-                identity: Vec::new(),
-                oid: 0,
-                recopy: false,
-                rekey_from: Vec::new(),
-                gone: false,
-            })
-            .collect(),
-        state: BootstrapState::CreatingSlot,
-        consistent_point: None,
-        rows: 0,
-        rebuilding: false,
-    };
+        start.generation,
+        tables_of_intent,
+    );
     let encoded = intent.encode()?;
     store.write(0, |w| {
         BootstrapIntent::save_rules_text(rules.text(), w)?;
@@ -348,7 +342,7 @@ fn check_ownership(
     Ok(())
 }
 
-fn foreign_slot(name: &str) -> ReplicationError {
+pub(super) fn foreign_slot(name: &str) -> ReplicationError {
     ownership(
         "PSM_R1013",
         format!(

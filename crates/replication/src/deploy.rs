@@ -16,7 +16,7 @@ use source::{connect, table_columns, validate_primary, SourceTable};
 use store::{ReadTxn, Store, StoreError};
 
 /// Stage-record key of the rules a deploy in progress adds.
-const KEY: &str = "deploy";
+pub(super) const KEY: &str = "deploy";
 
 /// Why a deploy's tables are copied again (the re-copy's reason in `status()`).
 pub(super) const RECOPY_REASON: &str = "a rules deploy reads it differently";

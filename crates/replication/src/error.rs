@@ -34,6 +34,16 @@ pub enum ReplicationError {
         /// Only the operator can fix it.
         operator: bool,
     },
+    /// Seeding from a peer (`seed`) failed.
+    #[error("{code} {message}")]
+    Seed {
+        /// Stable code (`PSM_B102x`).
+        code: &'static str,
+        /// What happened and what to do.
+        message: String,
+        /// Only the operator can fix it.
+        operator: bool,
+    },
     /// COPY delivered a row that does not decode.
     #[error("PSM_B1007 table {table}: {problem}")]
     Copy {
@@ -50,7 +60,7 @@ impl ReplicationError {
         match self {
             Self::Source(e) => e.needs_operator(),
             Self::Store(e) => e.needs_operator(),
-            Self::Stream { operator, .. } => *operator,
+            Self::Stream { operator, .. } | Self::Seed { operator, .. } => *operator,
             Self::Rules(_) | Self::Ownership { .. } | Self::Copy { .. } => true,
         }
     }

@@ -104,6 +104,30 @@ impl BootstrapIntent {
     /// The stage-record key of the rules text (see [`Self::load_rules_text`]).
     pub const RULES_KEY: &'static str = RULES_KEY;
 
+    /// The record of a store about to create its slot on `primary`.
+    pub(super) fn creating_slot(
+        primary: &source::PrimaryInfo,
+        plan: &super::SourcePlan,
+        rules_hash: String,
+        generation: u64,
+        tables: Vec<IntentTable>,
+    ) -> Self {
+        Self {
+            system_identifier: primary.system_identifier.clone(),
+            timeline: Some(primary.timeline),
+            database: plan.connection.database.clone(),
+            slot: plan.slot.clone(),
+            publication: source::PUBLICATION.to_owned(),
+            rules_hash,
+            generation,
+            tables,
+            state: BootstrapState::CreatingSlot,
+            consistent_point: None,
+            rows: 0,
+            rebuilding: false,
+        }
+    }
+
     /// Reads the record, if any.
     pub fn load(view: &ReadTxn<'_, '_>) -> Result<Option<Self>, ReplicationError> {
         let Some(bytes) = view.stage_record(KEY)? else {

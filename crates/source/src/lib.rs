@@ -21,8 +21,8 @@ pub use copy_text::{CopyFields, CopyTextError, Fields};
 pub use error::SourceError;
 pub use head::PrimaryHead;
 pub use slot::{
-    create_slot, create_temporary_slot, drop_slot, format_lsn, replication_error, slot_info,
-    start_stream, ExportedSlot, SlotInfo,
+    create_slot, create_temporary_slot, drop_slot, format_lsn, parse_lsn, replication_error,
+    slot_info, start_stream, ExportedSlot, SlotInfo,
 };
 pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
 pub use tls::install_crypto_provider;

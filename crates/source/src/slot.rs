@@ -290,3 +290,24 @@ pub fn replication_error(e: pg_walstream::ReplicationError) -> SourceError {
 pub fn format_lsn(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
 }
+
+/// Parses an LSN as PostgreSQL writes it (`16/B374D848`); `None` for anything else.
+pub fn parse_lsn(text: &str) -> Option<u64> {
+    let (high, low) = text.split_once('/')?;
+    let high = u32::from_str_radix(high, 16).ok()?;
+    let low = u32::from_str_radix(low, 16).ok()?;
+    Some((u64::from(high) << 32) | u64::from(low))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lsns_read_back_as_written() {
+        for lsn in [0, 0x16_B374_D848, u64::MAX] {
+            assert_eq!(super::parse_lsn(&super::format_lsn(lsn)), Some(lsn));
+        }
+        for bad in ["", "16", "16/", "G/1", "1/2/3"] {
+            assert_eq!(super::parse_lsn(bad), None, "{bad}");
+        }
+    }
+}

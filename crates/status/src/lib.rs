@@ -24,6 +24,9 @@ pub enum Phase {
     /// bootstrap (retried with backoff on errors
     /// that may pass; `last_error` shows the latest).
     Validating,
+    /// Filling an empty store with a copy of a peer's store (`powersync_mdbx.seed_from`)
+    /// instead of a snapshot; errors that may pass are retried (`last_error`).
+    Seeding,
     /// Copying the initial snapshot.
     Snapshotting,
     /// The snapshot is complete and durable: clients may sync.
@@ -42,11 +45,12 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in life-cycle order.
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Self::Starting,
         Self::ConfigError,
         Self::OpeningStorage,
         Self::Validating,
+        Self::Seeding,
         Self::Snapshotting,
         Self::Ready,
         Self::Streaming,
@@ -63,6 +67,7 @@ impl Phase {
             Self::ConfigError => "config_error",
             Self::OpeningStorage => "opening_storage",
             Self::Validating => "validating",
+            Self::Seeding => "seeding",
             Self::Snapshotting => "snapshotting",
             Self::Ready => "ready",
             Self::Streaming => "streaming",

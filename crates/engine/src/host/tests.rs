@@ -33,6 +33,8 @@ fn settings(dir: &Path) -> HostSettings {
         runtime_threads: 1,
         slot_name: "powersync_mdbx_test".into(),
         admin_socket: None,
+        peer_secret: None,
+        seed_from: None,
     }
 }
 

@@ -1,0 +1,236 @@
+//! `GET /peer/store?after_lsn=<LSN>`: a consistent copy of the served store for a sync
+//! replica that seeds itself from this one (`docs/operations.md`, "A fleet of replicas").
+//!
+//! The endpoint exists only when `powersync_mdbx.peer_secret` is set, answers only
+//! loopback peers (this build serves it without TLS, and a store must not cross a network
+//! in clear), and takes the secret as `Authorization: Bearer <secret>`, compared in
+//! constant time. It waits until the store has applied `after_lsn` (the seeding replica's
+//! slot starts there), then streams `store::Store::export_data` from one read transaction on
+//! a blocking thread; the writer goes on meanwhile. A copy that stops midway ends the body
+//! before the copy's last frame, which the receiver refuses.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{header, Request, Response, StatusCode};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tokio::sync::mpsc;
+
+use super::error::ApiError;
+use super::server::HttpState;
+use super::Body;
+
+/// The endpoint's path.
+pub const PATH: &str = "/peer/store";
+/// How long a request waits for the store to apply the LSN it asks for.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(60);
+/// Bytes of the copy sent per body chunk, and chunks queued toward a slow peer.
+const CHUNK_BYTES: usize = 256 << 10;
+const QUEUED_CHUNKS: usize = 4;
+
+/// Answers a peer's request for a copy of the store.
+pub async fn handle(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
+    let Some(secret) = state.peer_secret.as_ref() else {
+        return ApiError::not_found(PATH).into_response();
+    };
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let after_lsn = match admit(secret, peer, authorization, req.uri().query()) {
+        Ok(lsn) => lsn,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if !state.status.snapshot().ready {
+        return ApiError::not_ready().into_response();
+    }
+    let served = state.sync.current();
+    let mut checkpoints = served.checkpoints.clone();
+    let caught_up = tokio::time::timeout(
+        CATCH_UP_WAIT,
+        checkpoints.wait_for(|cp| cp.lsn >= after_lsn),
+    )
+    .await;
+    if !matches!(caught_up, Ok(Ok(_))) {
+        return ApiError::unavailable(format!(
+            "this replica has not applied {} within {CATCH_UP_WAIT:?} (it is at {}); retry",
+            source::format_lsn(after_lsn),
+            source::format_lsn(served.checkpoints.borrow().lsn)
+        ))
+        .into_response();
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(QUEUED_CHUNKS);
+    let store = served.store.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut out = ChunkWriter {
+            tx,
+            buffer: Vec::with_capacity(CHUNK_BYTES),
+        };
+        match store.export_data(&mut out) {
+            Ok(cp) => tracing::info!(
+                %peer,
+                lsn = %source::format_lsn(cp.lsn),
+                op_id = cp.op_id,
+                "a peer copied the store"
+            ),
+            Err(e) => tracing::warn!(%peer, error = %e, "a peer's copy of the store stopped"),
+        }
+    });
+    let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, std::convert::Infallible>(Frame::data(bytes)), rx))
+    }));
+    let mut response = Response::new(BodyExt::boxed(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    response
+}
+
+/// What [`HttpState::peer_secret`](super::HttpState) holds of the secret: its SHA-256.
+pub fn peer_secret_digest(secret: &[u8]) -> [u8; 32] {
+    Sha256::digest(secret).into()
+}
+
+/// The LSN a request may have a copy after: it comes from this host, carries the secret
+/// whose SHA-256 is `secret` (the digests are compared in constant time, so neither the
+/// secret's bytes nor its length show in the answer's timing) and names `after_lsn`.
+fn admit(
+    secret: &[u8; 32],
+    peer: SocketAddr,
+    authorization: Option<&[u8]>,
+    query: Option<&str>,
+) -> Result<u64, ApiError> {
+    if !peer.ip().is_loopback() {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "PSM_H1460",
+            format!(
+                "the peer endpoint answers only connections from this host ({} is not a \
+                 loopback address): this build serves it without TLS, and a store copy must \
+                 not cross a network in clear",
+                peer.ip()
+            ),
+        ));
+    }
+    let given = authorization.and_then(|v| v.strip_prefix(b"Bearer ".as_slice()));
+    let authorized =
+        given.is_some_and(|given| bool::from(Sha256::digest(given).as_slice().ct_eq(secret)));
+    if !authorized {
+        return Err(refusal(
+            StatusCode::UNAUTHORIZED,
+            "PSM_H1461",
+            "the peer secret is missing or wrong: send Authorization: Bearer <the \
+             powersync_mdbx.peer_secret of this replica>"
+                .into(),
+        ));
+    }
+    query
+        .and_then(|q| {
+            q.split('&')
+                .find_map(|pair| pair.strip_prefix("after_lsn="))
+        })
+        .and_then(|v| source::parse_lsn(v).or_else(|| v.parse().ok()))
+        .ok_or_else(|| {
+            refusal(
+                StatusCode::BAD_REQUEST,
+                "PSM_H1462",
+                "ask for /peer/store?after_lsn=<LSN> (hex X/Y or decimal): the LSN the \
+                 seeding replica's slot starts at"
+                    .into(),
+            )
+        })
+}
+
+fn refusal(status: StatusCode, code: &'static str, description: String) -> ApiError {
+    ApiError {
+        status,
+        code,
+        name: "PeerRefused",
+        description,
+    }
+}
+
+/// Hands the copy to the response body in chunks; a peer that stops reading blocks the
+/// copy (holding its read transaction), one that went away ends it.
+struct ChunkWriter {
+    tx: mpsc::Sender<Bytes>,
+    buffer: Vec<u8>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK_BYTES));
+        self.tx
+            .blocking_send(Bytes::from(chunk))
+            .map_err(|_| std::io::Error::other("the peer went away"))
+    }
+}
+
+impl std::io::Write for ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_peers_with_the_secret_and_an_lsn_are_admitted() {
+        let secret = peer_secret_digest(b"a-peer-secret-of-enough-bytes");
+        let here: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let good = Some(b"Bearer a-peer-secret-of-enough-bytes".as_slice());
+        let query = Some("after_lsn=16/B374D848");
+        assert_eq!(admit(&secret, here, good, query).unwrap(), 0x16_B374_D848);
+        assert_eq!(
+            admit(
+                &secret,
+                "[::1]:1".parse().unwrap(),
+                good,
+                Some("after_lsn=7")
+            )
+            .unwrap(),
+            7
+        );
+        let code = |peer: &str, auth: Option<&[u8]>, query| {
+            admit(&secret, peer.parse().unwrap(), auth, query)
+                .unwrap_err()
+                .code
+        };
+        assert_eq!(code("10.1.2.3:5000", good, query), "PSM_H1460");
+        assert_eq!(code("127.0.0.1:1", None, query), "PSM_H1461");
+        assert_eq!(
+            code(
+                "127.0.0.1:1",
+                Some(b"Bearer a-peer-secret-of-enough-byteS"),
+                query
+            ),
+            "PSM_H1461"
+        );
+        assert_eq!(
+            code("127.0.0.1:1", Some(b"a-peer-secret-of-enough-bytes"), query),
+            "PSM_H1461"
+        );
+        assert_eq!(code("127.0.0.1:1", good, None), "PSM_H1462");
+        assert_eq!(code("127.0.0.1:1", good, Some("after_lsn=zz")), "PSM_H1462");
+    }
+}

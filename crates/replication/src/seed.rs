@@ -1,0 +1,386 @@
+//! Seeding: an empty store filled with a copy of a peer's store (`powersync_mdbx.seed_from`)
+//! instead of a snapshot, so both replicas hold one history (`docs/storage.md`, "Copying a
+//! store to a peer").
+//!
+//! The replica records its intent, creates its own slot (consistent point `S`), asks the
+//! peer for a copy taken once the peer has applied `S` (`GET /peer/store?after_lsn=S`),
+//! installs it with its own slot, timeline and generation in the bootstrap record, and
+//! then streams its slot from the copy's applied LSN `A ≥ S` like any complete store (the
+//! stream skips transactions committed before `A`). Restartable like the bootstrap: until
+//! the last install commit the stored record says the seeding did not complete, and a
+//! restart drops the slot it created and starts over.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::{header, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::bootstrap::{foreign_slot, SourcePlan};
+use super::deploy::KEY as DEPLOY_KEY;
+use super::intent::{BootstrapIntent, BootstrapState};
+use super::{Progress, ReplicationError};
+use config::{PeerSecret, SeedPeer};
+use source::{connect, create_slot, drop_slot, format_lsn, slot_info, validate_primary};
+use store::{CopiedMeta, Store, StoreError};
+
+/// The largest error answer read from a peer.
+const MAX_ERROR_BYTES: usize = 64 << 10;
+/// Body chunks queued between the connection and the installing thread.
+const QUEUED_CHUNKS: usize = 8;
+
+/// Where a replica seeds from, and the secret the peer expects.
+#[derive(Debug, Clone)]
+pub struct SeedSource {
+    /// The peer.
+    pub peer: SeedPeer,
+    /// `powersync_mdbx.peer_secret`.
+    pub secret: PeerSecret,
+}
+
+/// A completed seeding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seeded {
+    /// This replica's slot's consistent point.
+    pub consistent_point: u64,
+    /// The LSN the copy had applied (the stream starts here).
+    pub applied_lsn: u64,
+    /// The copy's last op id.
+    pub op_id: u64,
+    /// Bytes received.
+    pub bytes: u64,
+}
+
+/// Fills the store in `store` (which holds no complete data) from `from`, for the rules
+/// whose content hash is `rules_hash` (the peer must serve the same ones).
+pub async fn seed(
+    plan: &SourcePlan,
+    from: &SeedSource,
+    rules_text: &str,
+    rules_hash: &str,
+    generation: u64,
+    store: Arc<Store>,
+    progress: Arc<Progress>,
+) -> Result<Seeded, ReplicationError> {
+    progress.reset();
+    let client = connect(&plan.connection).await?;
+    let primary = validate_primary(&client, &[]).await?;
+    let slot = slot_info(&client, &plan.slot).await?;
+    let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
+    match (&stored, &slot) {
+        (Some(intent), _) if intent.state == BootstrapState::Complete => {
+            return Err(seed_error(
+                "PSM_B1020",
+                "the store is complete already; seeding fills only an empty store (this is a \
+                 bug, please report it)"
+                    .into(),
+                true,
+            ));
+        }
+        (Some(intent), Some(found)) if intent.slot == plan.slot && !found.active => {
+            tracing::info!(slot = %plan.slot, "dropping the slot of an interrupted seeding");
+            drop_slot(&client, &plan.slot).await?;
+        }
+        (_, Some(_)) => return Err(foreign_slot(&plan.slot)),
+        _ => {}
+    }
+    store.clear_data()?;
+    let started = Instant::now();
+    // The tables come with the peer's record.
+    let mut intent = BootstrapIntent::creating_slot(
+        &primary,
+        plan,
+        rules_hash.to_owned(),
+        generation,
+        Vec::new(),
+    );
+    let encoded = intent.encode()?;
+    store.write(0, |w| {
+        BootstrapIntent::save_rules_text(rules_text, w)?;
+        BootstrapIntent::save(&encoded, w)
+    })?;
+    let exported = create_slot(&plan.connection, &client, &plan.slot).await?;
+    let consistent_point = exported.consistent_point;
+    // The slot streams from the copy's position; its snapshot is not needed.
+    drop(exported);
+    // A logical message past the consistent point: the peer's stream passes it even while
+    // the primary writes nothing else, and the peer waits for that before it copies.
+    client
+        .execute(
+            "SELECT pg_logical_emit_message(false, 'powersync', 'seed')",
+            &[],
+        )
+        .await
+        .map_err(source::SourceError::query("emit a logical message"))?;
+    intent.state = BootstrapState::Snapshotting;
+    intent.consistent_point = Some(consistent_point);
+    let encoded = intent.encode()?;
+    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
+    tracing::info!(
+        slot = %plan.slot,
+        consistent_point = %format_lsn(consistent_point),
+        peer = %format!("{}:{}", from.peer.ip, from.peer.port),
+        "slot created, copying the peer's store"
+    );
+    progress.start_copy();
+
+    let (chunks, body) = request_copy(from, consistent_point).await?;
+    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let reader = ChunkReader {
+        chunks,
+        current: Bytes::new(),
+        received: received.clone(),
+    };
+    let ours = intent;
+    let install = tokio::task::spawn_blocking(move || {
+        let mut reader = reader;
+        store.import_data(&mut reader, |meta| adopt(meta, ours))
+    });
+    let (installed, streamed) = tokio::join!(install, body);
+    let installed = installed.map_err(|e| {
+        seed_error(
+            "PSM_B1021",
+            format!("the installing thread failed: {e}"),
+            false,
+        )
+    })?;
+    let checkpoint = match installed {
+        Ok(checkpoint) => checkpoint,
+        // A copy cut short says more through the connection's error.
+        Err(ReplicationError::Store(StoreError::BadCopy {
+            cut_short: true, ..
+        })) => {
+            return Err(streamed.err().unwrap_or_else(|| {
+                seed_error(
+                    "PSM_B1022",
+                    "the peer's copy ended early (the peer stopped or restarted); retrying".into(),
+                    false,
+                )
+            }))
+        }
+        Err(e) => return Err(e),
+    };
+    let bytes = received.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        applied_lsn = %format_lsn(checkpoint.lsn),
+        op_id = checkpoint.op_id,
+        bytes,
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "seeded from the peer"
+    );
+    Ok(Seeded {
+        consistent_point,
+        applied_lsn: checkpoint.lsn,
+        op_id: checkpoint.op_id,
+        bytes,
+    })
+}
+
+/// Checks the peer's bootstrap record in the copy and makes it this replica's: its slot,
+/// timeline, generation and consistent point; the tables, their columns and the rules
+/// stay the peer's.
+fn adopt(meta: &mut CopiedMeta, ours: BootstrapIntent) -> Result<(), ReplicationError> {
+    let key = format!("stage.{}", BootstrapIntent::KEY).into_bytes();
+    let Some(record) = meta.get(&key) else {
+        return Err(seed_error(
+            "PSM_B1023",
+            "the peer's store has no bootstrap record; seed from a replica that serves".into(),
+            true,
+        ));
+    };
+    let theirs = BootstrapIntent::decode(record)?;
+    if theirs.system_identifier != ours.system_identifier || theirs.database != ours.database {
+        return Err(seed_error(
+            "PSM_B1024",
+            format!(
+                "the peer replicates another primary (system identifier {}, database {}) than \
+                 this replica ({}, {}); point powersync_mdbx.seed_from at a replica of the same \
+                 primary and database",
+                theirs.system_identifier, theirs.database, ours.system_identifier, ours.database
+            ),
+            true,
+        ));
+    }
+    if theirs.rules_hash != ours.rules_hash {
+        return Err(seed_error(
+            "PSM_B1025",
+            format!(
+                "the peer serves other sync rules (hash {}) than this replica's configuration \
+                 ({}); configure the same rules on both, or deploy them on the peer first",
+                theirs.rules_hash, ours.rules_hash
+            ),
+            true,
+        ));
+    }
+    if !meta.contains_key(b"history".as_slice()) {
+        return Err(seed_error(
+            "PSM_B1026",
+            "the peer's store names buckets by its generation (built before bucket names \
+             were derived): run a rules deploy or reset() on the peer first"
+                .into(),
+            true,
+        ));
+    }
+    let busy = if theirs.state != BootstrapState::Complete {
+        Some("has not completed its snapshot".to_owned())
+    } else if theirs.rebuilding {
+        Some("is rebuilding from a new slot".to_owned())
+    } else if meta.contains_key(format!("stage.{DEPLOY_KEY}").as_bytes()) {
+        Some("is deploying new rules".to_owned())
+    } else {
+        theirs
+            .tables
+            .iter()
+            .find(|t| t.recopy || !t.rekey_from.is_empty())
+            .map(|t| format!("is copying table {}.{} again", t.schema, t.name))
+    };
+    if let Some(busy) = busy {
+        return Err(seed_error(
+            "PSM_B1027",
+            format!(
+                "the peer {busy}: a copy now would hold what only the peer will finish; \
+                 retrying"
+            ),
+            false,
+        ));
+    }
+    let adopted = BootstrapIntent {
+        slot: ours.slot,
+        timeline: ours.timeline,
+        generation: ours.generation,
+        consistent_point: ours.consistent_point,
+        state: BootstrapState::Complete,
+        ..theirs
+    };
+    meta.insert(key, adopted.encode()?);
+    Ok(())
+}
+
+/// Sends the request; returns the body's chunks and the task that reads them (its error
+/// says why a copy stopped).
+async fn request_copy(
+    from: &SeedSource,
+    after_lsn: u64,
+) -> Result<
+    (
+        mpsc::Receiver<Bytes>,
+        impl std::future::Future<Output = Result<(), ReplicationError>>,
+    ),
+    ReplicationError,
+> {
+    let address = std::net::SocketAddr::new(from.peer.ip, from.peer.port);
+    let unreachable = move |what: String| {
+        seed_error(
+            "PSM_B1028",
+            format!("the peer at {address} {what}; retrying"),
+            false,
+        )
+    };
+    let tcp = TcpStream::connect(address)
+        .await
+        .map_err(|e| unreachable(format!("cannot be reached ({e})")))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| unreachable(format!("does not speak HTTP ({e})")))?;
+    let connection = tokio::spawn(connection);
+    let request = Request::get(format!("/peer/store?after_lsn={}", format_lsn(after_lsn)))
+        .header(header::HOST, address.to_string())
+        .header(
+            header::AUTHORIZATION,
+            [b"Bearer ".as_slice(), from.secret.expose()].concat(),
+        )
+        .header(header::USER_AGENT, "powersync-mdbx")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| unreachable(format!("cannot be asked ({e})")))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| unreachable(format!("did not answer ({e})")))?;
+    let status = response.status();
+    if status != StatusCode::OK {
+        let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES)
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+            .unwrap_or_default();
+        connection.abort();
+        let operator = matches!(
+            status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND
+        );
+        let hint = match status {
+            StatusCode::NOT_FOUND => {
+                " (the peer serves no copies: set powersync_mdbx.peer_secret on it too)"
+            }
+            StatusCode::UNAUTHORIZED => {
+                " (set the same powersync_mdbx.peer_secret on both replicas)"
+            }
+            _ => "",
+        };
+        return Err(seed_error(
+            "PSM_B1029",
+            format!("the peer at {address} refused the copy: HTTP {status}{hint}: {body}"),
+            operator,
+        ));
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(QUEUED_CHUNKS);
+    let mut body = response.into_body();
+    let read = async move {
+        let result = loop {
+            match body.frame().await {
+                None => break Ok(()),
+                Some(Err(e)) => break Err(unreachable(format!("stopped sending the copy ({e})"))),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if tx.send(data).await.is_err() {
+                            break Ok(()); // the install stopped; its error is reported
+                        }
+                    }
+                }
+            }
+        };
+        drop(tx);
+        drop(sender);
+        let _ = connection.await;
+        result
+    };
+    Ok((rx, read))
+}
+
+/// The body's chunks as a blocking reader for the install.
+struct ChunkReader {
+    chunks: mpsc::Receiver<Bytes>,
+    current: Bytes,
+    received: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.chunks.blocking_recv() {
+                Some(chunk) => {
+                    self.received
+                        .fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.current = chunk;
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
+    }
+}
+
+fn seed_error(code: &'static str, message: String, operator: bool) -> ReplicationError {
+    ReplicationError::Seed {
+        code,
+        message,
+        operator,
+    }
+}
