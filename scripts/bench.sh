@@ -24,6 +24,10 @@
 #                                     DELETE, INSERT of every task row and a TRUNCATE, each against
 #                                     pg_recvlogical reading the same transaction (0 skips)
 #   PSM_BENCH_LAG_SECONDS=60          how long pgbench runs (0: no small transactions)
+#   PSM_BENCH_SEED=1                  after the snapshot, a second sync replica seeded from the first
+#                                     (powersync_mdbx.seed_from): start until streaming, against
+#                                     the snapshot's readiness (0 skips)
+#   PSM_BENCH_PROFILE_SEED=<file>     perf record of the whole machine while the replica seeds
 #   PSM_BENCH_PROFILE_BULK=<file>     perf record of the worker during the bulk changes
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
@@ -59,7 +63,7 @@ work="$(mktemp -d /tmp/psm-bench-XXXXXX)"
 [ "$(id -u)" -eq 0 ] && chown "$PSM_TEST_USER" "$work"
 pids=()
 cleanup() {
-  for d in "$work/primary" "$work/replica"; do
+  for d in "$work/primary" "$work/replica" "$work/seeded"; do
     [ -f "$d/postmaster.pid" ] && kill -INT "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
   done
   sleep 1
@@ -71,6 +75,7 @@ trap cleanup EXIT
 
 p_port="$(free_port)"; r_port="$(free_port)"; http_port="$(free_port)"
 secret="bench-secret-$(date +%s%N)"
+peer_secret="bench-peer-secret-$(date +%s%N)"
 for name in primary replica; do
   run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/$name" >/dev/null
 done
@@ -128,6 +133,7 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = '$work'
 shared_preload_libraries = 'powersync_mdbx'
 powersync_mdbx.config_file = '$work/config.yaml'
+powersync_mdbx.peer_secret = '$peer_secret'
 CONF
 psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres "$@"; }
 
@@ -227,6 +233,58 @@ if [ "${PSM_BENCH_GATES:-1}" != 0 ]; then
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
 fi
 
+seed='{}'
+if [ "${PSM_BENCH_SEED:-1}" != 0 ]; then
+  log "seeding a second sync replica from the first (powersync_mdbx.seed_from)"
+  s_port="$(free_port)"; s_http="$(free_port)"
+  run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/seeded" >/dev/null
+  sed "s/^port: $http_port\$/port: $s_http/" "$work/config.yaml" > "$work/seeded.yaml"
+  chmod 644 "$work/seeded.yaml"
+  cat >> "$work/seeded/postgresql.conf" <<CONF
+port = $s_port
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+shared_preload_libraries = 'powersync_mdbx'
+powersync_mdbx.config_file = '$work/seeded.yaml'
+powersync_mdbx.slot_name = 'psm_bench_seeded'
+powersync_mdbx.peer_secret = '$peer_secret'
+powersync_mdbx.seed_from = 'http://127.0.0.1:$http_port'
+CONF
+  psql_s() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$s_port" -U postgres -d postgres "$@"; }
+  seed_file_before="$(stat -c %s "$store_dir/mdbx.dat")"
+  if [ -n "${PSM_BENCH_PROFILE_SEED:-}" ]; then
+    # Both ends of the copy: the whole machine while the replica seeds.
+    perf record -q -e cpu-clock -F 2000 -g -a -o "$PSM_BENCH_PROFILE_SEED" >/dev/null 2>&1 &
+    seed_perf=$!
+  fi
+  t_seed="$(now)"
+  run_pg "$bin/pg_ctl" -w -D "$work/seeded" -l "$work/seeded.log" start >/dev/null
+  psql_s -c "CREATE EXTENSION powersync_mdbx" >/dev/null
+  while :; do
+    seeded_phase="$(psql_s -c "SELECT powersync_mdbx.status()->>'phase'" 2>/dev/null || true)"
+    case "$seeded_phase" in
+      ready|streaming) break ;;
+      failed|config_error) log "seeding failed: $(psql_s -c "SELECT powersync_mdbx.status()" 2>&1)"; tail -20 "$work/seeded.log" >&2; exit 1 ;;
+    esac
+    sleep 0.05
+  done
+  seed_seconds="$(python3 -c "print($(now) - $t_seed)")"
+  if [ -n "${seed_perf:-}" ]; then kill -INT "$seed_perf" 2>/dev/null; wait "$seed_perf" 2>/dev/null || true; fi
+  # The seeded replica holds the first's buckets, under the same names.
+  seeded_buckets="$(psql_s -c "SELECT md5(string_agg(bucket || ' ' || ops || ' ' || checksum || ' ' || last_op_id, ',' ORDER BY bucket)) FROM powersync_mdbx.buckets()")"
+  first_buckets="$(psql_r -c "SELECT md5(string_agg(bucket || ' ' || ops || ' ' || checksum || ' ' || last_op_id, ',' ORDER BY bucket)) FROM powersync_mdbx.buckets()")"
+  if [ "$seeded_buckets" != "$first_buckets" ]; then
+    log "the seeded replica's buckets differ from the first's"; exit 1
+  fi
+  seeded_file="$(stat -c %s "$work/seeded.powersync_mdbx/mdbx.dat")"
+  seed_file_after="$(stat -c %s "$store_dir/mdbx.dat")"
+  run_pg "$bin/pg_ctl" -w -D "$work/seeded" -m fast stop >/dev/null
+  grep -E "slot created, copying|seeded from the peer|worker started" "$work/seeded.log" >&2 || true
+  psql_p -c "SELECT pg_drop_replication_slot('psm_bench_seeded')" >/dev/null
+  seed="$(python3 -c 'import json,sys; s=float(sys.argv[1]); r=float(sys.argv[2]); print(json.dumps({"seed_seconds": round(s, 3), "seed_over_readiness": round(s / r, 2), "seeded_file_bytes": int(sys.argv[3]), "seed_peer_file_growth_bytes": int(sys.argv[5]) - int(sys.argv[4])}))' \
+    "$seed_seconds" "$(python3 -c "import json; print(json.load(open('$work/probe.json'))['ready_at'] - $t_start)")" "$seeded_file" "$seed_file_before" "$seed_file_after")"
+fi
+
 commits="${PSM_BENCH_COMMITS:-200}"
 rounds="${PSM_BENCH_ROUNDS:-10}"
 churn='{}'
@@ -310,7 +368,7 @@ for k in ("update", "delete", "insert", "truncate"):
 print(json.dumps(b))' "$bulk" "$floor")"
 fi
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" "$seed" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -323,6 +381,7 @@ deploy = json.loads(sys.argv[8])
 migration = json.loads(sys.argv[9])
 recopy = json.loads(sys.argv[10])
 bulk = json.loads(sys.argv[11])
+seed = json.loads(sys.argv[12])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -351,6 +410,7 @@ out = {
   **download_raw,
   **gates,
   "download_worker_cpu_seconds": round($download_cpu, 3),
+  **seed,
   **churn,
   **({"churn_rows_per_second": round(churn["rounds"] * $tasks / churn["rounds_seconds"])}
      if churn.get("rounds") else {}),

@@ -30,7 +30,7 @@ pub const PATH: &str = "/peer/store";
 const CATCH_UP_WAIT: Duration = Duration::from_secs(60);
 /// Bytes of the copy sent per body chunk, and chunks queued toward a slow peer.
 const CHUNK_BYTES: usize = 256 << 10;
-const QUEUED_CHUNKS: usize = 4;
+const QUEUED_CHUNKS: usize = 16;
 
 /// Answers a peer's request for a copy of the store.
 pub async fn handle(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {

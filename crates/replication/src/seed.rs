@@ -30,8 +30,9 @@ use store::{CopiedMeta, Store, StoreError};
 
 /// The largest error answer read from a peer.
 const MAX_ERROR_BYTES: usize = 64 << 10;
-/// Body chunks queued between the connection and the installing thread.
-const QUEUED_CHUNKS: usize = 8;
+/// Body chunks queued between the connection and the installing thread (the peer's
+/// chunks are 256 KiB): the copy keeps coming while the install commits.
+const QUEUED_CHUNKS: usize = 32;
 
 /// Where a replica seeds from, and the secret the peer expects.
 #[derive(Debug, Clone)]
@@ -133,6 +134,7 @@ pub async fn seed(
     let reader = ChunkReader {
         chunks,
         current: Bytes::new(),
+        read: 0,
         received: received.clone(),
     };
     let ours = intent;
@@ -355,24 +357,28 @@ async fn request_copy(
 struct ChunkReader {
     chunks: mpsc::Receiver<Bytes>,
     current: Bytes,
+    /// Bytes of `current` already read (the install reads a few bytes at a time).
+    read: usize,
     received: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::io::Read for ChunkReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.current.is_empty() {
+        while self.read == self.current.len() {
             match self.chunks.blocking_recv() {
                 Some(chunk) => {
                     self.received
                         .fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     self.current = chunk;
+                    self.read = 0;
                 }
                 None => return Ok(0),
             }
         }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current = self.current.slice(n..);
+        let rest = &self.current[self.read..];
+        let n = buf.len().min(rest.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        self.read += n;
         Ok(n)
     }
 }
