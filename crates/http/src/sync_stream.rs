@@ -266,6 +266,11 @@ impl Stream {
                             return Err(End::TokenExpired);
                         }
                         next_keepalive = Instant::now() + jittered(KEEPALIVE);
+                        // A first checkpoint held for the store to catch up with the
+                        // client is decided again, in case the hold ran out.
+                        if self.producer.as_ref().is_some_and(|p| p.session.is_unannounced()) {
+                            break;
+                        }
                     }
                     _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
                         return Err(End::Shutdown)

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::checkpoint_state::{Announced, CheckpointState, RequestLimits};
 use super::error::SyncError;
@@ -14,6 +15,10 @@ use super::paging::{Budgets, Download};
 use super::request::BucketPosition;
 use rules::{RequestContext, SyncRules};
 use store::Store;
+
+/// How long a session's first checkpoint waits for the store to reach a client's
+/// position in a bucket it announces (see [`SyncSession::checkpoint`]).
+pub const CATCH_UP_HOLD: Duration = Duration::from_secs(30);
 
 /// The server side of one sync connection.
 #[derive(Debug)]
@@ -31,6 +36,9 @@ pub struct SyncSession {
     announced: Option<Announced>,
     /// The data download of the latest announced checkpoint.
     download: Option<Download>,
+    /// Until when the first checkpoint waits for the store to reach the client's
+    /// positions.
+    hold_until: Instant,
 }
 
 impl SyncSession {
@@ -53,7 +61,20 @@ impl SyncSession {
             positions: HashMap::new(),
             announced: None,
             download: None,
+            hold_until: Instant::now() + CATCH_UP_HOLD,
         }
+    }
+
+    /// Replaces how long the first checkpoint waits for the store to reach the client's
+    /// positions ([`CATCH_UP_HOLD`]; tests shorten it).
+    pub fn with_catch_up_hold(mut self, hold: Duration) -> Self {
+        self.hold_until = Instant::now() + hold;
+        self
+    }
+
+    /// True while no checkpoint was announced yet (the first one may be held).
+    pub fn is_unannounced(&self) -> bool {
+        self.announced.is_none()
     }
 
     /// Resolves the next checkpoints with `rules` (a new generation's). The buckets
@@ -85,8 +106,13 @@ impl SyncSession {
     /// A returned line supersedes the download of the previous checkpoint: its completion
     /// is never sent, and the new download continues from the positions already reached.
     ///
-    /// A client position above the checkpoint (`after` > `last_op_id`: its history is not
-    /// this store's, e.g. a store rebuilt without a new bucket version) is treated as 0.
+    /// A client position above the checkpoint (`after` > `last_op_id`) in a bucket this
+    /// store announces comes from a replica of the same history that is further along (a
+    /// client that moved from a peer: bucket names carry the history id). The first
+    /// checkpoint is then held (`None`) until the store reaches every such position, for
+    /// at most [`CATCH_UP_HOLD`] from the request, so the client is never announced an
+    /// older checkpoint. Past that (another history under the same names: a store of an
+    /// earlier build rebuilt without a new bucket version) the position is treated as 0.
     /// The client then receives the bucket's whole history: if it held nothing (the
     /// common case: an empty bucket whose position is the last checkpoint) it ends
     /// correct at once; otherwise its checksum check fails, it deletes the bucket and
@@ -101,6 +127,14 @@ impl SyncSession {
         let state = store.read(|view| Ok(CheckpointState::read(view, rules, context, max)))??;
         let line = match &self.announced {
             None => {
+                let ahead = state.buckets.iter().any(|b| {
+                    self.requested
+                        .get(&b.announced.bucket)
+                        .is_some_and(|&after| after > state.op_id)
+                });
+                if ahead && Instant::now() < self.hold_until {
+                    return Ok(None);
+                }
                 let requested = std::mem::take(&mut self.requested);
                 for b in &state.buckets {
                     let name = &b.announced.bucket;

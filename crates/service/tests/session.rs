@@ -746,7 +746,9 @@ fn positions_beyond_the_checkpoint_restart_and_unknown_buckets_are_ignored() {
             after: 3,
         },
     ];
-    let mut s = db.session(&positions, Budgets::default());
+    let mut s = db
+        .session(&positions, Budgets::default())
+        .with_catch_up_hold(std::time::Duration::ZERO);
     let lines = json_lines(&db, &mut s, None);
     let cp = &lines[0]["checkpoint"];
     assert!(!cp.to_string().contains("nope"));
@@ -764,6 +766,38 @@ fn positions_beyond_the_checkpoint_restart_and_unknown_buckets_are_ignored() {
         !lines.iter().any(|l| l["data"]["bucket"] == "1#hot[]"),
         "hot is complete at its position"
     );
+    assert_eq!(kind(lines.last().unwrap()), "checkpoint_complete");
+}
+
+#[test]
+fn a_client_further_along_is_held_until_the_store_catches_up() {
+    // A client that synced from a peer of the same history up to op 3 reconnects here,
+    // where only op 1 is applied yet.
+    let mut db = Db::new();
+    db.commit(vec![item("1", "cold", "a")]);
+    let positions = [BucketPosition {
+        name: "1#global[]".into(),
+        after: 3,
+    }];
+    let mut s = db.session(&positions, Budgets::default());
+    assert!(
+        json_lines(&db, &mut s, None).is_empty(),
+        "no checkpoint older than the client's position"
+    );
+    assert!(s.is_unannounced());
+    db.commit(vec![item("2", "cold", "b")]);
+    assert!(
+        json_lines(&db, &mut s, None).is_empty(),
+        "still behind at op 2"
+    );
+    // Caught up (op 4): the checkpoint comes, with only the op after the client's position.
+    db.commit(vec![item("3", "cold", "c"), item("4", "cold", "d")]);
+    let lines = json_lines(&db, &mut s, None);
+    assert_eq!(lines[0]["checkpoint"]["last_op_id"], "4");
+    let data: Vec<&Value> = lines.iter().filter(|l| kind(l) == "data").collect();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[0]["data"]["after"], "3");
+    assert_eq!(data[0]["data"]["data"].as_array().unwrap().len(), 1);
     assert_eq!(kind(lines.last().unwrap()), "checkpoint_complete");
 }
 
