@@ -47,9 +47,10 @@ async fn create(req: &Request<Incoming>, service: &Arc<SyncService>) -> Result<u
     // Recorded before the ping: a stream woken by the ping's checkpoint must see it.
     let key = record_key(&user.user_id, client_id.as_deref());
     service
-        .record_write_checkpoint(key, lsn)
+        .record_write_checkpoint(key.clone(), lsn)
         .await
         .map_err(|e| ApiError::unavailable(format!("write checkpoint: {e}")))?;
-    service.head.ping().await.map_err(unreachable)?;
+    // The ping also carries the request to every other replica of the primary.
+    service.head.ping(&key, lsn).await.map_err(unreachable)?;
     Ok(lsn)
 }

@@ -95,7 +95,61 @@ pub(super) enum Change {
     /// outside any transaction): the checkpoint's LSN may move up with no new ops.
     Advance {
         lsn: u64,
+        /// The message was a write-checkpoint request made on any replica of the primary
+        /// (`WriteCheckpointNote`): recorded here too.
+        write_checkpoint: Option<WriteCheckpointNote>,
     },
+}
+
+/// A write-checkpoint request as the replica that answered it announces it to every
+/// replica of the primary: a logical message (prefix `powersync`) with the content
+/// `write-checkpoint <record key> <LSN>`. The record key is the SHA-256 of the user and
+/// client ids (`service::write_checkpoint::record_key`), never the ids themselves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteCheckpointNote {
+    /// The stage-record key (`write_checkpoint/` and 64 hex digits).
+    pub key: String,
+    /// The LSN asked for, at most the message's own LSN: a forged message can only
+    /// acknowledge what is already applied when it is.
+    pub lsn: u64,
+}
+
+impl WriteCheckpointNote {
+    /// The note a message's `content` at `message_lsn` carries; `None` for any other
+    /// message, or a key that is not a write-checkpoint record's.
+    pub fn parse(content: &[u8], message_lsn: u64) -> Option<Self> {
+        let text = std::str::from_utf8(content).ok()?;
+        let mut words = text.strip_prefix("write-checkpoint ")?.split(' ');
+        let (key, lsn) = (words.next()?, words.next()?.parse::<u64>().ok()?);
+        let digest = key.strip_prefix(store::WRITE_CHECKPOINT_PREFIX)?;
+        let valid = words.next().is_none()
+            && digest.len() == 64
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        valid.then(|| Self {
+            key: key.to_owned(),
+            lsn: lsn.min(message_lsn),
+        })
+    }
+
+    /// Records it in `w`'s transaction unless a request of the same key for a later LSN
+    /// is stored already.
+    fn record(&self, w: &store::WriteTxn<'_, '_>) -> Result<(), store::StoreError> {
+        let stored = w
+            .stage_record(&self.key)?
+            .and_then(|v| store::WriteCheckpointRecord::decode(&v));
+        if stored.is_some_and(|s| s.lsn >= self.lsn) {
+            return Ok(());
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        w.put_stage_record(
+            &self.key,
+            &store::WriteCheckpointRecord::encode(self.lsn, now),
+        )
+    }
 }
 
 impl Change {
@@ -336,11 +390,17 @@ impl Applier {
                 },
             };
             match next {
-                Change::Advance { lsn } if lsn > self.durable.lsn => {
+                Change::Advance {
+                    lsn,
+                    write_checkpoint,
+                } if lsn > self.durable.lsn => {
                     let reached = self.durable.lsn;
-                    let ((), checkpoint) = self
-                        .store
-                        .write(lsn, |w| self.sweep.run(w, reached, &self.progress))?;
+                    let ((), checkpoint) = self.store.write(lsn, |w| {
+                        if let Some(note) = &write_checkpoint {
+                            note.record(w)?;
+                        }
+                        self.sweep.run(w, reached, &self.progress)
+                    })?;
                     self.publish(checkpoint);
                 }
                 Change::Advance { .. } => {}

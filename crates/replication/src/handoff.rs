@@ -110,12 +110,15 @@ mod tests {
     use super::*;
 
     fn advance(lsn: u64) -> Change {
-        Change::Advance { lsn }
+        Change::Advance {
+            lsn,
+            write_checkpoint: None,
+        }
     }
 
     fn lsn_of(change: Option<Change>) -> Option<u64> {
         match change {
-            Some(Change::Advance { lsn }) => Some(lsn),
+            Some(Change::Advance { lsn, .. }) => Some(lsn),
             _ => None,
         }
     }

@@ -15,7 +15,9 @@ use pg_walstream::{
 };
 use tokio::sync::{mpsc, watch};
 
-use super::apply::{stream_error, Applier, Change, StreamProgress, StreamTable};
+use super::apply::{
+    stream_error, Applier, Change, StreamProgress, StreamTable, WriteCheckpointNote,
+};
 use super::catalog::{watch_catalog, CatalogState};
 use super::intent::{BootstrapIntent, BootstrapState};
 use super::liveness::{watch_liveness, Heard, Liveness};
@@ -675,11 +677,18 @@ impl<'a> Decoder<'a> {
                 (!tables.is_empty()).then_some(Change::Truncate { tables })
             }
             EventType::Message {
-                flags, message_lsn, ..
+                flags,
+                message_lsn,
+                prefix,
+                content,
             } if flags & 1 == 0 && !self.in_transaction => {
                 self.passed = self.passed.max(message_lsn.value());
+                let write_checkpoint = (prefix.as_ref() == "powersync")
+                    .then(|| WriteCheckpointNote::parse(&content, message_lsn.value()))
+                    .flatten();
                 Some(Change::Advance {
                     lsn: message_lsn.value(),
+                    write_checkpoint,
                 })
             }
             EventType::StreamStart { .. }

@@ -165,7 +165,9 @@ impl Streaming {
     /// checkpoint (a logical message makes an idle source advance), while the stream
     /// advances (checkpoints, changes received and applied).
     pub(crate) async fn sync_point(&mut self, primary: &Cluster) -> Checkpoint {
-        let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
+        // The insert position: it includes non-transactional logical messages that the
+        // WAL writer has not written out yet.
+        let head = lsn(&primary.sql("SELECT pg_current_wal_insert_lsn()"));
         primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
         let mut waiting = Waiting::new(format!("a checkpoint at {head:X}"));
         loop {
@@ -215,6 +217,43 @@ pub(crate) async fn bootstrapped_on(rig: &Rig, store: Arc<Store>, plan: SourcePl
     .await
     .unwrap();
     store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_checkpoint_asked_of_another_replica_is_recorded_here_too() {
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(&rig.primary).await;
+    // What another replica's /write-checkpoint2.json writes into the WAL behind its answer.
+    let key = format!("write_checkpoint/{}", "ab".repeat(32));
+    let asked = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    let bootstrap_before = store.read(|v| v.stage_record("bootstrap")).unwrap();
+    rig.primary.sql(&format!(
+        "SELECT pg_logical_emit_message(false, 'powersync', 'write-checkpoint {key} {asked}'), \
+                pg_logical_emit_message(false, 'powersync', 'write-checkpoint bootstrap 1')"
+    ));
+    streaming.sync_point(&rig.primary).await;
+    let stored_lsn = || {
+        store
+            .read(|v| v.stage_record(&key))
+            .unwrap()
+            .and_then(|v| store::WriteCheckpointRecord::decode(&v))
+            .map(|r| r.lsn)
+    };
+    assert_eq!(stored_lsn(), Some(asked));
+    assert_eq!(
+        store.read(|v| v.stage_record("bootstrap")).unwrap(),
+        bootstrap_before,
+        "a message naming another record changes nothing"
+    );
+    // An older request of the same key does not replace a later one.
+    rig.primary.sql(&format!(
+        "SELECT pg_logical_emit_message(false, 'powersync', 'write-checkpoint {key} 1')"
+    ));
+    streaming.sync_point(&rig.primary).await;
+    assert_eq!(stored_lsn(), Some(asked));
+    streaming.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

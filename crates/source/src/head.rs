@@ -7,6 +7,12 @@ use tokio_postgres::Client;
 use super::{connect, SourceError};
 use config::SourceConnection;
 
+/// The content of the logical message that announces a write-checkpoint request to every
+/// replica of the primary (`replication`'s `WriteCheckpointNote` reads it).
+pub fn write_checkpoint_message(record_key: &str, lsn: u64) -> String {
+    format!("write-checkpoint {record_key} {lsn}")
+}
+
 /// Reads `pg_current_wal_lsn()` and makes the source emit a logical message behind it.
 pub struct PrimaryHead {
     connection: SourceConnection,
@@ -32,9 +38,13 @@ impl PrimaryHead {
     }
 
     /// Writes a non-transactional logical message (prefix `powersync`) so replication
-    /// passes the current position even when nothing else changes on the primary.
-    pub async fn ping(&self) -> Result<(), SourceError> {
-        self.mark("write-checkpoint").await.map(drop)
+    /// passes the current position even when nothing else changes on the primary. Its
+    /// content, `write-checkpoint <record key> <lsn>`, tells every replica of the primary
+    /// that the write checkpoint `record_key` asked for `lsn`.
+    pub async fn ping(&self, record_key: &str, lsn: u64) -> Result<(), SourceError> {
+        self.mark(&write_checkpoint_message(record_key, lsn))
+            .await
+            .map(drop)
     }
 
     /// Like [`Self::ping`] with `content`; returns the message's LSN, which every slot

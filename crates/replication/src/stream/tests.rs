@@ -326,3 +326,43 @@ fn a_tuple_s_values_are_found_in_order_with_unchanged_or_reordered_columns() {
         ["1", "unchanged", "b", "f"]
     );
 }
+
+#[test]
+fn write_checkpoint_messages_name_only_write_checkpoint_records() {
+    use crate::apply::WriteCheckpointNote;
+    let key = format!("write_checkpoint/{}", "0123456789abcdef".repeat(4));
+    let message = source::write_checkpoint_message(&key, 500);
+    let note = WriteCheckpointNote::parse(message.as_bytes(), 900);
+    assert_eq!(
+        note,
+        Some(WriteCheckpointNote {
+            key: key.clone(),
+            lsn: 500
+        })
+    );
+    // A request for a position past the message is acknowledged at most at the message.
+    let note = WriteCheckpointNote::parse(format!("write-checkpoint {key} 5000").as_bytes(), 900);
+    assert_eq!(note.map(|n| n.lsn), Some(900));
+    for forged in [
+        "write-checkpoint bootstrap 5".to_owned(),
+        "write-checkpoint write_checkpoint/../bootstrap 5".to_owned(),
+        format!(
+            "write-checkpoint write_checkpoint/{} 5",
+            "0123456789ABCDEF".repeat(4)
+        ),
+        format!(
+            "write-checkpoint write_checkpoint/{} 5",
+            "0123456789abcdef".repeat(3)
+        ),
+        format!("write-checkpoint {key} 5 extra"),
+        format!("write-checkpoint {key} x"),
+        "write-checkpoint".to_owned(),
+        "sync point".to_owned(),
+    ] {
+        assert_eq!(
+            WriteCheckpointNote::parse(forged.as_bytes(), 900),
+            None,
+            "{forged}"
+        );
+    }
+}
