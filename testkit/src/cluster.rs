@@ -299,6 +299,11 @@ impl Cluster {
         started.elapsed()
     }
 
+    /// `pg_ctl stop -m immediate`: the server and the worker end at once, as in a crash.
+    pub fn stop_immediate(&self) {
+        self.pg_ctl(&["-m".as_ref(), "immediate".as_ref()], "stop");
+    }
+
     /// The postmaster's pid, while it runs.
     pub fn postmaster_pid(&self) -> Option<i32> {
         let text = std::fs::read_to_string(self.data.join("postmaster.pid")).ok()?;

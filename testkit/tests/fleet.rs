@@ -148,3 +148,216 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
         "{error}"
     );
 }
+
+/// base64url of the HS256 key the e2e client signs with (`e2e/README.md`).
+const E2E_SECRET: &str = "cHNtLWUyZS10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVm";
+const E2E_USER: &str = "user-org-001-0001";
+
+/// One unlabelled sample of a replica's `/metrics`.
+fn metric(port: u16, name: &str) -> u64 {
+    let reply = testkit::http_get(port, "/metrics").expect("/metrics answers");
+    reply
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics")) as u64
+}
+
+/// Debian's HAProxy in front of the replicas: round robin, health checks on
+/// `/probes/readiness`, a connection refused by one replica retried on another. Stopped
+/// (by pid) when dropped.
+struct Balancer(std::process::Child);
+
+impl Balancer {
+    fn start(dir: &TestDir, port: u16, replicas: &[u16]) -> Self {
+        let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap_or_else(|| {
+                panic!("haproxy is not installed: run scripts/setup.sh (apt package haproxy)")
+            });
+        let servers: String = replicas
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("  server r{i} 127.0.0.1:{p} check\n"))
+            .collect();
+        let config = dir.write(
+            "haproxy.cfg",
+            &format!(
+                "defaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  \
+                 timeout server 120s\n  retries 3\n  option redispatch\n\
+                 frontend sync\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
+                 backend replicas\n  balance roundrobin\n  option httpchk GET /probes/readiness\n  \
+                 http-check expect status 200\n  default-server inter 300ms fall 2 rise 1\n{servers}"
+            ),
+        );
+        let child = std::process::Command::new(haproxy)
+            .arg("-db")
+            .arg("-f")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("haproxy starts");
+        testkit::wait_until("HAProxy answering", || {
+            testkit::http_get(port, "/probes/readiness")
+                .filter(|r| r.status == 200)
+                .map(|_| ())
+        });
+        Self(child)
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_client_moves_to_a_seeded_replica_behind_haproxy_without_downloading_again() {
+    testkit::require_sdk_client();
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql_file(&testkit::fixture_dir().join("schema.sql"), &[]);
+    primary.sql_file(
+        &testkit::fixture_dir().join("data.sql"),
+        &[("U", "8"), ("P", "12"), ("T", "25"), ("D", "6"), ("S", "4")],
+    );
+    let rules = dir.write(
+        "rules.yaml",
+        &std::fs::read_to_string(testkit::fixture_dir().join("sync-config.yaml")).unwrap(),
+    );
+    let config = |port: u16| {
+        format!(
+            "replication:\n  connections:\n    - type: postgresql\n      uri: {}\n      sslmode: disable\n\
+             sync_config:\n  path: {}\n\
+             client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: psm-e2e, k: {E2E_SECRET}}}\n\
+             port: {port}\n",
+            primary.uri("postgres"),
+            rules.display()
+        )
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = Cluster::start_sync_replica_named(
+        &install,
+        &dir,
+        "replica_a",
+        &config(port_a),
+        &replica_conf("psm_ha_a", &[]),
+    );
+    a.wait_worker_phase("streaming");
+    let b = Cluster::start_sync_replica_named(
+        &install,
+        &dir,
+        "replica_b",
+        &config(port_b),
+        &replica_conf(
+            "psm_ha_b",
+            &[format!(
+                "powersync_mdbx.seed_from = 'http://127.0.0.1:{port_a}'"
+            )],
+        ),
+    );
+    b.wait_worker_phase("streaming");
+    let port_lb = free_port();
+    let _balancer = Balancer::start(&dir, port_lb, &[port_a, port_b]);
+
+    let db_dir = tempfile::tempdir().unwrap();
+    let mut client = testkit::SdkClient::new(
+        &format!("http://127.0.0.1:{port_lb}"),
+        E2E_SECRET,
+        E2E_USER,
+        db_dir.path(),
+        &primary.uri("postgres"),
+    )
+    .expect("the SDK client is installed")
+    .watch();
+    let expected = || -> serde_json::Value {
+        serde_json::from_str(&primary.sql(
+            "SELECT coalesce(json_agg(json_build_object('id', id, 'org_id', org_id, \
+             'project_id', project_id, 'title', title, 'status', status, 'priority', priority, \
+             'assignee_id', assignee_id, 'story_points', story_points, 'updated_at', \
+             to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
+             'summary', summary) ORDER BY id), '[]') FROM tasks",
+        ))
+        .unwrap()
+    };
+    let wait_equal = |client: &mut testkit::WatchClient, what: &str| {
+        let answer = client.try_send(
+            &serde_json::json!({"cmd": "wait_equal", "table": "tasks", "rows": expected()}),
+        );
+        assert!(answer["ok"] == true, "{what}: {answer}");
+    };
+    wait_equal(&mut client, "the first sync through HAProxy");
+    // A local write, uploaded and acknowledged by a write checkpoint.
+    client.send(&serde_json::json!({"cmd": "update", "table": "tasks",
+        "id": "task-org-001-0002-0005", "set": {"title": "Closed on the client"}}));
+    client.send(&serde_json::json!({"cmd": "wait_synced_after_upload"}));
+    primary.sql("UPDATE tasks SET priority = priority + 1 WHERE id LIKE 'task-org-001-0001-%'");
+    wait_equal(&mut client, "a change followed through HAProxy");
+
+    // The replica holding the stream goes down for good; the other takes the client.
+    let (down, survivor, survivor_port) = if metric(port_a, "powersync_mdbx_sync_streams_open") > 0
+    {
+        (&a, &b, port_b)
+    } else {
+        (&b, &a, port_a)
+    };
+    survivor.wait_applied(&primary);
+    let buckets_before = buckets(survivor);
+    let sent_before = metric(survivor_port, "powersync_mdbx_sync_ops_sent_total");
+    down.stop_immediate();
+    primary.sql("UPDATE tasks SET status = 'done' WHERE id LIKE 'task-org-001-0003-%'");
+    survivor.wait_applied(&primary);
+    wait_equal(&mut client, "the churn after the failover");
+    // What the client received from the survivor: exactly the churn's ops in its buckets.
+    let ops = |listing: &str| -> std::collections::BTreeMap<String, u64> {
+        listing
+            .lines()
+            .map(|l| {
+                let mut words = l.split(' ');
+                (
+                    words.next().unwrap().to_owned(),
+                    words.next().unwrap().parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (before, after) = (ops(&buckets_before), ops(&buckets(survivor)));
+    let dump = client.send(&serde_json::json!({"cmd": "dump"}));
+    let held: Vec<String> = dump["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_str().unwrap_or_default().to_owned())
+        .collect();
+    let churn_ops: u64 = held
+        .iter()
+        .map(|name| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0))
+        .sum();
+    let sent = metric(survivor_port, "powersync_mdbx_sync_ops_sent_total") - sent_before;
+    eprintln!(
+        "after the failover: {sent} ops sent, the churn wrote {churn_ops} in the client's {} \
+         buckets",
+        held.len()
+    );
+    assert!(churn_ops > 0, "the churn wrote ops in the client's buckets");
+    assert_eq!(
+        sent, churn_ops,
+        "after the failover the client received the churn's ops only, not its buckets again"
+    );
+    // The replica's end cuts the stream ("terminated"); nothing else, and no checksum.
+    let warnings = dump["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().all(|w| {
+            let text = w["text"].as_str().unwrap_or_default();
+            text.contains("terminated") && !text.to_lowercase().contains("checksum")
+        }),
+        "the SDK logged more than the cut connection: {warnings:?}"
+    );
+    client.finish();
+}

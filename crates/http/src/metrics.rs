@@ -235,6 +235,12 @@ fn http(e: &mut TextEncoder, state: &HttpState) {
         "/sync/stream connections open now.",
         sync.open_streams() as u64,
     );
+    e.single_u64(
+        "powersync_mdbx_sync_ops_sent_total",
+        Kind::Counter,
+        "Bucket ops sent to clients in data lines, over every stream.",
+        sync.ops_sent.load(std::sync::atomic::Ordering::Relaxed),
+    );
     e.family(
         "powersync_mdbx_sync_responses_total",
         Kind::Counter,

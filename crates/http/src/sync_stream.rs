@@ -330,9 +330,12 @@ impl Stream {
             let room = self.room().await?;
             let store = self.served.store.clone();
             let encoding = self.encoding;
-            let chunk = self
+            let (chunk, ops) = self
                 .blocking(move |producer| producer.chunk(&store, encoding))
                 .await?;
+            self.service
+                .ops_sent
+                .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
             if !chunk.is_empty() {
                 room.send(Bytes::from(chunk));
             }
@@ -398,21 +401,27 @@ impl Stream {
 
 impl Producer {
     /// The next chunk of the download, compressed: whole lines of about [`CHUNK_BYTES`]
-    /// (empty when the download is complete).
-    fn chunk(&mut self, store: &store::Store, encoding: Encoding) -> Result<Vec<u8>, End> {
+    /// (empty when the download is complete), and the bucket ops in it.
+    fn chunk(&mut self, store: &store::Store, encoding: Encoding) -> Result<(Vec<u8>, u64), End> {
         // Sized for a chunk and its last line (data lines close at 16 KiB of rows), so
         // that a chunk does not keep twice its size of capacity while it waits to be sent.
         let mut out = Vec::with_capacity(CHUNK_BYTES + (32 << 10));
+        let mut ops = 0u64;
         while out.len() < CHUNK_BYTES {
             match self.session.next_line(store)? {
-                Some(line) => line.encode(encoding, &mut out),
+                Some(line) => {
+                    if let SyncLine::Data(data) = &line {
+                        ops += data.ops.len() as u64;
+                    }
+                    line.encode(encoding, &mut out)
+                }
                 None => break,
             }
         }
         if out.is_empty() {
-            return Ok(out);
+            return Ok((out, 0));
         }
-        self.compress(out)
+        Ok((self.compress(out)?, ops))
     }
 
     /// `bytes` through the response's compression, flushed.

@@ -96,6 +96,8 @@ pub struct SyncService {
     pub registry: Arc<StreamRegistry>,
     /// Write-checkpoint requests per user ([`WRITE_CHECKPOINTS_PER_SECOND`]).
     pub write_checkpoint_rate: UserRate,
+    /// Bucket ops sent in data lines, over every stream.
+    pub ops_sent: std::sync::atomic::AtomicU64,
 }
 
 /// Write-checkpoint requests one user may make per second, after a burst of
@@ -131,6 +133,7 @@ impl SyncService {
                 WRITE_CHECKPOINTS_PER_SECOND,
                 WRITE_CHECKPOINT_BURST,
             ),
+            ops_sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
