@@ -23,8 +23,8 @@ use status::{DeployPhase, ErrorReport, Phase, StatusCell, StoreStatus};
 use store::{Checkpoint, Store};
 
 /// Backoff between attempts after an error that may pass (network, restarting primary).
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+pub(super) const RETRY_MIN: Duration = Duration::from_secs(1);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// A store as found on disk: what it records about itself.
 pub(super) struct OpenedStore {

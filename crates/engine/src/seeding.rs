@@ -6,19 +6,15 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::generation::{slot_for, OpenedStore};
+use super::generation::{slot_for, OpenedStore, RETRY_MAX, RETRY_MIN};
 use super::EngineError;
 use config::SourceConnection;
 use replication::{Progress, SeedSource, SourcePlan};
 use rules::{BucketVersion, SyncRules};
 use status::{ErrorReport, Phase, StatusCell};
-
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// What seeding needs besides the peer.
 pub(super) struct SeedTarget<'a> {

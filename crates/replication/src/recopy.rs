@@ -146,13 +146,7 @@ async fn copy(
     let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
     // A logical message past the consistent point: the stream learns it has passed it
     // even while the primary writes nothing else.
-    client
-        .execute(
-            "SELECT pg_logical_emit_message(false, 'powersync', 'recopy')",
-            &[],
-        )
-        .await
-        .map_err(source::SourceError::query("emit a logical message"))?;
+    source::emit_marker(&client, "recopy").await?;
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
     let columns = table_columns(&reader, oid).await?;

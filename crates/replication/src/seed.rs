@@ -110,13 +110,7 @@ pub async fn seed(
     drop(exported);
     // A logical message past the consistent point: the peer's stream passes it even while
     // the primary writes nothing else, and the peer waits for that before it copies.
-    client
-        .execute(
-            "SELECT pg_logical_emit_message(false, 'powersync', 'seed')",
-            &[],
-        )
-        .await
-        .map_err(source::SourceError::query("emit a logical message"))?;
+    source::emit_marker(&client, "seed").await?;
     intent.state = BootstrapState::Snapshotting;
     intent.consistent_point = Some(consistent_point);
     let encoded = intent.encode()?;

@@ -7,6 +7,20 @@ use tokio_postgres::Client;
 use super::{connect, SourceError};
 use config::SourceConnection;
 
+/// Writes a non-transactional logical message (prefix `powersync`, `content`) on `client`'s
+/// primary: every slot's stream passes it, so a stream learns it has reached a position
+/// taken before it even while the primary writes nothing else.
+pub async fn emit_marker(client: &Client, content: &str) -> Result<(), SourceError> {
+    client
+        .execute(
+            "SELECT pg_logical_emit_message(false, 'powersync', $1)",
+            &[&content],
+        )
+        .await
+        .map(drop)
+        .map_err(SourceError::query("emit a logical message"))
+}
+
 /// The content of the logical message that announces a write-checkpoint request to every
 /// replica of the primary (`replication`'s `WriteCheckpointNote` reads it).
 pub fn write_checkpoint_message(record_key: &str, lsn: u64) -> String {

@@ -19,7 +19,7 @@ mod walsender;
 pub use client::{connect, replication_uri};
 pub use copy_text::{CopyFields, CopyTextError, Fields};
 pub use error::SourceError;
-pub use head::{write_checkpoint_message, PrimaryHead};
+pub use head::{emit_marker, write_checkpoint_message, PrimaryHead};
 pub use slot::{
     create_slot, create_temporary_slot, drop_slot, format_lsn, parse_lsn, replication_error,
     slot_info, start_stream, ExportedSlot, SlotInfo,
