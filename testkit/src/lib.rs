@@ -18,6 +18,7 @@ mod jwt;
 mod ports;
 mod proxy;
 mod sdk;
+mod sync_stream;
 mod wait;
 
 pub use certs::{ServerCert, TestCa};
@@ -29,6 +30,7 @@ pub use jwt::{base64_url, global_bucket_config, hs256_token, rules_config};
 pub use ports::free_port;
 pub use proxy::TcpProxy;
 pub use sdk::{require_sdk_client, sdk_client_installed, SdkClient, WatchClient};
+pub use sync_stream::SyncStreamReader;
 pub use wait::{
     wait_for, wait_for_future, wait_until, worker_progress, LiveTestTimer, Patience, Waiting,
 };

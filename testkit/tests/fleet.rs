@@ -51,6 +51,30 @@ fn replica_conf(slot: &str, extra: &[String]) -> Vec<String> {
     conf
 }
 
+/// Replica `name` (slot `psm_<name>`) with `config`, seeded from the sync port `peer` when
+/// given, once it streams.
+fn start_replica(
+    install: &PgInstall,
+    dir: &TestDir,
+    name: &str,
+    config: &str,
+    peer: Option<u16>,
+) -> Cluster {
+    let seed: Vec<String> = peer
+        .map(|p| format!("powersync_mdbx.seed_from = 'http://127.0.0.1:{p}'"))
+        .into_iter()
+        .collect();
+    let replica = Cluster::start_sync_replica_named(
+        install,
+        dir,
+        name,
+        config,
+        &replica_conf(&format!("psm_{name}"), &seed),
+    );
+    replica.wait_worker_phase("streaming");
+    replica
+}
+
 #[test]
 fn a_replica_seeded_from_a_peer_continues_its_history() {
     let install = PgInstall::pg16();
@@ -149,6 +173,182 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
     );
 }
 
+/// What one replica announced on a sync stream: per checkpoint op id, every bucket's
+/// checksum and count; and whether a compaction showed (a count that fell, or a CLEAR).
+#[derive(Debug, Default)]
+struct Announced {
+    at: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, (i64, u64)>>,
+    compacted: bool,
+}
+
+/// Reads `stream` until `stop`, keeping what it announced; `latest` follows the last
+/// checkpoint op id.
+fn watch_announcements(
+    stream: testkit::SyncStreamReader,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    latest: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> std::thread::JoinHandle<Announced> {
+    use serde_json::Value;
+    std::thread::spawn(move || {
+        let mut seen = Announced::default();
+        let mut current: std::collections::BTreeMap<String, (i64, u64)> = Default::default();
+        let entry = |b: &Value| {
+            (
+                b["bucket"].as_str().unwrap().to_owned(),
+                (
+                    b["checksum"].as_i64().unwrap(),
+                    b["count"].as_u64().unwrap(),
+                ),
+            )
+        };
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let Some(line) = stream.next_line(std::time::Duration::from_millis(100)) else {
+                continue;
+            };
+            let op_id = if let Some(cp) = line.get("checkpoint") {
+                current = cp["buckets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(entry)
+                    .collect();
+                &cp["last_op_id"]
+            } else if let Some(diff) = line.get("checkpoint_diff") {
+                for removed in diff["removed_buckets"].as_array().unwrap() {
+                    current.remove(removed.as_str().unwrap());
+                }
+                for (name, (checksum, count)) in diff["updated_buckets"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(entry)
+                {
+                    let before = current.insert(name, (checksum, count));
+                    seen.compacted |= before.is_some_and(|(_, c)| c > count);
+                }
+                &diff["last_op_id"]
+            } else {
+                if let Some(ops) = line["data"]["data"].as_array() {
+                    seen.compacted |= ops.iter().any(|op| op["op"] == "CLEAR");
+                }
+                continue;
+            };
+            let op_id = op_id.as_str().unwrap().parse().unwrap();
+            seen.at.insert(op_id, current.clone());
+            latest.store(op_id, std::sync::atomic::Ordering::Relaxed);
+        }
+        seen
+    })
+}
+
+#[test]
+fn three_replicas_of_one_history_announce_equal_checksums_throughout_a_churn() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(SCHEMA);
+    let ports = [free_port(), free_port(), free_port()];
+    let replica = |name: &str, port: u16, peer: Option<u16>| {
+        start_replica(&install, &dir, name, &config(&primary, port), peer)
+    };
+    let a = replica("churn_a", ports[0], None);
+    let b = replica("churn_b", ports[1], Some(ports[0]));
+    let c = replica("churn_c", ports[2], Some(ports[0]));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let token = testkit::hs256_token(SECRET, AUDIENCE, "u3", 600);
+    let latest: Vec<_> = ports
+        .iter()
+        .map(|_| std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)))
+        .collect();
+    let watchers: Vec<_> = ports
+        .iter()
+        .zip(&latest)
+        .map(|(&port, latest)| {
+            let stream = testkit::SyncStreamReader::open(port, &token);
+            watch_announcements(stream, stop.clone(), latest.clone())
+        })
+        .collect();
+
+    // Inserts, updates, deletes, single-row changes and a TRUNCATE (which makes every op
+    // of the todo buckets compactable: CLEAR compaction folds them).
+    for round in 0..6 {
+        let mut statements = vec![
+            format!(
+                "INSERT INTO todos SELECT 'c{round}_' || g, 'l' || (g % 50 + 1), 'churn' \
+                 FROM generate_series(1, 300) g"
+            ),
+            format!(
+                "UPDATE todos SET title = title || '.', done = NOT done \
+                 WHERE id LIKE 't%' AND substr(id, 2)::int % 6 = {round}"
+            ),
+            format!(
+                "UPDATE lists SET name = name || '+' WHERE id = 'l{}'",
+                round + 1
+            ),
+            format!("DELETE FROM todos WHERE id LIKE 'c{round}_%' AND length(id) = 4"),
+            format!(
+                "UPDATE todos SET list_id = 'l3' WHERE id = 't{}'",
+                round * 7 + 3
+            ),
+        ];
+        if round == 3 {
+            statements.push("TRUNCATE todos".to_owned());
+            statements.push(
+                "INSERT INTO todos SELECT 't' || g, 'l' || (g % 50 + 1), 'again ' || g \
+                 FROM generate_series(1, 2000) g"
+                    .to_owned(),
+            );
+        }
+        let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+        primary.sql_each(&statements);
+        // Rounds apart, so the streams announce checkpoints between them too.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    for r in [&a, &b, &c] {
+        r.wait_applied(&primary);
+    }
+    let head: u64 = a
+        .sql("SELECT last_op_id FROM powersync_mdbx.replication()")
+        .parse()
+        .unwrap();
+    testkit::wait_until("every stream announcing the last checkpoint", || {
+        latest
+            .iter()
+            .all(|l| l.load(std::sync::atomic::Ordering::Relaxed) >= head)
+            .then_some(())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen: Vec<Announced> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
+
+    // Wherever two replicas announced the same op id, they announced the same buckets
+    // with the same checksums and counts.
+    let mut common_during = 0;
+    for (i, x) in seen.iter().enumerate() {
+        assert!(x.compacted, "replica {i} showed no compaction");
+        assert!(
+            x.at.contains_key(&head),
+            "replica {i} announced the last checkpoint {head}"
+        );
+        for y in &seen[i + 1..] {
+            for (op_id, buckets) in &x.at {
+                if let Some(other) = y.at.get(op_id) {
+                    assert_eq!(buckets, other, "announced at op id {op_id}");
+                    common_during += usize::from(*op_id < head);
+                }
+            }
+        }
+    }
+    eprintln!(
+        "checkpoints announced: {:?}; op ids announced by two replicas during the churn: \
+         {common_during}",
+        seen.iter().map(|s| s.at.len()).collect::<Vec<_>>()
+    );
+    assert!(
+        common_during >= 3,
+        "too few points to compare during the churn ({common_during})"
+    );
+}
+
 /// base64url of the HS256 key the e2e client signs with (`e2e/README.md`).
 const E2E_SECRET: &str = "cHNtLWUyZS10ZXN0LXNlY3JldC0wMTIzNDU2Nzg5YWJjZGVm";
 const E2E_USER: &str = "user-org-001-0001";
@@ -165,9 +365,12 @@ fn metric(port: u16, name: &str) -> u64 {
 }
 
 /// Debian's HAProxy in front of the replicas: round robin, health checks on
-/// `/probes/readiness`, a connection refused by one replica retried on another. Stopped
-/// (by pid) when dropped.
-struct Balancer(std::process::Child);
+/// `/probes/readiness`, a connection refused by one replica retried on another, and an
+/// admin socket to drain a server. Stopped (by pid) when dropped.
+struct Balancer {
+    child: std::process::Child,
+    socket: std::path::PathBuf,
+}
 
 impl Balancer {
     fn start(dir: &TestDir, port: u16, replicas: &[u16]) -> Self {
@@ -177,6 +380,7 @@ impl Balancer {
             .unwrap_or_else(|| {
                 panic!("haproxy is not installed: run scripts/setup.sh (apt package haproxy)")
             });
+        let socket = dir.path().join("haproxy.sock");
         let servers: String = replicas
             .iter()
             .enumerate()
@@ -185,11 +389,13 @@ impl Balancer {
         let config = dir.write(
             "haproxy.cfg",
             &format!(
-                "defaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  \
+                "global\n  stats socket {} mode 600 level admin\n\
+                 defaults\n  mode http\n  timeout connect 2s\n  timeout client 120s\n  \
                  timeout server 120s\n  retries 3\n  option redispatch\n\
                  frontend sync\n  bind 127.0.0.1:{port}\n  default_backend replicas\n\
                  backend replicas\n  balance roundrobin\n  option httpchk GET /probes/readiness\n  \
-                 http-check expect status 200\n  default-server inter 300ms fall 2 rise 1\n{servers}"
+                 http-check expect status 200\n  default-server inter 300ms fall 2 rise 1\n{servers}",
+                socket.display()
             ),
         );
         let child = std::process::Command::new(haproxy)
@@ -205,159 +411,319 @@ impl Balancer {
                 .filter(|r| r.status == 200)
                 .map(|_| ())
         });
-        Self(child)
+        Self { child, socket }
+    }
+
+    /// One command on the admin socket; its answer.
+    fn admin(&self, command: &str) -> String {
+        use std::io::{Read, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&self.socket)
+            .unwrap_or_else(|e| panic!("HAProxy's admin socket {}: {e}", self.socket.display()));
+        stream.write_all(format!("{command}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    }
+
+    /// Drains server `index` as an operator does before taking a replica down: no new
+    /// connections go to it, then the ones it holds are closed (their clients reconnect
+    /// through the balancer to the others).
+    fn drain(&self, index: usize) {
+        for command in [
+            format!("set server replicas/r{index} state drain"),
+            format!("shutdown sessions server replicas/r{index}"),
+        ] {
+            let answer = self.admin(&command);
+            assert!(answer.trim().is_empty(), "`{command}`: {answer}");
+        }
     }
 }
 
 impl Drop for Balancer {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-#[test]
-fn a_client_moves_to_a_seeded_replica_behind_haproxy_without_downloading_again() {
-    testkit::require_sdk_client();
-    let install = PgInstall::pg16();
-    let dir = TestDir::new(&install);
-    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
-    primary.sql_file(&testkit::fixture_dir().join("schema.sql"), &[]);
-    primary.sql_file(
-        &testkit::fixture_dir().join("data.sql"),
-        &[("U", "8"), ("P", "12"), ("T", "25"), ("D", "6"), ("S", "4")],
-    );
-    let rules = dir.write(
-        "rules.yaml",
-        &std::fs::read_to_string(testkit::fixture_dir().join("sync-config.yaml")).unwrap(),
-    );
-    let config = |port: u16| {
+/// A primary holding a small benchmark fixture, and the sync config of its replicas.
+struct FixtureSource {
+    primary: Cluster,
+    rules: std::path::PathBuf,
+}
+
+impl FixtureSource {
+    fn start(install: &PgInstall, dir: &TestDir) -> Self {
+        let primary = Cluster::start_new(install, dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql_file(&testkit::fixture_dir().join("schema.sql"), &[]);
+        primary.sql_file(
+            &testkit::fixture_dir().join("data.sql"),
+            &[("U", "8"), ("P", "12"), ("T", "25"), ("D", "6"), ("S", "4")],
+        );
+        let rules = dir.write(
+            "rules.yaml",
+            &std::fs::read_to_string(testkit::fixture_dir().join("sync-config.yaml")).unwrap(),
+        );
+        Self { primary, rules }
+    }
+
+    /// The config of a replica serving on `port`.
+    fn config(&self, port: u16) -> String {
         format!(
             "replication:\n  connections:\n    - type: postgresql\n      uri: {}\n      sslmode: disable\n\
              sync_config:\n  path: {}\n\
              client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: psm-e2e, k: {E2E_SECRET}}}\n\
              port: {port}\n",
-            primary.uri("postgres"),
-            rules.display()
+            self.primary.uri("postgres"),
+            self.rules.display()
         )
-    };
-    let (port_a, port_b) = (free_port(), free_port());
-    let a = Cluster::start_sync_replica_named(
-        &install,
-        &dir,
-        "replica_a",
-        &config(port_a),
-        &replica_conf("psm_ha_a", &[]),
-    );
-    a.wait_worker_phase("streaming");
-    let b = Cluster::start_sync_replica_named(
-        &install,
-        &dir,
-        "replica_b",
-        &config(port_b),
-        &replica_conf(
-            "psm_ha_b",
-            &[format!(
-                "powersync_mdbx.seed_from = 'http://127.0.0.1:{port_a}'"
-            )],
-        ),
-    );
-    b.wait_worker_phase("streaming");
-    let port_lb = free_port();
-    let _balancer = Balancer::start(&dir, port_lb, &[port_a, port_b]);
+    }
 
-    let db_dir = tempfile::tempdir().unwrap();
-    let mut client = testkit::SdkClient::new(
-        &format!("http://127.0.0.1:{port_lb}"),
-        E2E_SECRET,
-        E2E_USER,
-        db_dir.path(),
-        &primary.uri("postgres"),
-    )
-    .expect("the SDK client is installed")
-    .watch();
-    let expected = || -> serde_json::Value {
-        serde_json::from_str(&primary.sql(
+    /// Replica `name` (slot `psm_<name>`) on `port`, seeded from `peer` when given.
+    fn replica(
+        &self,
+        install: &PgInstall,
+        dir: &TestDir,
+        name: &str,
+        port: u16,
+        peer: Option<u16>,
+    ) -> Cluster {
+        start_replica(install, dir, name, &self.config(port), peer)
+    }
+
+    /// The SDK's user, syncing from `endpoint` with its database in `db_dir`.
+    fn client(&self, endpoint: u16, db_dir: &std::path::Path) -> testkit::WatchClient {
+        testkit::SdkClient::new(
+            &format!("http://127.0.0.1:{endpoint}"),
+            E2E_SECRET,
+            E2E_USER,
+            db_dir,
+            &self.primary.uri("postgres"),
+        )
+        .expect("the SDK client is installed")
+        .watch()
+    }
+
+    /// Waits until the client holds exactly the primary's tasks.
+    fn wait_equal(&self, client: &mut testkit::WatchClient, what: &str) {
+        let rows: serde_json::Value = serde_json::from_str(&self.primary.sql(
             "SELECT coalesce(json_agg(json_build_object('id', id, 'org_id', org_id, \
              'project_id', project_id, 'title', title, 'status', status, 'priority', priority, \
              'assignee_id', assignee_id, 'story_points', story_points, 'updated_at', \
              to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), \
              'summary', summary) ORDER BY id), '[]') FROM tasks",
         ))
-        .unwrap()
-    };
-    let wait_equal = |client: &mut testkit::WatchClient, what: &str| {
-        let answer = client.try_send(
-            &serde_json::json!({"cmd": "wait_equal", "table": "tasks", "rows": expected()}),
-        );
+        .unwrap();
+        let answer = client
+            .try_send(&serde_json::json!({"cmd": "wait_equal", "table": "tasks", "rows": rows}));
         assert!(answer["ok"] == true, "{what}: {answer}");
-    };
-    wait_equal(&mut client, "the first sync through HAProxy");
+    }
+}
+
+/// The SDK's warnings that mention a checksum.
+fn checksum_warnings(dump: &serde_json::Value) -> Vec<serde_json::Value> {
+    dump["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| {
+            w["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_lowercase()
+                .contains("checksum")
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_client_moving_between_replicas_whose_histories_forked_downloads_again_without_a_mismatch() {
+    testkit::require_sdk_client();
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let source = FixtureSource::start(&install, &dir);
+    let (port_a, port_b) = (free_port(), free_port());
+    let a = source.replica(&install, &dir, "fork_a", port_a, None);
+    let b = source.replica(&install, &dir, "fork_b", port_b, Some(port_a));
+    let db_dir = tempfile::tempdir().unwrap();
+    let mut client = source.client(port_a, db_dir.path());
+    source.wait_equal(&mut client, "the first sync from A");
+
+    // A rewrite that changes every title: each replica copies the table again when it
+    // sees it, so each writes the new titles at a moment of its own and forks its history.
+    source
+        .primary
+        .sql("ALTER TABLE tasks ALTER COLUMN title TYPE varchar(300) USING title || ' (v2)'");
+    source.wait_equal(&mut client, "the rewrite, on A");
+    for replica in [&a, &b] {
+        replica.wait_worker("the re-copy to end", |s| {
+            (s["phase"] == "streaming" && s["replication"]["recopying"] == 0).then_some(())
+        });
+        replica.wait_applied(&source.primary);
+    }
+    for replica in [&a, &b] {
+        let log = replica.log_text();
+        assert!(
+            log.contains("op ids leave the history shared with peers"),
+            "the re-copy forked the history:\n{log}"
+        );
+    }
+    let dump = client.send(&serde_json::json!({"cmd": "dump"}));
+    assert_eq!(checksum_warnings(&dump), Vec::<serde_json::Value>::new());
+    client.finish();
+
+    // The client moves to B with A's positions: B never gave those op ids out, so it
+    // sends the client's buckets again behind a CLEAR; no checksum fails.
+    let mut client = source.client(port_b, db_dir.path());
+    source.wait_equal(&mut client, "the same rows from B");
+    source
+        .primary
+        .sql("UPDATE tasks SET status = 'done' WHERE id LIKE 'task-org-001-0003-%'");
+    source.wait_equal(&mut client, "a change followed on B");
+    let dump = client.send(&serde_json::json!({"cmd": "dump"}));
+    assert_eq!(
+        checksum_warnings(&dump),
+        Vec::<serde_json::Value>::new(),
+        "the SDK logged a checksum mismatch"
+    );
+    client.finish();
+}
+
+/// Ops of each bucket a replica holds, by name.
+fn ops_per_bucket(replica: &Cluster) -> std::collections::BTreeMap<String, u64> {
+    buckets(replica)
+        .lines()
+        .map(|l| {
+            let mut words = l.split(' ');
+            (
+                words.next().unwrap().to_owned(),
+                words.next().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Ops written into the client's buckets between two listings.
+fn churn_in(
+    held: &[String],
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> u64 {
+    held.iter()
+        .map(|name| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn a_client_moves_between_seeded_replicas_behind_haproxy_without_downloading_again() {
+    testkit::require_sdk_client();
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let source = FixtureSource::start(&install, &dir);
+    let ports = [free_port(), free_port(), free_port()];
+    let a = source.replica(&install, &dir, "ha_a", ports[0], None);
+    // The balancer knows all three; only A is up, so the client syncs from A.
+    let port_lb = free_port();
+    let balancer = Balancer::start(&dir, port_lb, &ports);
+    let db_dir = tempfile::tempdir().unwrap();
+    let mut client = source.client(port_lb, db_dir.path());
+    source.wait_equal(&mut client, "the first sync through HAProxy, from A");
+    // B and C join, seeded from A while A serves.
+    let b = source.replica(&install, &dir, "ha_b", ports[1], Some(ports[0]));
+    let c = source.replica(&install, &dir, "ha_c", ports[2], Some(ports[0]));
     // A local write, uploaded and acknowledged by a write checkpoint.
     client.send(&serde_json::json!({"cmd": "update", "table": "tasks",
         "id": "task-org-001-0002-0005", "set": {"title": "Closed on the client"}}));
     client.send(&serde_json::json!({"cmd": "wait_synced_after_upload"}));
-    primary.sql("UPDATE tasks SET priority = priority + 1 WHERE id LIKE 'task-org-001-0001-%'");
-    wait_equal(&mut client, "a change followed through HAProxy");
-
-    // The replica holding the stream goes down for good; the other takes the client.
-    let (down, survivor, survivor_port) = if metric(port_a, "powersync_mdbx_sync_streams_open") > 0
-    {
-        (&a, &b, port_b)
-    } else {
-        (&b, &a, port_a)
-    };
-    survivor.wait_applied(&primary);
-    let buckets_before = buckets(survivor);
-    let sent_before = metric(survivor_port, "powersync_mdbx_sync_ops_sent_total");
-    down.stop_immediate();
-    primary.sql("UPDATE tasks SET status = 'done' WHERE id LIKE 'task-org-001-0003-%'");
-    survivor.wait_applied(&primary);
-    wait_equal(&mut client, "the churn after the failover");
-    // What the client received from the survivor: exactly the churn's ops in its buckets.
-    let ops = |listing: &str| -> std::collections::BTreeMap<String, u64> {
-        listing
-            .lines()
-            .map(|l| {
-                let mut words = l.split(' ');
-                (
-                    words.next().unwrap().to_owned(),
-                    words.next().unwrap().parse().unwrap(),
-                )
-            })
-            .collect()
-    };
-    let (before, after) = (ops(&buckets_before), ops(&buckets(survivor)));
-    let dump = client.send(&serde_json::json!({"cmd": "dump"}));
-    let held: Vec<String> = dump["buckets"]
+    source
+        .primary
+        .sql("UPDATE tasks SET priority = priority + 1 WHERE id LIKE 'task-org-001-0001-%'");
+    source.wait_equal(&mut client, "a change followed through HAProxy");
+    assert!(
+        metric(ports[0], "powersync_mdbx_sync_streams_open") > 0,
+        "the client is on A"
+    );
+    let held: Vec<String> = client.send(&serde_json::json!({"cmd": "dump"}))["buckets"]
         .as_array()
         .unwrap()
         .iter()
         .map(|b| b.as_str().unwrap_or_default().to_owned())
         .collect();
-    let churn_ops: u64 = held
-        .iter()
-        .map(|name| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0))
-        .sum();
-    let sent = metric(survivor_port, "powersync_mdbx_sync_ops_sent_total") - sent_before;
+    for replica in [&a, &b, &c] {
+        replica.wait_applied(&source.primary);
+    }
+    assert_eq!(buckets(&b), buckets(&a), "B holds A's history");
+    assert_eq!(buckets(&c), buckets(&a), "C holds A's history");
+    let full: u64 = held.iter().map(|n| ops_per_bucket(&a)[n]).sum();
+
+    // A goes down for good; B or C takes the client.
+    let sent = |port: u16| metric(port, "powersync_mdbx_sync_ops_sent_total");
+    let sent_before = [sent(ports[1]), sent(ports[2])];
+    let before = ops_per_bucket(&b);
+    a.stop_immediate();
+    source
+        .primary
+        .sql("UPDATE tasks SET status = 'done' WHERE id LIKE 'task-org-001-0003-000%'");
+    b.wait_applied(&source.primary);
+    c.wait_applied(&source.primary);
+    source.wait_equal(&mut client, "the churn after the failover");
+    let after = ops_per_bucket(&b);
+    let churn = churn_in(&held, &before, &after);
+    let sent_after = [sent(ports[1]), sent(ports[2])];
+    let failover_sent = sent_after[0] - sent_before[0] + sent_after[1] - sent_before[1];
     eprintln!(
-        "after the failover: {sent} ops sent, the churn wrote {churn_ops} in the client's {} \
-         buckets",
+        "failover: {failover_sent} ops sent; the churn wrote {churn} in the client's {} buckets \
+         (a full download: {full})",
         held.len()
     );
-    assert!(churn_ops > 0, "the churn wrote ops in the client's buckets");
+    assert!(
+        churn > 0 && full >= 20 * churn,
+        "a full download ({full}) is ≥ 20× the churn ({churn})"
+    );
     assert_eq!(
-        sent, churn_ops,
+        failover_sent, churn,
         "after the failover the client received the churn's ops only, not its buckets again"
     );
-    // The replica's end cuts the stream ("terminated"); nothing else, and no checksum.
+
+    // The replica holding the client is drained; the other takes it, again without a
+    // download.
+    let (drained, other) = if metric(ports[1], "powersync_mdbx_sync_streams_open") > 0 {
+        (1, 2)
+    } else {
+        (2, 1)
+    };
+    let other_before = sent(ports[other]);
+    let before = after;
+    balancer.drain(drained);
+    source
+        .primary
+        .sql("UPDATE tasks SET priority = priority - 1 WHERE id LIKE 'task-org-001-0002-001%'");
+    b.wait_applied(&source.primary);
+    c.wait_applied(&source.primary);
+    source.wait_equal(&mut client, "the churn after the drain");
+    let churn = churn_in(&held, &before, &ops_per_bucket(&b));
+    let drain_sent = sent(ports[other]) - other_before;
+    eprintln!("drain: {drain_sent} ops sent by the other replica; the churn wrote {churn}");
+    assert!(churn > 0);
+    assert_eq!(drain_sent, churn, "after the drain: the churn's ops only");
+    testkit::wait_until("the drained replica to hold no stream", || {
+        (metric(ports[drained], "powersync_mdbx_sync_streams_open") == 0).then_some(())
+    });
+
+    // Each cut connection shows as one; no checksum failed.
+    let dump = client.send(&serde_json::json!({"cmd": "dump"}));
     let warnings = dump["warnings"].as_array().unwrap();
+    eprintln!("SDK warnings: {warnings:?}");
+    assert_eq!(checksum_warnings(&dump), Vec::<serde_json::Value>::new());
     assert!(
         warnings.iter().all(|w| {
-            let text = w["text"].as_str().unwrap_or_default();
-            text.contains("terminated") && !text.to_lowercase().contains("checksum")
+            w["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("terminated")
         }),
-        "the SDK logged more than the cut connection: {warnings:?}"
+        "the SDK logged more than the cut connections: {warnings:?}"
     );
     client.finish();
 }

@@ -503,7 +503,7 @@ impl Applier {
 
     /// After a durable commit: clients may see it, and the primary may recycle the WAL.
     fn publish(&mut self, checkpoint: Checkpoint) {
-        let ops = checkpoint.op_id.saturating_sub(self.durable.op_id);
+        let ops = ops_between(&self.store, self.durable.op_id, checkpoint.op_id);
         self.progress
             .ops
             .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
@@ -631,7 +631,10 @@ impl Applier {
             Change::Gone { table: index } => {
                 merges.remove(&index);
                 let table = table_at(tables, index)?;
+                // When the grace period ended is this replica's own (see `forks`).
+                w.diverge();
                 let removed = w.truncate_table(table.store_id)?;
+                w.converge();
                 BootstrapIntent::update_table(w, table.store_id, |t| {
                     t.gone = true;
                     t.recopy = false;
@@ -1064,4 +1067,15 @@ fn toast_error(table: &StreamTable, column: &str) -> ReplicationError {
         ),
         operator: true,
     }
+}
+
+/// Ops given out between two checkpoints' op ids (a fork of the history skips ids:
+/// `store::forks`).
+fn ops_between(store: &Store, from: u64, to: u64) -> u64 {
+    if to.saturating_sub(from) < store::forks::MIN_JUMP {
+        return to.saturating_sub(from);
+    }
+    store
+        .read(|view| view.forks())
+        .map_or(0, |forks| forks.given_out(from, to))
 }

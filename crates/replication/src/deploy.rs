@@ -93,6 +93,9 @@ pub async fn begin_deploy(
     let text = next.text().to_owned();
     store.write(applied(store)?, move |w| {
         rewrite_intent(w, |intent| intent.tables = tables)?;
+        // Every op from here on depends on when this replica deployed: its op ids leave
+        // the history its peers share (`store::forks`).
+        w.fork_history()?;
         w.put_stage_record(KEY, text.as_bytes())
     })?;
     Ok(marked)

@@ -42,6 +42,8 @@ pub(super) struct Merge {
     started_at: u64,
     /// The store's file size then.
     file_bytes_at_start: u64,
+    /// The history forked for this merge (`store::forks`).
+    forked: bool,
 }
 
 /// A re-copy as `status()` shows it.
@@ -130,6 +132,18 @@ impl Merge {
         }
     }
 
+    /// The same merge, told whether the event it is part of (a rebuild of every table)
+    /// forked the history already.
+    pub fn after_fork(mut self, forked: bool) -> Self {
+        self.forked = forked;
+        self
+    }
+
+    /// Whether the history forked for this merge (or the event it is part of).
+    pub fn has_forked(&self) -> bool {
+        self.forked
+    }
+
     /// Copied rows merged so far, and of those the rows written.
     pub fn merged_rows(&self) -> (u64, u64) {
         self.copy.as_ref().map_or((0, 0), |c| (c.rows, c.written))
@@ -200,6 +214,11 @@ impl Merge {
         let Some(mut copy) = self.copy.take() else {
             return Ok(());
         };
+        // When the copy was taken is this replica's own: its ops are not its peers'. The
+        // history forks once per merge, before its first op.
+        if !self.forked {
+            w.diverge();
+        }
         copy.rows += unchanged.len() as u64;
         copy.held.extend(unchanged);
         let result = (|| {
@@ -252,6 +271,8 @@ impl Merge {
             Ok(())
         })();
         self.copy = Some(copy);
+        w.converge();
+        self.forked |= w.has_forked();
         result
     }
 
@@ -261,6 +282,9 @@ impl Merge {
         let Some(copy) = self.copy.take() else {
             return Ok(Merged::default());
         };
+        if !self.forked {
+            w.diverge();
+        }
         let table_id = copy.shape.store_id;
         let gone: Vec<Vec<u8>> = w
             .table_rows_not_held(table_id, |row_id| copy.held.contains(&row_id))?
@@ -270,6 +294,8 @@ impl Merge {
         for identity in &gone {
             w.delete_row(table_id, identity)?;
         }
+        w.converge();
+        self.forked |= w.has_forked();
         Ok(Merged {
             rows: copy.rows,
             written: copy.written,

@@ -120,6 +120,7 @@ pub(super) async fn rebuild(
     let mut total = Merged::default();
     let mut infos = primary.tables.iter();
     let mut done = 0u64;
+    let mut forked = false;
     for (table, published) in rebuilt.tables.iter_mut().zip(&published) {
         let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
             let store_id = table.id;
@@ -156,7 +157,8 @@ pub(super) async fn rebuild(
                 problem: "a replica identity column is not published (generated?)".into(),
             }
         })?;
-        let mut merge = Merge::default();
+        // The rebuild forks the history once, before the first op any table's merge writes.
+        let mut merge = Merge::default().after_fork(forked);
         merge.start(consistent_point, shape);
         let mut copy = TableCopy::start(&reader, &info.table, &table.columns).await?;
         while let Some(rows) = copy.next_batch().await? {
@@ -170,15 +172,21 @@ pub(super) async fn rebuild(
             });
             report(done, so_far, store.file_bytes());
         }
-        let (merged, checkpoint) = {
+        let merged_and_checkpoint = {
             let store = store.clone();
             let mut merge = merge;
             tokio::task::spawn_blocking(move || {
                 let lsn = store.read(|view| view.checkpoint())?.lsn;
-                store.write_with(lsn, |w| merge.finish(w))
+                let (merged, checkpoint) = store.write_with(lsn, |w| merge.finish(w))?;
+                Ok::<_, ReplicationError>((merged, checkpoint, merge.has_forked()))
             })
             .await
             .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+        };
+        let (merged, checkpoint) = {
+            let (merged, checkpoint, has_forked) = merged_and_checkpoint;
+            forked |= has_forked;
+            (merged, checkpoint)
         };
         context.published.send_replace(checkpoint);
         total.add(merged);
@@ -206,9 +214,10 @@ pub(super) async fn rebuild(
         .await
         .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
     };
-    context.published.send_replace(checkpoint);
+    // Done before the checkpoint is published: whoever wakes on it sees the rebuild over.
     context.progress.rebuilding.store(false, Relaxed);
     *context.progress.rebuild.lock() = None;
+    context.published.send_replace(checkpoint);
     tracing::info!(
         slot = %plan.slot,
         consistent_point = %format_lsn(consistent_point),

@@ -3,7 +3,7 @@
 //! across the group's buckets in name order), batches cut into one-bucket chunks, one
 //! `data` line per chunk, and a completion line after each group.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::error::SyncError;
 use super::lines::{DataLine, SyncLine};
@@ -52,6 +52,8 @@ pub(super) struct Download {
     /// A page showed a MOVE/CLEAR whose target is above the checkpoint: the data reflects
     /// a newer state, so no completion line may be sent for this checkpoint (spec §4.5).
     invalidated: bool,
+    /// Buckets whose client copy is emptied first: their first page starts with a CLEAR.
+    resets: HashSet<String>,
 }
 
 impl Download {
@@ -83,7 +85,16 @@ impl Download {
             groups,
             queue: VecDeque::new(),
             invalidated: false,
+            resets: HashSet::new(),
         }
+    }
+
+    /// Downloads `resets` from 0 behind a CLEAR (checksum 0, op id 0) that empties what
+    /// the client holds of them: its positions there came from another history. A bucket
+    /// whose first op is a CLEAR (compacted) needs none.
+    pub fn with_resets(mut self, resets: HashSet<String>) -> Self {
+        self.resets = resets;
+        self
     }
 
     /// True once every line (including the completion, when allowed) was produced.
@@ -169,7 +180,18 @@ impl Download {
         if max_target > checkpoint {
             self.invalidated = true;
         }
-        for (name, after, ops, has_more) in pages {
+        for (name, after, mut ops, has_more) in pages {
+            if self.resets.remove(&name) && ops.first().is_none_or(|op| op.kind != OpKind::Clear) {
+                ops.insert(
+                    0,
+                    OpRead {
+                        op_id: 0,
+                        kind: OpKind::Clear,
+                        checksum: 0,
+                        object: None,
+                    },
+                );
+            }
             if !has_more {
                 group.buckets.retain(|b| b != &name);
             }

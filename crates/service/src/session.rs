@@ -4,7 +4,7 @@
 //! `None`, encoding and flushing each line. Nothing here holds a read transaction between
 //! calls; each call is one or two short reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use super::lines::{CheckpointDiffLine, CheckpointLine, SyncLine};
 use super::paging::{Budgets, Download};
 use super::request::BucketPosition;
 use rules::{RequestContext, SyncRules};
-use store::Store;
+use store::{Forks, Placement, Store};
 
 /// How long a session's first checkpoint waits for the store to reach a client's
 /// position in a bucket it announces (see [`SyncSession::checkpoint`]).
@@ -39,6 +39,9 @@ pub struct SyncSession {
     /// Until when the first checkpoint waits for the store to reach the client's
     /// positions.
     hold_until: Instant,
+    /// Buckets whose client copy came from another history: their first `data` line
+    /// starts with a CLEAR. Kept until that line is handed out, across checkpoints.
+    resets: HashSet<String>,
 }
 
 impl SyncSession {
@@ -62,6 +65,7 @@ impl SyncSession {
             announced: None,
             download: None,
             hold_until: Instant::now() + CATCH_UP_HOLD,
+            resets: HashSet::new(),
         }
     }
 
@@ -106,42 +110,57 @@ impl SyncSession {
     /// A returned line supersedes the download of the previous checkpoint: its completion
     /// is never sent, and the new download continues from the positions already reached.
     ///
-    /// A client position above the checkpoint (`after` > `last_op_id`) in a bucket this
-    /// store announces comes from a replica of the same history that is further along (a
-    /// client that moved from a peer: bucket names carry the history id). The first
-    /// checkpoint is then held (`None`) until the store reaches every such position, for
-    /// at most [`CATCH_UP_HOLD`] from the request, so the client is never announced an
-    /// older checkpoint. Past that (another history under the same names: a store of an
-    /// earlier build rebuilt without a new bucket version) the position is treated as 0.
-    /// The client then receives the bucket's whole history: if it held nothing (the
-    /// common case: an empty bucket whose position is the last checkpoint) it ends
-    /// correct at once; otherwise its checksum check fails, it deletes the bucket and
-    /// downloads it again. Trusting the position instead would send nothing and leave
-    /// such a client with a mismatch in every case.
+    /// A client position is placed against the store's history ([`store::Forks`]). One
+    /// above the checkpoint within reach of a peer of the same history further along (a
+    /// client that moved from a peer: bucket names carry the history id) holds the first
+    /// checkpoint (`None`) until the store reaches it, for at most [`CATCH_UP_HOLD`] from
+    /// the request, so the client is never announced an older checkpoint. A position the
+    /// store never gave out (from a peer whose history forked away, or still ahead when
+    /// the hold ends) is not trusted: the bucket is downloaded from 0 behind a CLEAR that
+    /// empties the client's copy first, so its checksum holds without a mismatch.
     pub fn checkpoint(
         &mut self,
         store: &Store,
         write_checkpoint: Option<u64>,
     ) -> Result<Option<SyncLine>, SyncError> {
         let (rules, context, max) = (&self.rules, &self.context, self.limits);
-        let state = store.read(|view| Ok(CheckpointState::read(view, rules, context, max)))??;
+        let first = self.announced.is_none();
+        let (state, forks) = store.read(|view| {
+            let forks = if first {
+                view.forks()?
+            } else {
+                Forks::default()
+            };
+            Ok((CheckpointState::read(view, rules, context, max), forks))
+        })?;
+        let state = state?;
         let line = match &self.announced {
             None => {
-                let ahead = state.buckets.iter().any(|b| {
+                let place = |name: &String| {
                     self.requested
-                        .get(&b.announced.bucket)
-                        .is_some_and(|&after| after > state.op_id)
-                });
+                        .get(name)
+                        .map(|&after| forks.place(after, state.op_id))
+                };
+                let ahead = state
+                    .buckets
+                    .iter()
+                    .any(|b| place(&b.announced.bucket) == Some(Placement::Ahead));
                 if ahead && Instant::now() < self.hold_until {
                     return Ok(None);
                 }
-                let requested = std::mem::take(&mut self.requested);
                 for b in &state.buckets {
                     let name = &b.announced.bucket;
-                    let after = requested.get(name).copied().unwrap_or(0);
-                    let after = if after > state.op_id { 0 } else { after };
+                    let after = match place(name) {
+                        Some(Placement::Own) => self.requested[name],
+                        Some(Placement::Ahead | Placement::Foreign) => {
+                            self.resets.insert(name.clone());
+                            0
+                        }
+                        None => 0,
+                    };
                     self.positions.insert(name.clone(), after);
                 }
+                self.requested.clear();
                 SyncLine::Checkpoint(CheckpointLine {
                     last_op_id: state.op_id,
                     write_checkpoint,
@@ -158,8 +177,10 @@ impl SyncSession {
                     return Ok(None);
                 }
                 for name in &removed {
-                    // A bucket that comes back later starts again from 0.
+                    // A bucket that comes back later starts again from 0 (the client
+                    // deleted it, and what it held of it).
                     self.positions.remove(name);
+                    self.resets.remove(name);
                 }
                 for b in &state.buckets {
                     self.positions
@@ -180,16 +201,17 @@ impl SyncSession {
             .buckets
             .iter()
             .filter(|b| {
-                b.last_op
-                    > self
-                        .positions
-                        .get(&b.announced.bucket)
-                        .copied()
-                        .unwrap_or(0)
+                self.resets.contains(&b.announced.bucket)
+                    || b.last_op
+                        > self
+                            .positions
+                            .get(&b.announced.bucket)
+                            .copied()
+                            .unwrap_or(0)
             })
             .map(|b| (b.announced.bucket.clone(), b.announced.priority))
             .collect();
-        self.download = Some(Download::new(state.op_id, to_fetch));
+        self.download = Some(Download::new(state.op_id, to_fetch).with_resets(self.resets.clone()));
         self.announced = Some(Announced::new(&state, write_checkpoint));
         Ok(Some(line))
     }
@@ -204,6 +226,10 @@ impl SyncSession {
         let line = download.next_line(store, &mut self.positions, self.budgets)?;
         if download.is_done() {
             self.download = None;
+        }
+        if let Some(SyncLine::Data(data)) = &line {
+            // Its first line carried the CLEAR.
+            self.resets.remove(&data.bucket);
         }
         // A completion moves the completed buckets to the checkpoint, as the client does
         // when it validates them, so both sides agree on every bucket's position.

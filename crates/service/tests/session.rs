@@ -289,15 +289,21 @@ impl Client {
                 let bucket = self.buckets.entry(name.to_string()).or_default();
                 let ops = body["data"].as_array().unwrap();
                 assert!(!ops.is_empty(), "empty data line");
-                assert_eq!(
-                    op_id(&body["after"]),
-                    bucket.last_op,
-                    "chunk starts where the client is"
-                );
-                for op in ops {
+                if ops[0]["op"] == "CLEAR" {
+                    // A CLEAR empties the bucket whatever the client held (the core does
+                    // not compare `after` either): a download from 0 may follow it.
+                    bucket.last_op = 0;
+                } else {
+                    assert_eq!(
+                        op_id(&body["after"]),
+                        bucket.last_op,
+                        "chunk starts where the client is"
+                    );
+                }
+                for (i, op) in ops.iter().enumerate() {
                     let id = op_id(&op["op_id"]);
                     assert!(
-                        id > bucket.last_op,
+                        id > bucket.last_op || (i == 0 && op["op"] == "CLEAR"),
                         "op {id} ≤ after {} in {name}",
                         bucket.last_op
                     );
@@ -857,4 +863,112 @@ fn a_large_bucket_streams_in_bounded_lines() {
         panic!("data expected")
     };
     assert!(d.ops.len() < 1000 && d.has_more);
+}
+
+/// Two stores of one history (the same `commits` give the same op ids); then B writes
+/// something of its own (a re-copy's merge, say: item 1 deleted), and its op ids fork away.
+fn forked_pair(commits: &[Vec<Change>]) -> (Db, Db) {
+    let (mut a, mut b) = (Db::new(), Db::new());
+    for db in [&mut a, &mut b] {
+        for changes in commits {
+            db.commit(changes.clone());
+        }
+    }
+    b.lsn += 1;
+    b.store
+        .write(b.lsn, |w| {
+            w.diverge();
+            w.delete_row(3, b"1")?;
+            Ok(())
+        })
+        .unwrap();
+    b.rows.remove(&("items", "1".to_owned()));
+    (a, b)
+}
+
+#[test]
+fn a_client_of_a_history_that_forked_away_is_cleared_and_downloads_again() {
+    let (mut a, b) = forked_pair(&[
+        vec![item("1", "cold", "a"), item("2", "hot", "b")],
+        vec![item("3", "cold", "c")],
+    ]);
+    let forks = b.store.read(|v| v.forks()).unwrap();
+    assert_eq!(forks.list().len(), 1, "one fork: {forks:?}");
+    assert!(forks.list()[0].resumed_at >= store::forks::MIN_JUMP);
+    // A writes on with ids B never gave out; a client follows A to its end.
+    a.commit(vec![item("4", "hot", "d"), item("2", "cold", "b2")]);
+    let mut client = Client::default();
+    let mut s = a.session(&[], Budgets::default());
+    step(&a, &mut s, &mut client, usize::MAX, Some(&a.truth()));
+    assert_eq!(client.completions, 1);
+    let positions = client.positions();
+    assert!(
+        positions.iter().all(|p| p.after > 3 && p.after < 10),
+        "positions past the fork point, in B's gap: {positions:?}"
+    );
+
+    // The client moves to B: its positions lie in B's gap. Every bucket it held comes
+    // again behind a CLEAR, and the checkpoint validates with exactly B's rows.
+    client.reconnect();
+    let mut s = b.session(&positions, Budgets::default());
+    let lines = json_lines(&b, &mut s, None);
+    let data: Vec<&Value> = lines.iter().filter(|l| kind(l) == "data").collect();
+    assert!(!data.is_empty());
+    for held in positions.iter().filter(|p| p.after > 0) {
+        let first = data
+            .iter()
+            .find(|l| l["data"]["bucket"] == held.name.as_str())
+            .unwrap_or_else(|| panic!("{} is sent again: {lines:?}", held.name));
+        assert_eq!(first["data"]["after"], "0");
+        assert_eq!(first["data"]["data"][0]["op"], "CLEAR", "{first}");
+    }
+    let mut s = b.session(&positions, Budgets::default());
+    let kinds = step(&b, &mut s, &mut client, usize::MAX, Some(&b.truth()));
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("checkpoint_complete")
+    );
+    assert_eq!(client.completions, 2);
+
+    // A client that synced before the fork (from a third store of the history) keeps
+    // its positions on B.
+    let mut early = Client::default();
+    let mut c = Db::new();
+    c.commit(vec![item("1", "cold", "a"), item("2", "hot", "b")]);
+    c.commit(vec![item("3", "cold", "c")]);
+    let mut s = c.session(&[], Budgets::default());
+    step(&c, &mut s, &mut early, usize::MAX, None);
+    early.reconnect();
+    let mut s = b.session(&early.positions(), Budgets::default());
+    let lines = json_lines(&b, &mut s, None);
+    assert!(
+        !lines.iter().any(|l| l["data"]["data"][0]["op"] == "CLEAR"),
+        "positions of the shared history are kept: {lines:?}"
+    );
+    let mut s = b.session(&early.positions(), Budgets::default());
+    step(&b, &mut s, &mut early, usize::MAX, Some(&b.truth()));
+    assert_eq!(early.completions, 2);
+}
+
+#[test]
+fn a_reset_survives_a_checkpoint_that_supersedes_the_first_before_its_data() {
+    let (mut a, mut b) = forked_pair(&[vec![item("1", "cold", "a"), item("2", "hot", "b")]]);
+    a.commit(vec![item("3", "hot", "c")]);
+    let mut client = Client::default();
+    let mut s = a.session(&[], Budgets::default());
+    step(&a, &mut s, &mut client, usize::MAX, None);
+    client.reconnect();
+    // On B the first checkpoint is announced, then superseded before any data is read.
+    let mut s = b.session(&client.positions(), Budgets::default());
+    let first = s.checkpoint(&b.store, None).unwrap().unwrap();
+    client.apply(&first.to_bytes(Encoding::Ndjson), None);
+    b.commit(vec![item("4", "cold", "d")]);
+    let truth = b.truth();
+    let kinds = step(&b, &mut s, &mut client, usize::MAX, Some(&truth));
+    assert_eq!(kinds.first().map(String::as_str), Some("checkpoint_diff"));
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("checkpoint_complete")
+    );
+    assert_eq!(client.completions, 2, "the client validates B's checkpoint");
 }

@@ -12,6 +12,7 @@ mod codec;
 mod compress;
 mod dir;
 mod error;
+pub mod forks;
 mod identity;
 mod layout;
 pub mod long_keys;
@@ -40,6 +41,7 @@ pub use dir::{
     advance_generation, next_generation, remove_store_files, set_next_generation, STORE_FILES,
 };
 pub use error::StoreError;
+pub use forks::{Fork, Forks, Placement};
 pub use identity::identity_key;
 pub use layout::{
     active_dir, build_dir, other_stores, remove_active_file, remove_store, set_active,

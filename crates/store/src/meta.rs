@@ -118,6 +118,14 @@ pub(super) fn load_or_init(
     Ok((identity, true))
 }
 
+/// A random u64 from the kernel.
+pub(super) fn random_u64() -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(u64::from_le_bytes(bytes))
+}
+
 fn random_id() -> std::io::Result<String> {
     use std::io::Read;
     let mut bytes = [0u8; 16];

@@ -8,6 +8,7 @@ use std::path::Path;
 use libmdbx::{NoWriteMap, Transaction, RO};
 
 use super::compress::RecordCodec;
+use super::forks::{Forks, KEY_FORKS};
 use super::long_keys::{is_hashed, stored_key};
 use super::op::{BucketState, OpKind, StoredOp};
 use super::op_blocks::{block_error, BlockCursor};
@@ -130,6 +131,15 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                 .map(Some)
                 .ok_or_else(|| StoreError::corrupt(self.dir, "history id")),
         }
+    }
+
+    /// Where the store's op ids left the history it shares with peers (oldest first).
+    pub fn forks(&self) -> Result<Forks, StoreError> {
+        let value: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.meta, KEY_FORKS)
+            .map_err(self.mdbx("read the forks"))?;
+        value.map_or(Ok(Forks::default()), |v| Forks::decode(&v, self.dir))
     }
 
     /// An engine stage's record (see [`super::WriteTxn::put_stage_record`]).

@@ -28,6 +28,7 @@ use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
 
 use super::codec::fixed;
 use super::compress::{Packer, RecordCodec};
+use super::forks::{Fork, Forks, KEY_FORKS};
 use super::op::{BucketState, StoredOp};
 use super::op_blocks::{self, block_error};
 use super::tables::Tables;
@@ -141,6 +142,10 @@ pub struct WriteTxn<'t, 'db> {
     row_keys_end: Option<Vec<u8>>,
     /// Ids of stored buckets looked up by name in this transaction (`recopy`).
     known_buckets: foldhash::HashMap<String, u32>,
+    /// The store forks before the next op this transaction appends ([`Self::diverge`]).
+    diverging: bool,
+    /// This transaction forked the history.
+    forked: bool,
 }
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
@@ -180,6 +185,8 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             compactable: foldhash::HashMap::default(),
             row_keys_end: None,
             known_buckets: foldhash::HashMap::default(),
+            diverging: false,
+            forked: false,
         })
     }
 
@@ -225,6 +232,59 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             .del(&self.tables.meta, key.as_bytes(), None)
             .map(|_| ())
             .map_err(self.mdbx("remove a stage record"))
+    }
+
+    /// Marks what this write appends from here on as decided by this replica alone (a
+    /// re-copy's merge, a table gone after its grace period, a rebuild's merge): before
+    /// its first op, the store's op ids leave the history it shares with its peers
+    /// ([`crate::forks`]). Until [`Self::converge`]; appending no op meanwhile leaves the
+    /// history as it was.
+    pub fn diverge(&mut self) {
+        self.diverging = true;
+    }
+
+    /// Ends what [`Self::diverge`] began: later ops of this write follow the source.
+    pub fn converge(&mut self) {
+        self.diverging = false;
+    }
+
+    /// True once this transaction forked the history (an event of several writes forks
+    /// once: later writes of it need not [`Self::diverge`] again).
+    pub fn has_forked(&self) -> bool {
+        self.forked
+    }
+
+    /// Forks the history now, whether or not ops follow (a rules deploy: every op after it
+    /// depends on when this replica deployed). Returns the fork.
+    pub fn fork_history(&mut self) -> Result<Fork, StoreError> {
+        self.diverging = false;
+        let mut forks = match self
+            .txn
+            .get::<Vec<u8>>(&self.tables.meta, KEY_FORKS)
+            .map_err(self.mdbx("read the forks"))?
+        {
+            None => Forks::default(),
+            Some(bytes) => Forks::decode(&bytes, self.dir)?,
+        };
+        let random = super::meta::random_u64()
+            .map_err(|e| StoreError::io(Path::new("/dev/urandom"), "read it", e))?;
+        let fork = forks.add(self.counters.next_op - 1, random);
+        self.txn
+            .put(
+                &self.tables.meta,
+                KEY_FORKS,
+                forks.encode(),
+                WriteFlags::UPSERT,
+            )
+            .map_err(self.mdbx("write the forks"))?;
+        self.counters.next_op = fork.resumed_at + 1;
+        self.forked = true;
+        tracing::info!(
+            left_at = fork.left_at,
+            resumed_at = fork.resumed_at,
+            "op ids leave the history shared with peers: a write of this replica alone"
+        );
+        Ok(fork)
     }
 
     /// Writes the buffered ops out once there are many.

@@ -228,3 +228,67 @@ fn a_copy_goes_only_into_an_empty_store_of_the_same_format() {
         .unwrap_err();
     assert!(error.to_string().contains("of format"), "{error}");
 }
+
+#[test]
+fn a_write_of_one_replica_alone_forks_the_history_and_a_copy_keeps_the_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(dir.path());
+    let head = a.read(|v| v.checkpoint()).unwrap().op_id;
+    // A diverging write that appends no op, or appends its ops only after it converged,
+    // leaves the history as it was.
+    let (_, checkpoint) = a
+        .write(200, |w| {
+            w.diverge();
+            w.put_stage_record("note", b"x")
+        })
+        .unwrap();
+    assert_eq!(checkpoint.op_id, head);
+    let (_, checkpoint) = a
+        .write(200, |w| {
+            w.diverge();
+            w.converge();
+            assert!(!w.has_forked());
+            w.delete_row(1, &3u64.to_be_bytes())
+        })
+        .unwrap();
+    let head = checkpoint.op_id;
+    assert!(a.read(|v| v.forks()).unwrap().list().is_empty());
+    // One that appends ops forks once, before its first op.
+    let (_, checkpoint) = a
+        .write(201, |w| {
+            w.diverge();
+            w.delete_row(1, &1u64.to_be_bytes())?;
+            w.delete_row(1, &2u64.to_be_bytes())
+        })
+        .unwrap();
+    let forks = a.read(|v| v.forks()).unwrap();
+    assert_eq!(forks.list().len(), 1);
+    let fork = forks.list()[0];
+    assert_eq!(fork.left_at, head);
+    assert!(fork.resumed_at - fork.left_at >= store::forks::MIN_JUMP);
+    assert!(
+        checkpoint.op_id > fork.resumed_at,
+        "{checkpoint:?} {fork:?}"
+    );
+    assert_eq!(
+        forks.place(head + 1, checkpoint.op_id),
+        store::Placement::Foreign
+    );
+    assert_eq!(forks.place(head, checkpoint.op_id), store::Placement::Own);
+    // An eager fork (a deploy) jumps even without ops; the next op follows it.
+    let (fork2, checkpoint2) = a.write(202, |w| w.fork_history()).unwrap();
+    assert_eq!(fork2.left_at, checkpoint.op_id);
+    assert_eq!(checkpoint2.op_id, fork2.resumed_at);
+    // A copy continues from the same forks.
+    let copy = exported(&a);
+    let b = Store::open(&dir.path().join("seeded")).unwrap();
+    b.import_data::<StoreError>(&mut copy.as_slice(), |_| Ok(()))
+        .unwrap();
+    assert_eq!(
+        b.read(|v| v.forks()).unwrap(),
+        a.read(|v| v.forks()).unwrap()
+    );
+    write_round(&a, 9, 500);
+    write_round(&b, 9, 500);
+    assert_eq!(seen(&b), seen(&a));
+}

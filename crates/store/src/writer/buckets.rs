@@ -85,6 +85,9 @@ impl WriteTxn<'_, '_> {
         checksum: u32,
         reference: u64,
     ) -> Result<(u32, u64), StoreError> {
+        if self.diverging {
+            self.fork_history()?;
+        }
         let op_id = self.counters.next_op;
         // One lookup for a bucket this transaction has seen (every op but its first).
         let bucket = match self.dirty.get_mut(name) {
