@@ -132,6 +132,12 @@ fn settings() -> HostSettings {
         admin_socket: Some(crate::admin_client::socket_path()),
         peer_secret: guc::get(&guc::PEER_SECRET).map(engine::PeerSecret::new),
         seed_from: guc::get(&guc::SEED_FROM),
+        peer_listen: guc::get(&guc::PEER_LISTEN),
+        peer_tls: engine::PeerTlsFiles {
+            cert_file: guc::get(&guc::PEER_TLS_CERT_FILE).map(PathBuf::from),
+            key_file: guc::get(&guc::PEER_TLS_KEY_FILE).map(PathBuf::from),
+            ca_file: guc::get(&guc::PEER_TLS_CA_FILE).map(PathBuf::from),
+        },
     }
 }
 

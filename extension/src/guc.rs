@@ -19,6 +19,16 @@ pub static LISTEN_ADDRESSES: GucSetting<Option<CString>> =
 pub static PEER_SECRET: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `powersync_mdbx.seed_from`: the peer an empty store is copied from.
 pub static SEED_FROM: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.peer_listen`.
+pub static PEER_LISTEN: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.peer_tls_cert_file`.
+pub static PEER_TLS_CERT_FILE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.peer_tls_key_file`.
+pub static PEER_TLS_KEY_FILE: GucSetting<Option<CString>> =
+    GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.peer_tls_ca_file`.
+pub static PEER_TLS_CA_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// Registers the GUCs. Called from `_PG_init` in every process that loads the library,
 /// so `SHOW` works everywhere. `storage_dir` can only be defined while the postmaster
@@ -62,11 +72,46 @@ pub fn define(preloading: bool) {
     );
     GucRegistry::define_string_guc(
         c"powersync_mdbx.seed_from",
-        c"Peer sync replica (http://127.0.0.1:<port>) an empty store is copied from.",
+        c"Peer sync replica an empty store is copied from: https://<host>:<its peer_listen \
+          port>, or http://127.0.0.1:<its sync port> on this host.",
         c"Instead of a snapshot, a replica with empty storage copies the peer's store and \
           streams its own slot from the copy's position, so both hold one history. Needs \
-          powersync_mdbx.peer_secret.",
+          powersync_mdbx.peer_secret (and, for https, powersync_mdbx.peer_tls_ca_file).",
         &SEED_FROM,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.peer_listen",
+        c"Address and port (e.g. 0.0.0.0:8443) where peers copy this replica's store over TLS.",
+        c"Serves GET /peer/store over TLS only, with powersync_mdbx.peer_tls_cert_file and \
+          powersync_mdbx.peer_tls_key_file. Needs powersync_mdbx.peer_secret. Unset: peers \
+          copy only over loopback, on the sync port.",
+        &PEER_LISTEN,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.peer_tls_cert_file",
+        c"Certificate chain (PEM) the peer listener presents.",
+        c"It must name the host peers put in their powersync_mdbx.seed_from.",
+        &PEER_TLS_CERT_FILE,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.peer_tls_key_file",
+        c"Private key (PEM) of powersync_mdbx.peer_tls_cert_file.",
+        c"Readable by the PostgreSQL server's user only.",
+        &PEER_TLS_KEY_FILE,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.peer_tls_ca_file",
+        c"CA certificates (PEM) a seeding replica trusts the https peer it copies from with.",
+        c"Unset: the public web roots.",
+        &PEER_TLS_CA_FILE,
         GucContext::Sighup,
         GucFlags::SUPERUSER_ONLY,
     );

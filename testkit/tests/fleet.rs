@@ -173,6 +173,95 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
     );
 }
 
+#[test]
+fn a_replica_seeds_from_a_peer_over_tls_and_refuses_an_untrusted_certificate() {
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(SCHEMA);
+    let ca = testkit::TestCa::new(dir.path(), "fleet-ca");
+    let other = testkit::TestCa::new(dir.path(), "other-ca");
+    let cert = ca.issue_server(
+        "replica_a",
+        &["DNS:localhost", "IP:127.0.0.1"],
+        install.run_as(),
+    );
+    let (port_a, peer_port) = (free_port(), free_port());
+    let a = Cluster::start_sync_replica_named(
+        &install,
+        &dir,
+        "replica_a",
+        &config(&primary, port_a),
+        &replica_conf(
+            "psm_tls_a",
+            &[
+                format!("powersync_mdbx.peer_listen = '127.0.0.1:{peer_port}'"),
+                format!(
+                    "powersync_mdbx.peer_tls_cert_file = '{}'",
+                    cert.cert.display()
+                ),
+                format!(
+                    "powersync_mdbx.peer_tls_key_file = '{}'",
+                    cert.key.display()
+                ),
+            ],
+        ),
+    );
+    a.wait_worker_phase("streaming");
+    primary.sql_each(&[
+        "UPDATE todos SET done = true WHERE id LIKE 't1%'",
+        "DELETE FROM todos WHERE id LIKE 't2%'",
+    ]);
+    a.wait_applied(&primary);
+    // The sync port is plain HTTP: the peer listener answers TLS only.
+    assert!(
+        testkit::http_get(peer_port, "/peer/store").is_none_or(|r| r.status == 0),
+        "the peer listener answered plain HTTP"
+    );
+
+    // B seeds over TLS, trusting the fleet's CA, naming the host the certificate names.
+    let seed = |name: &str, trusted: &testkit::TestCa| {
+        Cluster::start_sync_replica_named(
+            &install,
+            &dir,
+            name,
+            &config(&primary, free_port()),
+            &replica_conf(
+                &format!("psm_{name}"),
+                &[
+                    format!("powersync_mdbx.seed_from = 'https://localhost:{peer_port}'"),
+                    format!(
+                        "powersync_mdbx.peer_tls_ca_file = '{}'",
+                        trusted.cert.display()
+                    ),
+                ],
+            ),
+        )
+    };
+    let b = seed("tls_b", &ca);
+    b.wait_worker_phase("streaming");
+    let log = b.log_text();
+    assert!(
+        log.contains("seeded from the peer"),
+        "B did not seed:\n{log}"
+    );
+    primary.sql("INSERT INTO todos SELECT 'm' || g, 'l1', 'more' FROM generate_series(1, 50) g");
+    a.wait_applied(&primary);
+    b.wait_applied(&primary);
+    assert_eq!(buckets(&b), buckets(&a), "B holds A's history");
+
+    // C trusts another CA: the handshake is refused, and the error says what to fix.
+    let c = seed("tls_c", &other);
+    let error = c.wait_worker("the untrusted peer refused", |s| {
+        (s["phase"] == "failed")
+            .then(|| s["last_error"]["message"].as_str().unwrap_or("").to_owned())
+    });
+    assert!(
+        error.contains("PSM_B1030") && error.contains("powersync_mdbx.peer_tls_ca_file"),
+        "{error}"
+    );
+}
+
 /// What one replica announced on a sync stream: per checkpoint op id, every bucket's
 /// checksum and count; and whether a compaction showed (a count that fell, or a CLEAR).
 #[derive(Debug, Default)]

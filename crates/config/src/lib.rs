@@ -17,4 +17,4 @@ pub use api::ApiLimits;
 pub use connection::{SourceConnection, SslMode};
 pub use error::ConfigError;
 pub use file::{ClientAuth, RulesSource, ServiceConfig, DEFAULT_PORT};
-pub use peer::{PeerSecret, SeedPeer};
+pub use peer::{PeerSecret, PeerTlsFiles, SeedPeer};

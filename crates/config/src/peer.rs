@@ -42,55 +42,83 @@ impl std::fmt::Debug for PeerSecret {
     }
 }
 
-/// The peer a replica seeds from: `http://<loopback address>:<port>`.
+/// The peer a replica seeds from: `https://<host>:<port>` (the peer's TLS peer
+/// listener, `powersync_mdbx.peer_listen`), or `http://<loopback address>:<port>` (its
+/// sync server, on this host).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedPeer {
-    /// The peer's address.
-    pub ip: IpAddr,
-    /// The peer's sync port.
+    /// The peer's host: an IP address, or (https) a name its certificate carries.
+    pub host: String,
+    /// The peer's port.
     pub port: u16,
+    /// Over TLS (`https://`).
+    pub tls: bool,
 }
 
 impl SeedPeer {
-    /// Parses `powersync_mdbx.seed_from`. This build copies stores only between replicas
-    /// on one host (loopback, plain HTTP): a store copied over a network must be
-    /// encrypted, and the peer endpoint does not serve TLS yet.
+    /// Parses `powersync_mdbx.seed_from`. A store crosses a network only encrypted:
+    /// plain `http://` is accepted only for a loopback address.
     pub fn parse(url: &str) -> Result<Self, String> {
-        let fix = "set powersync_mdbx.seed_from to http://127.0.0.1:<port of the peer's sync \
-                   server>";
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            if url.starts_with("https://") {
-                format!(
-                    "powersync_mdbx.seed_from is {url}: this build copies stores only between \
-                     replicas on one host (loopback); {fix}"
-                )
-            } else {
-                format!("powersync_mdbx.seed_from is {url}, not an http:// URL; {fix}")
-            }
-        })?;
+        let fix = "set powersync_mdbx.seed_from to https://<peer host>:<its \
+                   powersync_mdbx.peer_listen port>, or http://127.0.0.1:<port of its sync \
+                   server> for a peer on this host";
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return Err(format!(
+                "powersync_mdbx.seed_from is {url}, not an https:// or http:// URL; {fix}"
+            ));
+        };
         let rest = rest.trim_end_matches('/');
         let (host, port) = rest
             .rsplit_once(':')
             .ok_or_else(|| format!("powersync_mdbx.seed_from is {url}, without a port; {fix}"))?;
-        let ip: IpAddr = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse()
-            .map_err(|_| {
-                format!("powersync_mdbx.seed_from is {url}: the host must be an IP address; {fix}")
-            })?;
-        if !ip.is_loopback() {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ip = host.parse::<IpAddr>().ok();
+        if host.is_empty() || host.contains(['/', '@', '?', '#']) {
             return Err(format!(
-                "powersync_mdbx.seed_from is {url}: this build copies stores only between \
-                 replicas on one host, since the store must not cross a network in clear and \
-                 the peer endpoint does not serve TLS yet; {fix}"
+                "powersync_mdbx.seed_from is {url}: no host name or address; {fix}"
+            ));
+        }
+        if !tls && !ip.is_some_and(|ip| ip.is_loopback()) {
+            return Err(format!(
+                "powersync_mdbx.seed_from is {url}: a store copy must not cross a network in \
+                 clear, so plain http:// is only for a loopback address; {fix}"
             ));
         }
         let port = port
             .parse()
             .map_err(|_| format!("powersync_mdbx.seed_from is {url}: bad port; {fix}"))?;
-        Ok(Self { ip, port })
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            tls,
+        })
     }
+}
+
+impl std::fmt::Display for SeedPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        if self.host.contains(':') {
+            write!(f, "{scheme}://[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{scheme}://{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// The files of a fleet's TLS between peers (`powersync_mdbx.peer_tls_*`): PEM paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerTlsFiles {
+    /// The certificate chain the peer listener presents.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// Its private key.
+    pub key_file: Option<std::path::PathBuf>,
+    /// The CA certificates a replica trusts the peer it seeds from with.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[cfg(test)]
@@ -98,25 +126,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seed_peers_are_loopback_http_addresses() {
+    fn seed_peers_are_https_or_loopback_http() {
         let peer = SeedPeer::parse("http://127.0.0.1:8080/").unwrap();
         assert_eq!(
-            (peer.ip.to_string().as_str(), peer.port),
-            ("127.0.0.1", 8080)
+            (peer.host.as_str(), peer.port, peer.tls),
+            ("127.0.0.1", 8080, false)
         );
-        assert!(SeedPeer::parse("http://[::1]:9000")
-            .unwrap()
-            .ip
-            .is_loopback());
+        assert_eq!(SeedPeer::parse("http://[::1]:9000").unwrap().host, "::1");
+        let remote = SeedPeer::parse("https://replica-a.internal:8443").unwrap();
+        assert_eq!(
+            (remote.host.as_str(), remote.port, remote.tls),
+            ("replica-a.internal", 8443, true)
+        );
+        assert_eq!(remote.to_string(), "https://replica-a.internal:8443");
+        assert!(SeedPeer::parse("https://10.0.0.5:8443").unwrap().tls);
         for (url, says) in [
-            (
-                "https://127.0.0.1:8080",
-                "only between replicas on one host",
-            ),
             ("http://10.0.0.5:8080", "must not cross a network in clear"),
-            ("http://peer.local:8080", "must be an IP address"),
-            ("127.0.0.1:8080", "not an http:// URL"),
-            ("http://127.0.0.1", "without a port"),
+            (
+                "http://peer.local:8080",
+                "must not cross a network in clear",
+            ),
+            ("127.0.0.1:8080", "not an https:// or http:// URL"),
+            ("https://127.0.0.1", "without a port"),
+            ("https://:8443", "no host"),
+            ("https://a:b", "bad port"),
         ] {
             let error = SeedPeer::parse(url).unwrap_err();
             assert!(error.contains(says), "{url}: {error}");

@@ -47,6 +47,10 @@ pub struct HostSettings {
     pub peer_secret: Option<config::PeerSecret>,
     /// `powersync_mdbx.seed_from`, as set.
     pub seed_from: Option<String>,
+    /// `powersync_mdbx.peer_listen` (`host:port`), as set.
+    pub peer_listen: Option<String>,
+    /// `powersync_mdbx.peer_tls_cert_file`, `_key_file`, `_ca_file`.
+    pub peer_tls: config::PeerTlsFiles,
 }
 
 /// What the host loop should do after a [`Host::tick`].
@@ -341,7 +345,8 @@ impl Host {
     }
 
     /// The fleet settings, checked: a secret long enough, a peer this build can seed
-    /// from, and a secret to prove to it.
+    /// from, and a secret to prove to it; a peer listener with its secret, certificate and
+    /// key.
     fn fleet(&self) -> Result<crate::Fleet, ConfigError> {
         let setting = |message: String| ConfigError::Setting { message };
         if let Some(secret) = &self.settings.peer_secret {
@@ -352,15 +357,42 @@ impl Host {
             Some(url) => {
                 if self.settings.peer_secret.is_none() {
                     return Err(setting(format!(
-                        "powersync_mdbx.seed_from is {url} but powersync_mdbx.peer_secret is                          not set: set it to the peer's secret"
+                        "powersync_mdbx.seed_from is {url} but powersync_mdbx.peer_secret is not set: set it to the peer's secret"
                     )));
                 }
                 Some(config::SeedPeer::parse(url).map_err(setting)?)
             }
         };
+        let tls = &self.settings.peer_tls;
+        if let Some(listen) = &self.settings.peer_listen {
+            if self.settings.peer_secret.is_none() {
+                return Err(setting(format!(
+                    "powersync_mdbx.peer_listen is {listen} but powersync_mdbx.peer_secret is \
+                     not set: set the fleet's secret"
+                )));
+            }
+            if tls.cert_file.is_none() || tls.key_file.is_none() {
+                return Err(setting(format!(
+                    "powersync_mdbx.peer_listen is {listen}: set powersync_mdbx.peer_tls_cert_file \
+                     and powersync_mdbx.peer_tls_key_file to this replica's certificate and key \
+                     (PEM), the peer listener serves only TLS"
+                )));
+            }
+            if listen
+                .rsplit_once(':')
+                .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+            {
+                return Err(setting(format!(
+                    "powersync_mdbx.peer_listen is {listen}, not <address>:<port> (e.g. \
+                     0.0.0.0:8443)"
+                )));
+            }
+        }
         Ok(crate::Fleet {
             peer_secret: self.settings.peer_secret.clone(),
             seed_from,
+            peer_listen: self.settings.peer_listen.clone(),
+            tls: tls.clone(),
         })
     }
 

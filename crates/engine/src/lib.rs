@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use config::ServiceConfig;
 use status::StatusCell;
 
-pub use config::PeerSecret;
+pub use config::{PeerSecret, PeerTlsFiles};
 pub use error::EngineError;
 
 /// What the engine runs with: the service file plus the host's overrides.
@@ -62,6 +62,10 @@ pub struct Fleet {
     /// `powersync_mdbx.seed_from`: the peer an empty store is copied from instead of a
     /// snapshot.
     pub seed_from: Option<config::SeedPeer>,
+    /// `powersync_mdbx.peer_listen`: where peers copy the store over TLS (`host:port`).
+    pub peer_listen: Option<String>,
+    /// The certificate and key of the peer listener, the CAs a seeding replica trusts.
+    pub tls: config::PeerTlsFiles,
 }
 
 /// A running engine. Dropping it without [`shutdown`](Self::shutdown) stops it too.

@@ -13,6 +13,7 @@ use super::generation::{store_status, Generation};
 use super::seeding::{seed_unless_complete, SeedTarget};
 use super::{EngineConfig, EngineError};
 use auth::Authenticator;
+use config::ConfigError;
 use http::HttpState;
 use service::{RequestLimits, StreamLimits, SyncService};
 use source::{format_lsn, PrimaryHead};
@@ -104,6 +105,7 @@ async fn run_engine(
         let from = replication::SeedSource {
             peer: peer.clone(),
             secret: secret.clone(),
+            ca_file: config.fleet.tls.ca_file.clone(),
         };
         let target = SeedTarget {
             root: &config.storage_dir,
@@ -188,20 +190,17 @@ async fn serve_generations(
         "HTTP server listening"
     );
     let admin = start_admin(config, &sync, status, stop);
-    let server = tokio::spawn(http::serve(
-        listeners,
-        HttpState {
-            status: status.clone(),
-            sync: sync.clone(),
-            peer_secret: config
-                .fleet
-                .peer_secret
-                .as_ref()
-                .map(|s| http::peer_secret_digest(s.expose())),
-        },
-        stop.clone(),
-        http_limits,
-    ));
+    let state = HttpState {
+        status: status.clone(),
+        sync: sync.clone(),
+        peer_secret: config
+            .fleet
+            .peer_secret
+            .as_ref()
+            .map(|s| http::peer_secret_digest(s.expose())),
+    };
+    let peers = start_peer_listener(&config.fleet, &state, stop).await?;
+    let server = tokio::spawn(http::serve(listeners, state, stop.clone(), http_limits));
     status.touch();
     let tables_total = generations.active.rules.tables().len() as u64;
     status.update(|s| {
@@ -254,6 +253,9 @@ async fn serve_generations(
     // Ends the server (and every stream) also when the engine failed.
     halt.send_replace(true);
     let _ = server.await;
+    if let Some(peers) = peers {
+        let _ = peers.await;
+    }
     if let Some(admin) = admin {
         let _ = admin.await;
     }
@@ -333,6 +335,39 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
 
 /// Starts the admin socket beside the HTTP server. A socket that cannot be served does
 /// not stop the engine: the SQL support functions then say so, and the log tells why.
+/// The peer listener (`powersync_mdbx.peer_listen`: `/peer/store` over TLS), when set.
+async fn start_peer_listener(
+    fleet: &crate::Fleet,
+    state: &HttpState,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, EngineError> {
+    let (Some(address), Some(cert), Some(key)) = (
+        &fleet.peer_listen,
+        &fleet.tls.cert_file,
+        &fleet.tls.key_file,
+    ) else {
+        return Ok(None);
+    };
+    let acceptor = http::peer_tls_acceptor(cert, key)
+        .map_err(|message| EngineError::Config(ConfigError::Setting { message }))?;
+    let listener = tokio::net::TcpListener::bind(address.as_str())
+        .await
+        .map_err(|source| EngineError::Listen {
+            address: address.clone(),
+            source,
+        })?;
+    tracing::info!(
+        address = %listener.local_addr().map_or_else(|_| address.clone(), |a| a.to_string()),
+        "peer listener (TLS) serving copies of the store"
+    );
+    Ok(Some(tokio::spawn(http::serve_peers(
+        listener,
+        acceptor,
+        state.clone(),
+        stop.clone(),
+    ))))
+}
+
 fn start_admin(
     config: &EngineConfig,
     sync: &Arc<SyncService>,

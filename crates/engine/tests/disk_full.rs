@@ -117,6 +117,8 @@ fn a_full_disk_is_reported_retried_and_recovered_from_without_loss() {
         admin_socket: None,
         peer_secret: None,
         seed_from: None,
+        peer_listen: None,
+        peer_tls: Default::default(),
     };
     let no_guard: fn(&mut dyn FnMut()) = |f| f();
     let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);

@@ -1,5 +1,6 @@
 //! The HTTP adapter over the sync service, on the configured port: probes, `/metrics`,
-//! `/sync/stream` and `/write-checkpoint2.json`.
+//! `/sync/stream` and `/write-checkpoint2.json`; and the peer listener (`/peer/store` over
+//! TLS).
 #![warn(missing_docs)]
 
 mod accept;
@@ -11,6 +12,7 @@ mod limits;
 mod metrics;
 mod metrics_text;
 mod peer_copy;
+mod peer_tls;
 mod probes;
 mod server;
 mod sync_stream;
@@ -22,6 +24,7 @@ pub use limits::{
     HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, DESCRIPTOR_RESERVE,
 };
 pub use peer_copy::peer_secret_digest;
+pub use peer_tls::{peer_tls_acceptor, serve_peers};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};
 
 /// The body type every handler answers with, whole or streamed.

@@ -1,9 +1,10 @@
 //! `GET /peer/store?after_lsn=<LSN>`: a consistent copy of the served store for a sync
 //! replica that seeds itself from this one (`docs/operations.md`, "A fleet of replicas").
 //!
-//! The endpoint exists only when `powersync_mdbx.peer_secret` is set, answers only
-//! loopback peers (this build serves it without TLS, and a store must not cross a network
-//! in clear), and takes the secret as `Authorization: Bearer <secret>`, compared in
+//! The endpoint exists only when `powersync_mdbx.peer_secret` is set. On the sync port
+//! (plain HTTP) it answers only loopback peers, since a store must not cross a network in
+//! clear; on the peer listener (`peer_tls`, TLS) it answers any address. It takes the
+//! secret as `Authorization: Bearer <secret>`, compared in
 //! constant time. It waits until the store has applied `after_lsn` (the seeding replica's
 //! slot starts there), then streams `store::Store::export_data` from one read transaction on
 //! a blocking thread; the writer goes on meanwhile. A copy that stops midway ends the body
@@ -32,8 +33,22 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(60);
 const CHUNK_BYTES: usize = 256 << 10;
 const QUEUED_CHUNKS: usize = 16;
 
+/// How a request reached the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// The sync port, in clear: loopback peers only.
+    Plain,
+    /// The peer listener, over TLS.
+    Tls,
+}
+
 /// Answers a peer's request for a copy of the store.
-pub async fn handle(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
+pub async fn handle(
+    req: Request<Incoming>,
+    state: &HttpState,
+    peer: SocketAddr,
+    transport: Transport,
+) -> Response<Body> {
     let Some(secret) = state.peer_secret.as_ref() else {
         return ApiError::not_found(PATH).into_response();
     };
@@ -41,7 +56,7 @@ pub async fn handle(req: Request<Incoming>, state: &HttpState, peer: SocketAddr)
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    let after_lsn = match admit(secret, peer, authorization, req.uri().query()) {
+    let after_lsn = match admit(secret, peer, transport, authorization, req.uri().query()) {
         Ok(lsn) => lsn,
         Err(refusal) => return refusal.into_response(),
     };
@@ -98,23 +113,25 @@ pub fn peer_secret_digest(secret: &[u8]) -> [u8; 32] {
     Sha256::digest(secret).into()
 }
 
-/// The LSN a request may have a copy after: it comes from this host, carries the secret
-/// whose SHA-256 is `secret` (the digests are compared in constant time, so neither the
+/// The LSN a request may have a copy after: it came over TLS or from this host, carries
+/// the secret whose SHA-256 is `secret` (the digests are compared in constant time, so neither the
 /// secret's bytes nor its length show in the answer's timing) and names `after_lsn`.
 fn admit(
     secret: &[u8; 32],
     peer: SocketAddr,
+    transport: Transport,
     authorization: Option<&[u8]>,
     query: Option<&str>,
 ) -> Result<u64, ApiError> {
-    if !peer.ip().is_loopback() {
+    if transport == Transport::Plain && !peer.ip().is_loopback() {
         return Err(refusal(
             StatusCode::FORBIDDEN,
             "PSM_H1460",
             format!(
-                "the peer endpoint answers only connections from this host ({} is not a \
-                 loopback address): this build serves it without TLS, and a store copy must \
-                 not cross a network in clear",
+                "on the sync port the peer endpoint answers only connections from this host \
+                 ({} is not a loopback address): a store copy must not cross a network in \
+                 clear; seed from https://<this replica>:<its powersync_mdbx.peer_listen \
+                 port> instead",
                 peer.ip()
             ),
         ));
@@ -195,24 +212,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_peers_with_the_secret_and_an_lsn_are_admitted() {
+    fn peers_in_clear_from_this_host_or_over_tls_with_the_secret_and_an_lsn_are_admitted() {
         let secret = peer_secret_digest(b"a-peer-secret-of-enough-bytes");
         let here: SocketAddr = "127.0.0.1:5000".parse().unwrap();
         let good = Some(b"Bearer a-peer-secret-of-enough-bytes".as_slice());
         let query = Some("after_lsn=16/B374D848");
-        assert_eq!(admit(&secret, here, good, query).unwrap(), 0x16_B374_D848);
+        let plain = Transport::Plain;
+        assert_eq!(
+            admit(&secret, here, plain, good, query).unwrap(),
+            0x16_B374_D848
+        );
         assert_eq!(
             admit(
                 &secret,
                 "[::1]:1".parse().unwrap(),
+                plain,
                 good,
                 Some("after_lsn=7")
             )
             .unwrap(),
             7
         );
+        let remote: SocketAddr = "10.1.2.3:5000".parse().unwrap();
+        assert_eq!(
+            admit(&secret, remote, Transport::Tls, good, query).unwrap(),
+            0x16_B374_D848
+        );
+        assert_eq!(
+            admit(&secret, remote, Transport::Tls, None, query)
+                .unwrap_err()
+                .code,
+            "PSM_H1461"
+        );
         let code = |peer: &str, auth: Option<&[u8]>, query| {
-            admit(&secret, peer.parse().unwrap(), auth, query)
+            admit(&secret, peer.parse().unwrap(), plain, auth, query)
                 .unwrap_err()
                 .code
         };

@@ -278,7 +278,9 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -
         (Method::GET, "/write-checkpoint2.json") => {
             write_checkpoint::handle(req, state.sync.clone()).await
         }
-        (Method::GET, peer_copy::PATH) => peer_copy::handle(req, state, peer).await,
+        (Method::GET, peer_copy::PATH) => {
+            peer_copy::handle(req, state, peer, peer_copy::Transport::Plain).await
+        }
         (method, _) if known => ApiError::method_not_allowed(&method, &path).into_response(),
         _ => ApiError::not_found(&path).into_response(),
     }

@@ -41,6 +41,8 @@ pub struct SeedSource {
     pub peer: SeedPeer,
     /// `powersync_mdbx.peer_secret`.
     pub secret: PeerSecret,
+    /// `powersync_mdbx.peer_tls_ca_file`: the CAs an https peer's certificate must chain to.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// A completed seeding.
@@ -118,7 +120,7 @@ pub async fn seed(
     tracing::info!(
         slot = %plan.slot,
         consistent_point = %format_lsn(consistent_point),
-        peer = %format!("{}:{}", from.peer.ip, from.peer.port),
+        peer = %from.peer,
         "slot created, copying the peer's store"
     );
     progress.start_copy();
@@ -256,6 +258,51 @@ fn adopt(meta: &mut CopiedMeta, ours: BootstrapIntent) -> Result<(), Replication
     Ok(())
 }
 
+/// A TLS connection to the peer over `tcp`: its certificate must chain to a CA of
+/// `powersync_mdbx.peer_tls_ca_file` (else to a public web root) and name the host of
+/// `seed_from`. A refused certificate needs the operator.
+async fn tls_to_peer(
+    from: &SeedSource,
+    tcp: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ReplicationError> {
+    let ca = from.ca_file.as_ref().map(|p| p.display().to_string());
+    let roots = source::root_store(ca.as_deref())?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| seed_error("PSM_B1030", format!("cannot set up TLS: {e}"), true))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from(from.peer.host.clone()).map_err(|e| {
+        seed_error(
+            "PSM_B1030",
+            format!("{} names no usable TLS server name ({e})", from.peer),
+            true,
+        )
+    })?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| {
+            let trust = if from.ca_file.is_some() {
+                "powersync_mdbx.peer_tls_ca_file"
+            } else {
+                "the public web roots (set powersync_mdbx.peer_tls_ca_file to the fleet's CA)"
+            };
+            seed_error(
+                "PSM_B1030",
+                format!(
+                    "the TLS handshake with the peer at {} failed: {e}; its certificate \
+                     (powersync_mdbx.peer_tls_cert_file there) must be signed by a CA of {trust} \
+                     and name the host of powersync_mdbx.seed_from",
+                    from.peer
+                ),
+                true,
+            )
+        })
+}
+
 /// Sends the request; returns the body's chunks and the task that reads them (its error
 /// says why a copy stopped).
 async fn request_copy(
@@ -268,23 +315,37 @@ async fn request_copy(
     ),
     ReplicationError,
 > {
-    let address = std::net::SocketAddr::new(from.peer.ip, from.peer.port);
-    let unreachable = move |what: String| {
-        seed_error(
-            "PSM_B1028",
-            format!("the peer at {address} {what}; retrying"),
-            false,
-        )
+    let address = from.peer.to_string();
+    let unreachable = {
+        let address = address.clone();
+        move |what: String| {
+            seed_error(
+                "PSM_B1028",
+                format!("the peer at {address} {what}; retrying"),
+                false,
+            )
+        }
     };
-    let tcp = TcpStream::connect(address)
+    let tcp = TcpStream::connect((from.peer.host.as_str(), from.peer.port))
         .await
         .map_err(|e| unreachable(format!("cannot be reached ({e})")))?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| unreachable(format!("does not speak HTTP ({e})")))?;
-    let connection = tokio::spawn(connection);
+    let (mut sender, connection) = if from.peer.tls {
+        let tls = tls_to_peer(from, tcp).await?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| unreachable(format!("does not speak HTTP ({e})")))?;
+        (sender, tokio::spawn(connection))
+    } else {
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|e| unreachable(format!("does not speak HTTP ({e})")))?;
+        (sender, tokio::spawn(connection))
+    };
     let request = Request::get(format!("/peer/store?after_lsn={}", format_lsn(after_lsn)))
-        .header(header::HOST, address.to_string())
+        .header(
+            header::HOST,
+            format!("{}:{}", from.peer.host, from.peer.port),
+        )
         .header(
             header::AUTHORIZATION,
             [b"Bearer ".as_slice(), from.secret.expose()].concat(),

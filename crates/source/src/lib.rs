@@ -25,7 +25,7 @@ pub use slot::{
     slot_info, start_stream, ExportedSlot, SlotInfo,
 };
 pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
-pub use tls::install_crypto_provider;
+pub use tls::{install_crypto_provider, root_store};
 pub use validate::{
     published_tables, validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo,
     PUBLICATION,

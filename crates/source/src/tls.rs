@@ -120,7 +120,7 @@ fn private_dir(base: &Path) -> Result<PathBuf, SourceError> {
 }
 
 /// Roots from `cacert` (a PEM file path, or PEM text inline), else the public web roots.
-fn root_store(cacert: Option<&str>) -> Result<RootCertStore, SourceError> {
+pub fn root_store(cacert: Option<&str>) -> Result<RootCertStore, SourceError> {
     let mut store = RootCertStore::empty();
     let Some(cacert) = cacert else {
         store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
