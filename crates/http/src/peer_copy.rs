@@ -60,8 +60,17 @@ pub async fn handle(
         Ok(lsn) => lsn,
         Err(refusal) => return refusal.into_response(),
     };
-    if !state.status.snapshot().ready {
+    let status = state.status.snapshot();
+    if !status.ready {
         return ApiError::not_ready().into_response();
+    }
+    if let Some(busy) = busy(&status) {
+        // The receiver would refuse such a copy once it holds all of it (`PSM_B1027`).
+        return ApiError::unavailable(format!(
+            "this replica {busy}: a copy now would hold work only it finishes; retry once it \
+             is done"
+        ))
+        .into_response();
     }
     let served = state.sync.current();
     let mut checkpoints = served.checkpoints.clone();
@@ -106,6 +115,22 @@ pub async fn handle(
         header::HeaderValue::from_static("application/octet-stream"),
     );
     response
+}
+
+/// What this replica is in the middle of that a copy must not catch it in: a rebuild
+/// from a new slot, or tables copied again (a schema change, an in-place deploy).
+fn busy(status: &status::Status) -> Option<String> {
+    let replication = status.replication.as_ref()?;
+    if replication.rebuilding {
+        Some("is rebuilding from a new slot".into())
+    } else if replication.recopying > 0 {
+        Some(format!(
+            "is copying {} table(s) again",
+            replication.recopying
+        ))
+    } else {
+        None
+    }
 }
 
 /// What [`HttpState::peer_secret`](super::HttpState) holds of the secret: its SHA-256.
@@ -265,5 +290,25 @@ mod tests {
         );
         assert_eq!(code("127.0.0.1:1", good, None), "PSM_H1462");
         assert_eq!(code("127.0.0.1:1", good, Some("after_lsn=zz")), "PSM_H1462");
+    }
+
+    #[test]
+    fn a_replica_rebuilding_or_copying_tables_again_hands_out_no_copy() {
+        let mut status = status::StatusCell::new(1).snapshot();
+        assert_eq!(busy(&status), None);
+        status.replication = Some(status::ReplicationStatus::default());
+        assert_eq!(busy(&status), None);
+        let replication = status.replication.as_mut().unwrap();
+        replication.recopying = 2;
+        assert_eq!(
+            busy(&status).as_deref(),
+            Some("is copying 2 table(s) again")
+        );
+        let replication = status.replication.as_mut().unwrap();
+        replication.rebuilding = true;
+        assert_eq!(
+            busy(&status).as_deref(),
+            Some("is rebuilding from a new slot")
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The sync session against the real store, consumed by a model of the client
 //! (powersync-sqlite-core, spec §3.4) that parses the NDJSON the session encodes.
 //!
-//! Properties: for random row changes across checkpoints, clients interrupted after every
+//! Properties: for random row changes across checkpoints (some after forks of the
+//! history), clients interrupted after every
 //! prefix of a download and reconnecting with the positions they hold, and tiny paging
 //! budgets, every completed checkpoint validates (checksums), the client's rows equal the
 //! rows the rules give the current source rows, no op ≤ `after` or > `last_op_id` is ever
@@ -85,10 +86,23 @@ impl Db {
 
     /// Commits a batch of upserts (`Some(cols)`) and deletes (`None`), like the pipeline.
     fn commit(&mut self, changes: Vec<Change>) {
+        self.write(changes, false);
+    }
+
+    /// [`Self::commit`] as a write of this replica alone: the history forks before its
+    /// first op (`store::forks`).
+    fn commit_forking(&mut self, changes: Vec<Change>) {
+        self.write(changes, true);
+    }
+
+    fn write(&mut self, changes: Vec<Change>, diverge: bool) {
         self.lsn += 1;
         let rules = self.rules.clone();
         self.store
             .write(self.lsn, |w| {
+                if diverge {
+                    w.diverge();
+                }
                 for (table, id, cols) in &changes {
                     let table_id = TABLES.iter().position(|t| t == table).unwrap() as u32 + 1;
                     match cols {
@@ -498,7 +512,12 @@ fn run(seed: u64) {
             let changes = (0..=rng.below(4))
                 .map(|_| random_change(&db, &mut rng))
                 .collect();
-            db.commit(changes);
+            // Now and then a write of this replica alone: op ids jump past a fork.
+            if rng.below(5) == 0 {
+                db.commit_forking(changes);
+            } else {
+                db.commit(changes);
+            }
         }
         let truth = db.truth();
         // The connected client sometimes takes only part of a download before the next

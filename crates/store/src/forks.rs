@@ -17,14 +17,15 @@ use super::StoreError;
 /// first.
 pub(super) const KEY_FORKS: &[u8] = b"forks";
 
-/// The least distance op ids jump at a fork; also the most a position from a peer of the
-/// same history may lie above this store's last op id (a peer further along).
-pub const MIN_JUMP: u64 = 1 << 40;
+/// The least distance op ids jump at a fork (4.3 billion); also the most a position from a
+/// peer of the same history may lie above this store's last op id (a peer further along).
+pub const MIN_JUMP: u64 = 1 << 32;
 
-/// The random part of a jump: below this. Two replicas forking at the same point pick
-/// stretches this far apart on average, and op ids (at most `i64::MAX`) take about a
-/// hundred thousand forks.
-const JUMP_SPREAD: u64 = 1 << 47;
+/// The random part of a jump: below this (1.1 trillion). Two replicas forking at the same
+/// point pick overlapping stretches with a chance of about twice the ops written after
+/// the fork over this (one in 5,000 for 100 million ops); op ids stay below 2^53, exact
+/// in the JavaScript numbers some clients parse them into, for about 16,000 forks.
+const JUMP_SPREAD: u64 = 1 << 40;
 
 /// One fork: op ids above `left_at` and up to `resumed_at` were never given out here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! Storage laws as properties: for random row changes across buckets, a client at any
+//! Storage laws as properties: for random row changes across buckets (some of them
+//! written after a fork of the history, `store::forks`), a client at any
 //! earlier position that downloads the ops after it up to the current checkpoint ends
 //! with exactly the current rows and the announced checksum and count.
 use std::collections::BTreeMap;
@@ -125,8 +126,13 @@ fn run(seed: u64, shape: &Shape) -> u64 {
     let last_commit = shape.commits - 1;
     for commit in 0..shape.commits {
         let lsn = 100 + commit;
+        // Now and then a write of this replica alone: its ops come after a fork.
+        let forking = rng.below(6) == 0;
         let (_, cp) = store
             .write(lsn, |w| {
+                if forking {
+                    w.diverge();
+                }
                 for _ in 0..=rng.below(shape.max_changes - 1) {
                     let row = rng.below(shape.rows);
                     let identity = row.to_be_bytes();
