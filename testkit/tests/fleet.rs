@@ -651,12 +651,16 @@ fn a_client_moving_between_replicas_whose_histories_forked_downloads_again_witho
         });
         replica.wait_applied(&source.primary);
     }
-    for replica in [&a, &b] {
+    for (replica, port) in [(&a, port_a), (&b, port_b)] {
         let log = replica.log_text();
         assert!(
             log.contains("op ids leave the history shared with peers"),
             "the re-copy forked the history:\n{log}"
         );
+        let forks = replica.wait_worker("status() counting the fork", |s| {
+            s["store"]["history_forks"].as_u64().filter(|&n| n >= 1)
+        });
+        assert_eq!(metric(port, "powersync_mdbx_history_forks"), forks);
     }
     let dump = client.send(&serde_json::json!({"cmd": "dump"}));
     assert_eq!(checksum_warnings(&dump), Vec::<serde_json::Value>::new());

@@ -211,6 +211,16 @@ fn storage(e: &mut TextEncoder, state: &HttpState) {
         "Bytes of the MDBX data file up to its last allocated page.",
         store.used_bytes(),
     );
+    e.single_u64(
+        "powersync_mdbx_history_forks",
+        Kind::Gauge,
+        "Forks of the store's history: writes of this replica alone (a re-copy, a table \
+         gone, a rebuild, a deploy) after which peers' clients download their buckets again \
+         when they move here.",
+        store
+            .read(|view| view.forks())
+            .map_or(0, |forks| forks.list().len() as u64),
+    );
     let reads = store.reads();
     e.single(
         "powersync_mdbx_read_txn_oldest_age_seconds",

@@ -161,6 +161,8 @@ pub struct StoreStatus {
     pub file_bytes: u64,
     /// Bytes of the data file in use.
     pub used_bytes: u64,
+    /// Forks of its history (writes of this replica alone, `docs/storage.md`).
+    pub history_forks: u64,
 }
 
 /// Where a rules deploy is.
