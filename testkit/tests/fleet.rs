@@ -645,21 +645,21 @@ fn a_client_moving_between_replicas_whose_histories_forked_downloads_again_witho
         .primary
         .sql("ALTER TABLE tasks ALTER COLUMN title TYPE varchar(300) USING title || ' (v2)'");
     source.wait_equal(&mut client, "the rewrite, on A");
-    for replica in [&a, &b] {
+    // Each replica sees the rewrite in the primary's catalog within seconds (it
+    // carries no row change), copies the table again and forks when it merges.
+    for (replica, port) in [(&a, port_a), (&b, port_b)] {
+        let forks = replica.wait_worker("the re-copy's fork, in status()", |s| {
+            s["store"]["history_forks"].as_u64().filter(|&n| n >= 1)
+        });
         replica.wait_worker("the re-copy to end", |s| {
             (s["phase"] == "streaming" && s["replication"]["recopying"] == 0).then_some(())
         });
         replica.wait_applied(&source.primary);
-    }
-    for (replica, port) in [(&a, port_a), (&b, port_b)] {
         let log = replica.log_text();
         assert!(
             log.contains("op ids leave the history shared with peers"),
             "the re-copy forked the history:\n{log}"
         );
-        let forks = replica.wait_worker("status() counting the fork", |s| {
-            s["store"]["history_forks"].as_u64().filter(|&n| n >= 1)
-        });
         assert_eq!(metric(port, "powersync_mdbx_history_forks"), forks);
     }
     let dump = client.send(&serde_json::json!({"cmd": "dump"}));
