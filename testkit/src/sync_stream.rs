@@ -30,6 +30,11 @@ impl SyncStreamReader {
             body.len()
         )
         .expect("the request is sent");
+        // A replica that stops answering fails the reader after the run's stall limit
+        // (a live stream sends a keepalive every 20 s or so).
+        socket
+            .set_read_timeout(Some(crate::Patience::of_run().stall))
+            .expect("a read timeout");
         let mut reader = BufReader::new(socket.try_clone().expect("the socket clones"));
         let mut status = String::new();
         reader.read_line(&mut status).expect("a status line");

@@ -400,11 +400,16 @@ fn three_replicas_of_one_history_announce_equal_checksums_throughout_a_churn() {
         .sql("SELECT last_op_id FROM powersync_mdbx.replication()")
         .parse()
         .unwrap();
-    testkit::wait_until("every stream announcing the last checkpoint", || {
-        latest
+    testkit::wait_for("every stream announcing the last checkpoint", || {
+        let announced: Vec<u64> = latest
             .iter()
-            .all(|l| l.load(std::sync::atomic::Ordering::Relaxed) >= head)
-            .then_some(())
+            .map(|l| l.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        if announced.iter().all(|&op_id| op_id >= head) {
+            Ok(())
+        } else {
+            Err(announced)
+        }
     });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let seen: Vec<Announced> = watchers.into_iter().map(|w| w.join().unwrap()).collect();

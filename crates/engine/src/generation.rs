@@ -337,9 +337,7 @@ pub(super) fn store_status(store: &Store) -> StoreStatus {
         identity: store.identity().clone(),
         file_bytes: store.file_bytes(),
         used_bytes: store.used_bytes(),
-        history_forks: store
-            .read(|view| view.forks())
-            .map_or(0, |forks| forks.list().len() as u64),
+        history_forks: store.history_forks(),
     }
 }
 

@@ -217,9 +217,7 @@ fn storage(e: &mut TextEncoder, state: &HttpState) {
         "Forks of the store's history: writes of this replica alone (a re-copy, a table \
          gone, a rebuild, a deploy) after which peers' clients download their buckets again \
          when they move here.",
-        store
-            .read(|view| view.forks())
-            .map_or(0, |forks| forks.list().len() as u64),
+        store.history_forks(),
     );
     let reads = store.reads();
     e.single(

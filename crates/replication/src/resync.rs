@@ -172,7 +172,7 @@ pub(super) async fn rebuild(
             });
             report(done, so_far, store.file_bytes());
         }
-        let merged_and_checkpoint = {
+        let (merged, checkpoint, merge_forked) = {
             let store = store.clone();
             let mut merge = merge;
             tokio::task::spawn_blocking(move || {
@@ -183,11 +183,7 @@ pub(super) async fn rebuild(
             .await
             .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
         };
-        let (merged, checkpoint) = {
-            let (merged, checkpoint, has_forked) = merged_and_checkpoint;
-            forked |= has_forked;
-            (merged, checkpoint)
-        };
+        forked |= merge_forked;
         context.published.send_replace(checkpoint);
         total.add(merged);
         done += 1;

@@ -189,6 +189,13 @@ impl Store {
             .map_or(0, |i| (i.last_pgno() as u64 + 1) * page)
     }
 
+    /// Forks of the store's history (`forks`), for status and metrics: 0 when the record
+    /// cannot be read (the stream's own reads of it report that error).
+    pub fn history_forks(&self) -> u64 {
+        self.read(|view| view.forks())
+            .map_or(0, |forks| forks.list().len() as u64)
+    }
+
     /// Read transactions open now and started since the store opened.
     pub fn reads(&self) -> &ReadTracker {
         &self.reads
