@@ -56,7 +56,6 @@ if [ "${PSM_BENCH_BUILD:-}" != skip ]; then
 fi
 
 run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 
 work="$(mktemp -d /tmp/psm-bench-XXXXXX)"

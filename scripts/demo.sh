@@ -30,7 +30,6 @@ audience_e2e="powersync-mdbx-test"
 log() { printf '%s\n' "$*" >&2; }
 die() { log "demo: $*"; exit 1; }
 run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # The postmaster pid of a data directory, when that postmaster is alive.
 live_pid() {
