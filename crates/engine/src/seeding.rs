@@ -56,7 +56,8 @@ pub(super) async fn seed_unless_complete(
         connection: target.connection.clone(),
         slot: slot_for(target.slot_base, target.root, &active_dir, number),
     };
-    let store = opened.store;
+    // Seeding opens the store itself: it closes it to put the copy in its place.
+    drop(opened);
     let progress = Arc::new(Progress::default());
     let mut backoff = RETRY_MIN;
     loop {
@@ -67,7 +68,7 @@ pub(super) async fn seed_unless_complete(
             target.rules_text,
             &rules_hash,
             number,
-            store.clone(),
+            &active_dir,
             progress.clone(),
         );
         let outcome = tokio::select! {

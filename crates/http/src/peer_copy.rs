@@ -6,9 +6,10 @@
 //! clear; on the peer listener (`peer_tls`, TLS) it answers any address. It takes the
 //! secret as `Authorization: Bearer <secret>`, compared in
 //! constant time. It waits until the store has applied `after_lsn` (the seeding replica's
-//! slot starts there), then streams `store::Store::export_data` from one read transaction on
-//! a blocking thread; the writer goes on meanwhile. A copy that stops midway ends the body
-//! before the copy's last frame, which the receiver refuses.
+//! slot starts there), then streams `store::Store::export_copy` (the data file, page for page,
+//! from one read transaction) on a blocking thread; the writer goes on meanwhile. A copy
+//! that stops midway ends the body before the copy's last frame, which the receiver
+//! refuses.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -94,7 +95,7 @@ pub async fn handle(
             tx,
             buffer: Vec::with_capacity(CHUNK_BYTES),
         };
-        match store.export_data(&mut out) {
+        match store.export_copy(&mut out) {
             Ok(cp) => tracing::info!(
                 %peer,
                 lsn = %source::format_lsn(cp.lsn),

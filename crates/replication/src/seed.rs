@@ -10,6 +10,7 @@
 //! the last install commit the stored record says the seeding did not complete, and a
 //! restart drops the slot it created and starts over.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -58,18 +59,31 @@ pub struct Seeded {
     pub bytes: u64,
 }
 
-/// Fills the store in `store` (which holds no complete data) from `from`, for the rules
-/// whose content hash is `rules_hash` (the peer must serve the same ones).
+/// Fills the store in `dir` (which holds no complete data, and which nothing else has
+/// open) from `from`, for the rules whose content hash is `rules_hash` (the peer must
+/// serve the same ones). The store is closed when this returns.
 pub async fn seed(
     plan: &SourcePlan,
     from: &SeedSource,
     rules_text: &str,
     rules_hash: &str,
     generation: u64,
-    store: Arc<Store>,
+    dir: &Path,
     progress: Arc<Progress>,
 ) -> Result<Seeded, ReplicationError> {
     progress.reset();
+    let store = {
+        let dir = dir.to_owned();
+        tokio::task::spawn_blocking(move || Store::open(&dir))
+            .await
+            .map_err(|e| {
+                seed_error(
+                    "PSM_B1021",
+                    format!("the opening thread failed: {e}"),
+                    false,
+                )
+            })??
+    };
     let client = connect(&plan.connection).await?;
     let primary = validate_primary(&client, &[]).await?;
     let slot = slot_info(&client, &plan.slot).await?;
@@ -136,7 +150,7 @@ pub async fn seed(
     let ours = intent;
     let install = tokio::task::spawn_blocking(move || {
         let mut reader = reader;
-        store.import_data(&mut reader, |meta| adopt(meta, ours))
+        store.install_copy(&mut reader, |meta| adopt(meta, ours))
     });
     let (installed, streamed) = tokio::join!(install, body);
     let installed = installed.map_err(|e| {

@@ -17,6 +17,10 @@ pub const STORE_FILES: &[&str] = &[DATA_FILE, "mdbx.lck"];
 const GENERATION_FILE: &str = "generation";
 const GENERATION_TMP: &str = "generation.tmp";
 
+/// Where a copy of a peer's store is received before it replaces the store's file
+/// (`transfer`); left behind only by a crash during a copy, and removed by the next one.
+pub(super) const INCOMING_DIR: &str = "incoming";
+
 /// Names the serving store's subdirectory; absent while the directory's own store serves.
 pub(super) const ACTIVE_FILE: &str = "active";
 pub(super) const ACTIVE_TMP: &str = "active.tmp";
@@ -58,6 +62,7 @@ pub(super) fn prepare(dir: &Path) -> Result<bool, StoreError> {
             || name == GENERATION_TMP
             || name == ACTIVE_FILE
             || name == ACTIVE_TMP
+            || name == INCOMING_DIR
             || (is_generation_dir_name(&name) && entry.path().is_dir());
         if !STORE_FILES.contains(&name.as_str()) && !layout_entry {
             foreign.push(name);
@@ -171,6 +176,12 @@ pub fn remove_store_files(dir: &Path) -> Result<Vec<String>, StoreError> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io(&dir.join(name), "remove it", e)),
         }
+    }
+    let incoming = dir.join(INCOMING_DIR);
+    match std::fs::remove_dir_all(&incoming) {
+        Ok(()) => removed.push(INCOMING_DIR.to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StoreError::io(&incoming, "remove it", e)),
     }
     Ok(removed)
 }

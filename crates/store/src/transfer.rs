@@ -1,199 +1,138 @@
-//! A store's data copied to another sync replica of the same primary (seeding a fleet
-//! member from a peer, `docs/storage.md` "Copying a store to a peer"): every table as one
-//! read transaction sees it, framed on a byte stream, and installed into an empty store
-//! with appends. The copy keeps op ids, checksums, compaction debt and the history id, so
-//! both stores name buckets alike and continue one history; the receiver keeps its own
-//! identity (format, store id, creation time).
+//! A store copied to another sync replica of the same primary (seeding a fleet member from
+//! a peer, `docs/storage.md` "Copying a store to a peer"): the peer's data file as one read
+//! transaction sees it, written by libmdbx itself (`mdbx_txn_copy2fd`, page for page, into
+//! a pipe) and framed on a byte stream; the receiver writes it to a file of its own
+//! beside its store, gives it its own identity and records there, and renames it over its
+//! store's file while that is closed. The copy keeps op ids, checksums, compaction debt and
+//! the history id, so both stores name buckets alike and continue one history; the
+//! receiver keeps its own identity (format, store id, creation time).
 //!
-//! The stream: the magic, the format (length-prefixed), then one frame per entry (the
-//! table's index in [`TABLES`], then the key and the value, each length-prefixed) in each
-//! table's key order, then [`END`] and the number of entries (u64 LE). Lengths are u32
-//! LE; integer keys are copied as stored (native byte order: peers run on one architecture).
+//! The stream: the magic, the format (length-prefixed), then frames of the file: a tag
+//! ([`DATA`] with that many bytes, [`ZEROS`] for that many zero bytes, the tail libmdbx pads
+//! a copy with), a u32 LE length; then [`END`] and the file's length (u64 LE).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::sync::atomic::Ordering;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
 
-use libmdbx::{TableFlags, WriteFlags};
+use libmdbx::WriteFlags;
 
+use super::dir::{sync_dir, DATA_FILE, INCOMING_DIR};
 use super::meta::FORMAT;
-use super::tables::{Tables, META, TABLES};
+use super::tables::{Tables, META};
 use super::{Checkpoint, Store, StoreError};
 
 /// The first bytes of a copy.
-const MAGIC: &[u8; 8] = b"PSMCOPY1";
-/// The frame that ends a copy.
+const MAGIC: &[u8; 8] = b"PSMFILE1";
+/// Frame tags.
+const DATA: u8 = 1;
+const ZEROS: u8 = 2;
 const END: u8 = 0xFF;
 /// Meta keys that name the store itself: the receiver keeps its own.
 const OWN_META_KEYS: &[&[u8]] = &[b"format", b"store_id", b"created_at"];
-/// Bytes of entries one install transaction writes before it commits (libmdbx keeps a
-/// transaction's dirty pages in memory up to its limit, then spills them).
-const INSTALL_COMMIT_BYTES: usize = 16 << 20;
-
-/// libmdbx stores no longer key or value (`MDBX_MAXDATASIZE`): a longer length is a
-/// damaged copy, refused before anything is allocated for it.
-const MAX_ENTRY_BYTES: usize = 0x7fff_0000;
+/// Bytes of the file per frame (what one read of the pipe returns at most).
+const FRAME_BYTES: usize = 1 << 20;
+/// Received bytes after which the kernel is asked to start writing them out, so the
+/// final sync finds most of the copy on disk already.
+const WRITEBACK_BYTES: u64 = 32 << 20;
 
 /// The meta records of a copy, by key, as they will be installed (`stage.<key>` for an
 /// engine stage's record).
 pub type CopiedMeta = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// The receiver's records of [`OWN_META_KEYS`], by key.
+type OwnMeta = Vec<(&'static [u8], Vec<u8>)>;
+
 impl Store {
-    /// Writes this store's data, as one read transaction sees it, to `out` (see the module
-    /// documentation) and returns the checkpoint the copy holds. The writer goes on
-    /// meanwhile; the read transaction keeps the pages it sees, so the file grows by what
-    /// is written while a slow reader takes the copy.
-    pub fn export_data(&self, out: &mut dyn Write) -> Result<Checkpoint, StoreError> {
+    /// Writes this store's data file, as one read transaction sees it, to `out` (see the
+    /// module documentation) and returns the checkpoint the copy holds. libmdbx copies the
+    /// pages into a pipe (with `sendfile`) on this thread while a second one frames them
+    /// onto `out`. The writer goes on meanwhile; the read transaction keeps the pages it
+    /// sees, so the file grows by what is written while a slow reader takes the copy. A
+    /// reader that goes away closes the pipe: the copy ends with `EPIPE` (the process
+    /// ignores `SIGPIPE`, as PostgreSQL's background workers and Rust programs do).
+    pub fn export_copy(&self, out: &mut (dyn Write + Send)) -> Result<Checkpoint, StoreError> {
         let io = |e| StoreError::io(&self.dir, "send a copy of the store", e);
         let _read = self.reads.start();
         let txn = self
             .db
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
-        let tables = Tables::open(&txn, &self.dir)?;
-        let codec = self.codec.read().clone();
-        let checkpoint = super::ReadTxn::new(&txn, &tables, &self.dir, &codec).checkpoint()?;
+        let checkpoint = {
+            let tables = Tables::open(&txn, &self.dir)?;
+            let codec = self.codec.read().clone();
+            super::ReadTxn::new(&txn, &tables, &self.dir, &codec).checkpoint()?
+        };
         out.write_all(MAGIC).map_err(io)?;
         out.write_all(&(FORMAT.len() as u32).to_le_bytes())
             .map_err(io)?;
         out.write_all(FORMAT.as_bytes()).map_err(io)?;
-        let mut entries = 0u64;
-        for (index, (name, _)) in TABLES.iter().enumerate() {
-            let table = txn
-                .open_table(Some(name))
-                .map_err(|e| StoreError::mdbx(&self.dir, "open a table", e))?;
-            let mut cursor = txn
-                .cursor(&table)
-                .map_err(|e| StoreError::mdbx(&self.dir, "open a cursor", e))?;
-            for item in cursor.iter::<std::borrow::Cow<'_, [u8]>, std::borrow::Cow<'_, [u8]>>() {
-                let (key, value) =
-                    item.map_err(|e| StoreError::mdbx(&self.dir, "read a table", e))?;
-                out.write_all(&[index as u8]).map_err(io)?;
-                for bytes in [&key, &value] {
-                    out.write_all(&(bytes.len() as u32).to_le_bytes())
-                        .map_err(io)?;
-                    out.write_all(bytes).map_err(io)?;
-                }
-                entries += 1;
-            }
+        let (pipe_out, pipe_in) = pipe().map_err(io)?;
+        let (copied, framed) = std::thread::scope(|scope| {
+            let framing = scope.spawn(move || frame_file(File::from(pipe_out), out));
+            // SAFETY: `txn` is a live read transaction of this environment, used by no
+            // other thread meanwhile; the descriptor is open for writing until the drop.
+            let rc = unsafe {
+                mdbx_sys::mdbx_txn_copy2fd(
+                    txn.txn().0,
+                    pipe_in.as_raw_fd(),
+                    mdbx_sys::MDBX_CP_DONT_FLUSH,
+                )
+            };
+            // The framing thread reads to the end of the pipe.
+            drop(pipe_in);
+            let framed = framing
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the framing thread panicked")));
+            (rc, framed)
+        });
+        // The framing's error says more: a reader that went away made the copy fail too.
+        framed.map_err(io)?;
+        if copied != 0 {
+            return Err(StoreError::mdbx(
+                &self.dir,
+                "copy the data file",
+                libmdbx::Error::from_err_code(copied),
+            ));
         }
-        out.write_all(&[END]).map_err(io)?;
-        out.write_all(&entries.to_le_bytes()).map_err(io)?;
-        out.flush().map_err(io)?;
         Ok(checkpoint)
     }
 
-    /// Installs a copy written by [`Self::export_data`] into this store, which must hold
-    /// no data. `finish` sees the copy's meta records (the peer's bootstrap record among
-    /// them, under `stage.bootstrap`) and may change them; they are written with the last
-    /// transaction, which makes the copy durable. Until then the store holds no checkpoint
-    /// and no stage record of the copy: an install that fails midway leaves entries that
-    /// [`Self::clear_data`] removes, never a store that looks complete.
-    pub fn import_data<E: From<StoreError>>(
-        &self,
+    /// Replaces this store, which must hold no data, with a copy written by
+    /// [`Self::export_copy`], and closes it; open the directory again to use the copy.
+    /// The copy is written to a file in [`INCOMING_DIR`], opened there, given this
+    /// store's identity and the meta records `finish` makes of the copy's (the peer's
+    /// bootstrap record among them, under `stage.bootstrap`), synced, and renamed over this
+    /// store's file. A copy that fails midway leaves this store as it was (the incoming
+    /// directory is removed now, or by the next install or reset).
+    pub fn install_copy<E: From<StoreError>>(
+        self,
         input: &mut dyn Read,
         finish: impl FnOnce(&mut CopiedMeta) -> Result<(), E>,
     ) -> Result<Checkpoint, E> {
         self.refuse_unless_empty()?;
-        let mut frames = Frames {
-            input,
-            dir: &self.dir,
-        };
-        let mut magic = [0u8; 8];
-        frames.exact(&mut magic)?;
-        if &magic != MAGIC {
-            return Err(self.bad_copy("it does not start like a store copy").into());
+        let own = self.own_meta()?;
+        let dir = self.dir.clone();
+        let mut frames = Frames { input, dir: &dir };
+        frames.header()?;
+        // Closed while the copy takes its place.
+        drop(self);
+        let incoming = dir.join(INCOMING_DIR);
+        let installed = receive(&mut frames, &incoming)
+            .map_err(E::from)
+            .and_then(|()| adopt(&incoming, own, finish))
+            .and_then(|checkpoint| {
+                swap_in(&dir, &incoming)?;
+                Ok(checkpoint)
+            });
+        if installed.is_err() {
+            let _ = std::fs::remove_dir_all(&incoming);
         }
-        let format = frames.bytes()?;
-        if format != FORMAT.as_bytes() {
-            let found = String::from_utf8_lossy(&format).into_owned();
-            return Err(self
-                .bad_copy(&format!(
-                    "the peer's store is of format `{found}`, this build reads `{FORMAT}`: run \
-                     the same build on both"
-                ))
-                .into());
-        }
-        let mut meta = CopiedMeta::new();
-        let mut entries = 0u64;
-        let mut finish = Some(finish);
-        // One key and one value at a time, in buffers reused for every entry.
-        let (mut key, mut value) = (Vec::new(), Vec::new());
-        loop {
-            // One transaction per INSTALL_COMMIT_BYTES of entries; the last one also
-            // writes the metadata.
-            let txn = self.begin_install()?;
-            let handles = TABLES
-                .iter()
-                .map(|(name, _)| txn.open_table(Some(name)))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| StoreError::mdbx(&self.dir, "open a table", e))?;
-            let mut written = 0usize;
-            let ended = loop {
-                let mut tag = [0u8; 1];
-                frames.exact(&mut tag)?;
-                if tag[0] == END {
-                    let mut count = [0u8; 8];
-                    frames.exact(&mut count)?;
-                    if u64::from_le_bytes(count) != entries {
-                        return Err(self.bad_copy("its entry count does not match").into());
-                    }
-                    break true;
-                }
-                let index = usize::from(tag[0]);
-                let Some((name, flags)) = TABLES.get(index) else {
-                    return Err(self
-                        .bad_copy("it names a table this build does not have")
-                        .into());
-                };
-                frames.bytes_into(&mut key)?;
-                frames.bytes_into(&mut value)?;
-                entries += 1;
-                if *name == META {
-                    if !OWN_META_KEYS.contains(&key.as_slice()) {
-                        meta.insert(key.clone(), value.clone());
-                    }
-                    continue;
-                }
-                let append = if flags.contains(TableFlags::DUP_SORT) {
-                    WriteFlags::APPEND | WriteFlags::APPEND_DUP
-                } else {
-                    WriteFlags::APPEND
-                };
-                txn.put(&handles[index], &key, &value, append)
-                    .map_err(|e| match e {
-                        libmdbx::Error::KeyMismatch | libmdbx::Error::KeyExist => {
-                            self.bad_copy("its entries are out of order")
-                        }
-                        e => StoreError::mdbx(&self.dir, "install a copied entry", e),
-                    })?;
-                written += key.len() + value.len();
-                if written >= INSTALL_COMMIT_BYTES {
-                    break false;
-                }
-            };
-            if ended {
-                if let Some(finish) = finish.take() {
-                    finish(&mut meta)?;
-                }
-                for (key, value) in &meta {
-                    txn.put(&handles[0], key, value, WriteFlags::UPSERT)
-                        .map_err(|e| {
-                            StoreError::mdbx(&self.dir, "install the copied metadata", e)
-                        })?;
-                }
-            }
-            drop(handles);
-            self.commit_install(txn)?;
-            if ended {
-                break;
-            }
-            self.start_writeback();
-        }
-        self.sync()?;
-        *self.codec.write() =
-            std::sync::Arc::new(super::writer::packing::load_codec(&self.db, &self.dir)?);
-        Ok(self.read(|view| view.checkpoint())?)
+        installed
     }
 
     /// A copy is installed only where no data is (a fresh store, or one just cleared).
@@ -204,72 +143,243 @@ impl Store {
             .any(|(name, entries, _)| *name != META && *entries > 0);
         let checkpoint = self.read(|view| view.checkpoint())?;
         if holds_data || checkpoint != Checkpoint::default() {
-            return Err(self.bad_copy(
+            return Err(bad_copy(
+                &self.dir,
                 "this store already holds data; a copy is installed only into an empty one",
             ));
         }
         Ok(())
     }
 
-    fn begin_install(
-        &self,
-    ) -> Result<libmdbx::Transaction<'_, libmdbx::RW, libmdbx::NoWriteMap>, StoreError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(StoreError::Poisoned {
-                path: self.dir.clone(),
-            });
+    /// The meta records naming this store ([`OWN_META_KEYS`]), which a copy keeps.
+    fn own_meta(&self) -> Result<OwnMeta, StoreError> {
+        let txn = self
+            .db
+            .begin_ro_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let tables = Tables::open(&txn, &self.dir)?;
+        let mut own = Vec::new();
+        for key in OWN_META_KEYS {
+            let value: Option<Vec<u8>> = txn
+                .get(&tables.meta, key)
+                .map_err(|e| StoreError::mdbx(&self.dir, "read meta", e))?;
+            if let Some(value) = value {
+                own.push((*key, value));
+            }
         }
-        self.db
-            .begin_rw_txn()
-            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))
+        Ok(own)
     }
+}
 
-    fn commit_install(
-        &self,
-        txn: libmdbx::Transaction<'_, libmdbx::RW, libmdbx::NoWriteMap>,
-    ) -> Result<(), StoreError> {
-        txn.commit().map(|_| ()).map_err(|e| {
-            self.poisoned.store(true, Ordering::Release);
-            StoreError::mdbx(&self.dir, "commit", e)
-        })
+/// A pipe (both ends close on exec): the read end, the write end.
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: pipe2 succeeded: both descriptors are open and owned by nothing else.
+    let ends = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Fewer, larger reads than the default 64 KiB allow; a hint the kernel may refuse.
+    // SAFETY: a valid descriptor.
+    unsafe { libc::fcntl(fds[1], libc::F_SETPIPE_SZ, FRAME_BYTES as libc::c_int) };
+    Ok(ends)
+}
 
-    /// Asks the kernel to start writing the data file's dirty pages out without waiting
-    /// for them, so the final sync finds most of the copy on disk already instead of
-    /// writing all of it at the end. Only a hint: failures are ignored.
-    fn start_writeback(&self) {
-        use std::os::fd::AsRawFd;
-        let Ok(file) = std::fs::File::open(self.dir.join(super::dir::DATA_FILE)) else {
-            return;
+/// Frames what libmdbx writes into the pipe until it closes, then ends the copy.
+fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; FRAME_BYTES];
+    let mut total = 0u64;
+    loop {
+        let n = match pipe.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         };
-        // SAFETY: a valid descriptor; offset 0 and length 0 mean the whole file.
-        unsafe {
-            libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+        let chunk = &buffer[..n];
+        if chunk.iter().all(|&b| b == 0) {
+            out.write_all(&[ZEROS])?;
+            out.write_all(&(n as u32).to_le_bytes())?;
+        } else {
+            out.write_all(&[DATA])?;
+            out.write_all(&(n as u32).to_le_bytes())?;
+            out.write_all(chunk)?;
+        }
+        total += n as u64;
+    }
+    out.write_all(&[END])?;
+    out.write_all(&total.to_le_bytes())?;
+    out.flush()
+}
+
+/// Writes the copy's file into `incoming` (created afresh, mode 0700).
+fn receive(frames: &mut Frames<'_>, incoming: &Path) -> Result<(), StoreError> {
+    match std::fs::remove_dir_all(incoming) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StoreError::io(incoming, "remove an earlier copy", e)),
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(incoming)
+        .map_err(|e| StoreError::io(incoming, "create it", e))?;
+    let path = incoming.join(DATA_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| StoreError::io(&path, "create it", e))?;
+    let write = |e| StoreError::io(&path, "write the copy", e);
+    let mut buffer = vec![0u8; FRAME_BYTES];
+    let (mut written, mut flushed) = (0u64, 0u64);
+    loop {
+        let mut tag = [0u8; 1];
+        frames.exact(&mut tag)?;
+        match tag[0] {
+            END => {
+                let mut total = [0u8; 8];
+                frames.exact(&mut total)?;
+                if u64::from_le_bytes(total) != written {
+                    return Err(bad_copy(frames.dir, "its length does not match its frames"));
+                }
+                break;
+            }
+            DATA | ZEROS => {
+                let len = frames.len()?;
+                if tag[0] == DATA {
+                    frames.exact(&mut buffer[..len])?;
+                    file.write_all(&buffer[..len]).map_err(write)?;
+                } else {
+                    // A hole: the file's length is set at the end.
+                    file.seek_relative(len as i64).map_err(write)?;
+                }
+                written += len as u64;
+            }
+            _ => return Err(bad_copy(frames.dir, "it holds a frame of an unknown kind")),
+        }
+        if written - flushed >= WRITEBACK_BYTES {
+            start_writeback(&file, flushed, written - flushed);
+            flushed = written;
         }
     }
+    file.set_len(written).map_err(write)
+}
 
-    fn bad_copy(&self, problem: &str) -> StoreError {
-        StoreError::BadCopy {
-            path: self.dir.clone(),
-            problem: problem.to_owned(),
-            cut_short: false,
+/// Opens the copy in `incoming`, gives it this store's identity and the meta records
+/// `finish` makes, and makes it durable. Returns its checkpoint.
+fn adopt<E: From<StoreError>>(
+    incoming: &Path,
+    own: OwnMeta,
+    finish: impl FnOnce(&mut CopiedMeta) -> Result<(), E>,
+) -> Result<Checkpoint, E> {
+    let copy = Store::open(incoming)?;
+    let checkpoint = copy.read(|view| view.checkpoint())?;
+    let dir = incoming;
+    let mdbx = |action| move |e| StoreError::mdbx(dir, action, e);
+    let txn = copy.db.begin_rw_txn().map_err(mdbx("begin a write"))?;
+    {
+        let tables = Tables::open(&txn, dir)?;
+        let mut meta = CopiedMeta::new();
+        {
+            let mut cursor = txn.cursor(&tables.meta).map_err(mdbx("open a cursor"))?;
+            for item in cursor.iter::<Cow<'_, [u8]>, Cow<'_, [u8]>>() {
+                let (key, value) = item.map_err(mdbx("read meta"))?;
+                if !OWN_META_KEYS.contains(&key.as_ref()) {
+                    meta.insert(key.into_owned(), value.into_owned());
+                }
+            }
         }
+        let before: Vec<Vec<u8>> = meta.keys().cloned().collect();
+        finish(&mut meta)?;
+        for key in before.iter().filter(|k| !meta.contains_key(*k)) {
+            txn.del(&tables.meta, key, None)
+                .map_err(mdbx("install the copied metadata"))?;
+        }
+        let own = own.iter().map(|(k, v)| (k.to_vec(), v));
+        for (key, value) in meta.iter().map(|(k, v)| (k.clone(), v)).chain(own) {
+            txn.put(&tables.meta, &key, value, WriteFlags::UPSERT)
+                .map_err(mdbx("install the copied metadata"))?;
+        }
+    }
+    txn.commit().map_err(mdbx("commit the copied metadata"))?;
+    copy.sync()?;
+    Ok(checkpoint)
+}
+
+/// Renames the copy's file over the store's in `dir` (closed) and removes `incoming`.
+fn swap_in(dir: &Path, incoming: &Path) -> Result<(), StoreError> {
+    let from = incoming.join(DATA_FILE);
+    let to = dir.join(DATA_FILE);
+    std::fs::rename(&from, &to).map_err(|e| StoreError::io(&to, "replace it with the copy", e))?;
+    sync_dir(dir)?;
+    std::fs::remove_dir_all(incoming).map_err(|e| StoreError::io(incoming, "remove it", e))?;
+    sync_dir(dir)
+}
+
+/// Asks the kernel to start writing `len` bytes of `file` from `offset` out without
+/// waiting for them. Only a hint: failures are ignored.
+fn start_writeback(file: &File, offset: u64, len: u64) {
+    // SAFETY: a valid descriptor and a range of it.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
+
+fn bad_copy(dir: &Path, problem: &str) -> StoreError {
+    StoreError::BadCopy {
+        path: dir.to_owned(),
+        problem: problem.to_owned(),
+        cut_short: false,
     }
 }
 
 /// Reads a copy's frames.
 struct Frames<'a> {
     input: &'a mut dyn Read,
-    dir: &'a std::path::Path,
+    dir: &'a Path,
 }
 
 impl Frames<'_> {
+    /// The magic and the format: a copy of a store this build reads.
+    fn header(&mut self) -> Result<(), StoreError> {
+        let mut magic = [0u8; 8];
+        self.exact(&mut magic)?;
+        if &magic != MAGIC {
+            return Err(bad_copy(
+                self.dir,
+                "it does not start like a store copy of this build: run the same build on \
+                 both replicas",
+            ));
+        }
+        let len = self.len()?;
+        let mut format = vec![0u8; len];
+        self.exact(&mut format)?;
+        if format != FORMAT.as_bytes() {
+            let found = String::from_utf8_lossy(&format).into_owned();
+            return Err(bad_copy(
+                self.dir,
+                &format!(
+                    "the peer's store is of format `{found}`, this build reads `{FORMAT}`: run \
+                     the same build on both"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn exact(&mut self, buf: &mut [u8]) -> Result<(), StoreError> {
         self.input.read_exact(buf).map_err(|e| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 StoreError::BadCopy {
                     path: self.dir.to_owned(),
-                    problem: "it ended before its last entry (the peer or the connection \
+                    problem: "it ended before its last frame (the peer or the connection \
                               stopped)"
                         .into(),
                     cut_short: true,
@@ -280,27 +390,18 @@ impl Frames<'_> {
         })
     }
 
-    /// A u32-length-prefixed byte string.
-    fn bytes(&mut self) -> Result<Vec<u8>, StoreError> {
-        let mut out = Vec::new();
-        self.bytes_into(&mut out)?;
-        Ok(out)
-    }
-
-    /// [`Self::bytes`] into `out`, replacing what it held.
-    fn bytes_into(&mut self, out: &mut Vec<u8>) -> Result<(), StoreError> {
+    /// A u32 LE length, at most [`FRAME_BYTES`] (a longer one is a damaged copy, refused
+    /// before anything is allocated for it).
+    fn len(&mut self) -> Result<usize, StoreError> {
         let mut len = [0u8; 4];
         self.exact(&mut len)?;
         let len = u32::from_le_bytes(len) as usize;
-        if len > MAX_ENTRY_BYTES {
-            return Err(StoreError::BadCopy {
-                path: self.dir.to_owned(),
-                problem: format!("it holds an entry of {len} bytes, more than a store holds"),
-                cut_short: false,
-            });
+        if len > FRAME_BYTES {
+            return Err(bad_copy(
+                self.dir,
+                &format!("it holds a frame of {len} bytes, more than a copy sends"),
+            ));
         }
-        out.clear();
-        out.resize(len, 0);
-        self.exact(out)
+        Ok(len)
     }
 }

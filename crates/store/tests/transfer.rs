@@ -131,7 +131,7 @@ fn seen(store: &Store) -> Seen {
 
 fn exported(store: &Store) -> Vec<u8> {
     let mut copy = Vec::new();
-    store.export_data(&mut copy).unwrap();
+    store.export_copy(&mut copy).unwrap();
     copy
 }
 
@@ -147,14 +147,26 @@ fn peer(dir: &std::path::Path) -> Store {
     store
 }
 
+/// Installs `copy` into a fresh store at `dir/name` and opens it again.
+fn installed(dir: &std::path::Path, name: &str, copy: &[u8]) -> Store {
+    let path = dir.join(name);
+    Store::open(&path)
+        .unwrap()
+        .install_copy::<StoreError>(&mut &copy[..], |_| Ok(()))
+        .unwrap();
+    Store::open(&path).unwrap()
+}
+
 #[test]
 fn a_copy_continues_the_same_history() {
     let dir = tempfile::tempdir().unwrap();
     let a = peer(dir.path());
     let copy = exported(&a);
-    let b = Store::open(&dir.path().join("seeded")).unwrap();
-    let installed = b
-        .import_data::<StoreError>(&mut copy.as_slice(), |meta| {
+    let path = dir.path().join("seeded");
+    let before = Store::open(&path).unwrap();
+    let own = before.identity().clone();
+    let installed = before
+        .install_copy::<StoreError>(&mut copy.as_slice(), |meta| {
             let record = meta.get(b"stage.bootstrap".as_slice()).cloned();
             assert_eq!(record.as_deref(), Some(b"{\"slot\":\"peer\"}".as_slice()));
             meta.insert(
@@ -165,12 +177,21 @@ fn a_copy_continues_the_same_history() {
         })
         .unwrap();
     assert_eq!(installed, a.read(|v| v.checkpoint()).unwrap());
+    let b = Store::open(&path).unwrap();
     assert!(seen(&a).history.is_some());
     assert_eq!(seen(&b), seen(&a));
-    // The copy keeps its own identity and the record `finish` wrote.
+    // The copy keeps the receiver's identity and the record `finish` wrote; nothing of the
+    // install is left beside the store.
+    assert_eq!(b.identity(), &own);
     assert_ne!(b.identity().store_id, a.identity().store_id);
     let record = b.read(|v| v.stage_record("bootstrap")).unwrap();
     assert_eq!(record.as_deref(), Some(b"{\"slot\":\"seeded\"}".as_slice()));
+    let mut entries: Vec<_> = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    entries.sort();
+    assert_eq!(entries, ["mdbx.dat", "mdbx.lck"]);
     // The same writes on both: the same op ids, checksums and compaction.
     for round in 4..7 {
         write_round(&a, round, 3000);
@@ -179,7 +200,7 @@ fn a_copy_continues_the_same_history() {
     }
     // Reopened, the copy reads its records with the dictionary it came with.
     drop(b);
-    let b = Store::open(&dir.path().join("seeded")).unwrap();
+    let b = Store::open(&path).unwrap();
     assert_eq!(seen(&b), seen(&a));
 }
 
@@ -188,24 +209,46 @@ fn a_copy_cut_short_installs_nothing_that_looks_complete() {
     let dir = tempfile::tempdir().unwrap();
     let a = peer(dir.path());
     let copy = exported(&a);
-    let b = Store::open(&dir.path().join("seeded")).unwrap();
-    let cut = &copy[..copy.len() * 2 / 3];
-    let error = b
-        .import_data::<StoreError>(&mut &cut[..], |_| Ok(()))
-        .unwrap_err();
-    assert!(
-        matches!(error, StoreError::BadCopy { .. }) && error.to_string().contains("ended before"),
-        "{error}"
-    );
+    let path = dir.path().join("seeded");
+    for cut in [20, copy.len() / 3, copy.len() - 3] {
+        let error = Store::open(&path)
+            .unwrap()
+            .install_copy::<StoreError>(&mut &copy[..cut], |_| Ok(()))
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                StoreError::BadCopy {
+                    cut_short: true,
+                    ..
+                }
+            ) && error.to_string().contains("ended before"),
+            "{error}"
+        );
+        let b = Store::open(&path).unwrap();
+        assert_eq!(
+            b.read(|v| v.checkpoint()).unwrap(),
+            store::Checkpoint::default()
+        );
+        assert_eq!(b.read(|v| v.stage_record("bootstrap")).unwrap(), None);
+        assert!(!path.join("incoming").exists());
+    }
+    // A crash during a copy leaves its incoming file; the store opens beside it, a reset
+    // removes it, and the next copy replaces it.
+    std::fs::create_dir(path.join("incoming")).unwrap();
+    std::fs::write(path.join("incoming/mdbx.dat"), &copy[..100]).unwrap();
+    let b = Store::open(&path).unwrap();
     assert_eq!(
         b.read(|v| v.checkpoint()).unwrap(),
         store::Checkpoint::default()
     );
-    assert_eq!(b.read(|v| v.stage_record("bootstrap")).unwrap(), None);
-    // Cleared, the store takes the whole copy.
-    b.clear_data().unwrap();
-    b.import_data::<StoreError>(&mut copy.as_slice(), |_| Ok(()))
-        .unwrap();
+    drop(b);
+    assert!(store::remove_store_files(&path)
+        .unwrap()
+        .contains(&"incoming".to_owned()));
+    std::fs::create_dir(path.join("incoming")).unwrap();
+    std::fs::write(path.join("incoming/mdbx.dat"), &copy[..100]).unwrap();
+    let b = installed(dir.path(), "seeded", &copy);
     assert_eq!(seen(&b), seen(&a));
 }
 
@@ -214,19 +257,35 @@ fn a_copy_goes_only_into_an_empty_store_of_the_same_format() {
     let dir = tempfile::tempdir().unwrap();
     let a = peer(dir.path());
     let copy = exported(&a);
-    let error = a
-        .import_data::<StoreError>(&mut copy.as_slice(), |_| Ok(()))
+    let other = tempfile::tempdir().unwrap();
+    let full = peer(other.path());
+    let error = full
+        .install_copy::<StoreError>(&mut copy.as_slice(), |_| Ok(()))
         .unwrap_err();
     assert!(error.to_string().contains("already holds data"), "{error}");
     let mut other_format = copy.clone();
     // The format string follows the magic and its length: change its last character.
     let format_end = 8 + 4 + u32::from_le_bytes(copy[8..12].try_into().unwrap()) as usize;
     other_format[format_end - 1] = b'9';
-    let b = Store::open(&dir.path().join("seeded")).unwrap();
-    let error = b
-        .import_data::<StoreError>(&mut other_format.as_slice(), |_| Ok(()))
+    let path = dir.path().join("seeded");
+    let error = Store::open(&path)
+        .unwrap()
+        .install_copy::<StoreError>(&mut other_format.as_slice(), |_| Ok(()))
         .unwrap_err();
     assert!(error.to_string().contains("of format"), "{error}");
+    // A damaged frame is refused, and the store stays empty.
+    let mut damaged = copy.clone();
+    damaged[format_end] = 7;
+    let error = Store::open(&path)
+        .unwrap()
+        .install_copy::<StoreError>(&mut damaged.as_slice(), |_| Ok(()))
+        .unwrap_err();
+    assert!(error.to_string().contains("unknown kind"), "{error}");
+    let b = Store::open(&path).unwrap();
+    assert_eq!(
+        b.read(|v| v.checkpoint()).unwrap(),
+        store::Checkpoint::default()
+    );
 }
 
 #[test]
@@ -281,9 +340,7 @@ fn a_write_of_one_replica_alone_forks_the_history_and_a_copy_keeps_the_fork() {
     assert_eq!(checkpoint2.op_id, fork2.resumed_at);
     // A copy continues from the same forks.
     let copy = exported(&a);
-    let b = Store::open(&dir.path().join("seeded")).unwrap();
-    b.import_data::<StoreError>(&mut copy.as_slice(), |_| Ok(()))
-        .unwrap();
+    let b = installed(dir.path(), "seeded", &copy);
     assert_eq!(
         b.read(|v| v.forks()).unwrap(),
         a.read(|v| v.forks()).unwrap()
