@@ -18,6 +18,9 @@ struct Shared {
     target: AtomicU16,
     /// Connections accepted before this epoch are stalled.
     stalled_before: AtomicU64,
+    /// Connections accepted while this is set pass the server's first answer (a
+    /// PostgreSQL handshake) and nothing after it.
+    handshake_only: AtomicBool,
     epoch: AtomicU64,
     closing: AtomicBool,
     /// Every socket, so that dropping the proxy ends every pump.
@@ -32,6 +35,7 @@ impl TcpProxy {
         let shared = Arc::new(Shared {
             target: AtomicU16::new(target_port),
             stalled_before: AtomicU64::new(0),
+            handshake_only: AtomicBool::new(false),
             epoch: AtomicU64::new(1),
             closing: AtomicBool::new(false),
             sockets: Mutex::new(Vec::new()),
@@ -48,6 +52,7 @@ impl TcpProxy {
                     continue;
                 };
                 let epoch = accepting.epoch.load(SeqCst);
+                let answers = accepting.handshake_only.load(SeqCst).then_some(1);
                 if let (Ok(c), Ok(s)) = (client.try_clone(), server.try_clone()) {
                     accepting
                         .sockets
@@ -55,8 +60,8 @@ impl TcpProxy {
                         .expect("proxy sockets")
                         .extend([c, s]);
                 }
-                pump(&accepting, &client, &server, epoch);
-                pump(&accepting, &server, &client, epoch);
+                pump(&accepting, &client, &server, epoch, None);
+                pump(&accepting, &server, &client, epoch, answers);
             }
         });
         Self { port, shared }
@@ -74,6 +79,14 @@ impl TcpProxy {
         self.shared.stalled_before.store(next, SeqCst);
     }
 
+    /// While `on`, new connections stop forwarding the server's answers after its first
+    /// (a PostgreSQL handshake completes, the first query's answer never arrives): a
+    /// network that stopped forwarding just after a client connected. Connections made
+    /// after it is turned off again are forwarded.
+    pub fn answer_only_handshakes(&self, on: bool) {
+        self.shared.handshake_only.store(on, SeqCst);
+    }
+
     /// New connections go to `target_port` from now on.
     pub fn retarget(&self, target_port: u16) {
         self.shared.target.store(target_port, SeqCst);
@@ -81,22 +94,25 @@ impl TcpProxy {
 }
 
 /// Copies `from` → `to` on a thread of its own until either side closes, swallowing
-/// instead once the connection (accepted at `epoch`) is stalled.
-fn pump(shared: &Arc<Shared>, from: &TcpStream, to: &TcpStream, epoch: u64) {
+/// instead once the connection (accepted at `epoch`) is stalled, or after `reads` reads
+/// when given.
+fn pump(shared: &Arc<Shared>, from: &TcpStream, to: &TcpStream, epoch: u64, reads: Option<usize>) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
     };
     let shared = shared.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 << 10];
+        let mut forwarded = 0usize;
         loop {
             let n = match from.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            if epoch < shared.stalled_before.load(SeqCst) {
+            if epoch < shared.stalled_before.load(SeqCst) || reads.is_some_and(|r| forwarded >= r) {
                 continue; // a network that stopped forwarding: nothing arrives
             }
+            forwarded += 1;
             if to.write_all(&buf[..n]).is_err() {
                 break;
             }

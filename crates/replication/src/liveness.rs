@@ -4,7 +4,9 @@
 //! primary is asked over an ordinary connection whether it still hears this worker: its
 //! walsender asks an idle client to reply every `wal_sender_timeout / 2`, so a walsender
 //! that has heard nothing for longer than that (or none holding the slot) means the
-//! stream is gone, and it is started again.
+//! stream is gone, and it is started again. An idle stream says nothing either way (this
+//! worker reports progress only when there is some), so before that verdict a logical
+//! message is sent through the primary: a stream that receives it is alive.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use parking_lot::Mutex;
 use pg_walstream::CancellationToken;
 
 use super::SourcePlan;
-use source::{connect, slot_walsender};
+use source::{connect, emit_marker, slot_walsender};
 
 /// When a silent stream is checked and when it counts as dead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,10 @@ pub struct Liveness {
     /// is dead. `None`: the primary's `wal_sender_timeout`, at least 30 s (10 min when
     /// the primary sets it to 0 and so never asks an idle client to reply).
     pub dead_after: Option<Duration>,
+    /// How long the checks before a stream and its start may take. The liveness check
+    /// runs only once a stream runs: a network that stops forwarding during its setup
+    /// (nothing closes) would otherwise hold it forever.
+    pub setup_within: Duration,
 }
 
 impl Default for Liveness {
@@ -35,6 +41,7 @@ impl Default for Liveness {
             quiet_after: Duration::from_secs(10),
             check_every: Duration::from_secs(5),
             dead_after: None,
+            setup_within: Duration::from_secs(60),
         }
     }
 }
@@ -89,11 +96,14 @@ pub(super) async fn watch_liveness(
 ) {
     /// How long one question to the primary may take.
     const ASK_TIMEOUT: Duration = Duration::from_secs(10);
-    let mut client = None;
+    let mut client: Option<tokio_postgres::Client> = None;
+    // When a message was sent through the primary to test a quiet stream.
+    let mut probe: Option<Instant> = None;
     loop {
         tokio::time::sleep(liveness.check_every).await;
         let silent = heard.silent_for();
-        if silent < liveness.quiet_after {
+        if silent < liveness.quiet_after || probe.is_some_and(|sent| silent < sent.elapsed()) {
+            probe = None; // something arrived (after the probe, if one was sent)
             continue;
         }
         let answer = tokio::time::timeout(ASK_TIMEOUT, async {
@@ -115,12 +125,28 @@ pub(super) async fn watch_liveness(
                 plan.slot,
                 silent.as_secs_f64()
             )),
-            Ok(Ok(Some(w))) if w.silent_for.is_some_and(|s| s >= dead_after) => Some(format!(
-                "the primary has heard nothing from this worker for {:.0} s (its walsender, pid \
-                 {}, waits for replies the network no longer delivers)",
-                w.silent_for.unwrap_or_default().as_secs_f64(),
-                w.pid
-            )),
+            Ok(Ok(Some(w))) if w.silent_for.is_some_and(|s| s >= dead_after) => {
+                let unheard = format!(
+                    "the primary has heard nothing from this worker for {:.0} s (its \
+                     walsender, pid {}, waits for replies the network no longer delivers)",
+                    w.silent_for.unwrap_or_default().as_secs_f64(),
+                    w.pid
+                );
+                match probe {
+                    // Sent at the last check and still nothing arrived.
+                    Some(_) => Some(format!(
+                        "{unheard}; a logical message sent through it did not arrive"
+                    )),
+                    // Perhaps only idle: test it with a message through the primary.
+                    None => match &client {
+                        Some(c) if emit_marker(c, "liveness").await.is_ok() => {
+                            probe = Some(Instant::now());
+                            None
+                        }
+                        _ => Some(unheard),
+                    },
+                }
+            }
             Ok(Ok(Some(_))) => None,
             Ok(Err(_)) | Err(_) => {
                 client = None;

@@ -84,12 +84,14 @@ pub async fn follow_slot(
     }
     let durable = context.store.read(|view| view.checkpoint())?;
     let start = durable.lsn.max(intent.consistent_point.unwrap_or(0));
-    let (dead_after, start) = match check_slot(plan, &intent, start, &context.liveness).await? {
+    let liveness = &context.liveness;
+    let checked = within_setup(liveness, check_slot(plan, &intent, start, liveness)).await?;
+    let (dead_after, start) = match checked {
         SlotCheck::Healthy(dead_after) => (dead_after, start),
         SlotCheck::Lost(why) => {
             intent = rebuild(plan, context, &intent, &why).await?;
             let start = intent.consistent_point.unwrap_or(0);
-            match check_slot(plan, &intent, start, &context.liveness).await? {
+            match within_setup(liveness, check_slot(plan, &intent, start, liveness)).await? {
                 SlotCheck::Healthy(dead_after) => (dead_after, start),
                 SlotCheck::Lost(why) => return Err(stream_error(why)),
             }
@@ -112,7 +114,10 @@ pub async fn follow_slot(
         .progress
         .tables_gone
         .store(tables.iter().filter(|t| t.gone).count() as u64, Relaxed);
-    let stream = start_stream(&plan.connection, &plan.slot, start).await?;
+    let stream = within_setup(liveness, async {
+        Ok(start_stream(&plan.connection, &plan.slot, start).await?)
+    })
+    .await?;
     tracing::info!(slot = %plan.slot, from = %format_lsn(start), "streaming changes");
 
     context.progress.pending.clear();
@@ -324,6 +329,23 @@ pub async fn follow_slot(
     // A stream error is the cause when both failed (the applier then saw its input end
     // inside a transaction); otherwise the applier's own error.
     received.and(applied)
+}
+
+/// `step` of a stream's setup (its checks, its start), bounded by
+/// [`Liveness::setup_within`]: past it, a transient error, so the stream is set up again.
+async fn within_setup<T>(
+    liveness: &Liveness,
+    step: impl std::future::Future<Output = Result<T, ReplicationError>>,
+) -> Result<T, ReplicationError> {
+    tokio::time::timeout(liveness.setup_within, step)
+        .await
+        .unwrap_or_else(|_| {
+            Err(stream_error(format!(
+                "setting up the stream took longer than {:?} (the network to the primary may \
+                 have stopped forwarding); reconnecting",
+                liveness.setup_within
+            )))
+        })
 }
 
 /// Resolves at `at` (never without it).

@@ -40,6 +40,7 @@ const LIVENESS: Liveness = Liveness {
     quiet_after: Duration::from_secs(1),
     check_every: Duration::from_millis(500),
     dead_after: Some(Duration::from_secs(3)),
+    setup_within: Duration::from_secs(10),
 };
 
 struct Rig {
@@ -238,6 +239,54 @@ async fn a_stalled_network_is_detected_and_the_stream_resumes_without_loss() {
         stale, "1",
         "one walsender holds the slot: the stale one was ended"
     );
+    following.task.abort();
+}
+
+/// A stream with nothing to say for longer than the liveness bound is idle, not dead:
+/// this worker reports progress only when there is some, and the primary's walsender asks
+/// for a reply only every five minutes here, so the check proves it by a message sent
+/// through the primary instead of reconnecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_is_not_taken_for_a_dead_one() {
+    let rig = rig().await;
+    let mut following = follow(&rig);
+    let p = &rig.primary;
+    p.sql("INSERT INTO notes VALUES ('a1', 'u1', 'before the quiet')");
+    following.sync_point(p).await;
+    let bound = LIVENESS.quiet_after + LIVENESS.dead_after.unwrap();
+    tokio::time::sleep(bound * 3).await;
+    p.sql("INSERT INTO notes VALUES ('a2', 'u2', 'after the quiet')");
+    following.sync_point(p).await;
+    assert_matches_primary(&rig, "a quiet stream").await;
+    let retried = following.retried.lock().clone();
+    assert!(
+        retried.is_empty(),
+        "the quiet stream was restarted: {retried:?}"
+    );
+    following.task.abort();
+}
+
+/// The network stops forwarding while a stream is set up (its connections open, and then
+/// no answer arrives): the setup gives up within its bound and is made again once the
+/// network forwards, instead of waiting forever where the liveness check does not watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_that_stalls_while_the_stream_is_set_up_is_left_in_time() {
+    let rig = rig().await;
+    rig.proxy.answer_only_handshakes(true);
+    let mut following = follow(&rig);
+    let retried = following.retried.clone();
+    testkit::wait_until("the setup to give up", || {
+        retried
+            .lock()
+            .iter()
+            .any(|e| e.contains("setting up the stream took longer"))
+            .then_some(())
+    });
+    rig.proxy.answer_only_handshakes(false);
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('a1', 'u1', 'after the network came back')");
+    following.sync_point(&rig.primary).await;
+    assert_matches_primary(&rig, "a stall during the setup").await;
     following.task.abort();
 }
 
