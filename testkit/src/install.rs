@@ -15,6 +15,8 @@ const DEFAULT_TEST_USER: &str = "powersync_test";
 pub struct PgInstall {
     bin: PathBuf,
     run_as: Option<String>,
+    /// Environment variables its programs (and so its servers) run with.
+    env: Vec<(String, String)>,
 }
 
 impl PgInstall {
@@ -46,7 +48,19 @@ impl PgInstall {
         let run_as = root.then(|| {
             std::env::var("PSM_TEST_USER").unwrap_or_else(|_| DEFAULT_TEST_USER.to_owned())
         });
-        Self { bin, run_as }
+        Self {
+            bin,
+            run_as,
+            env: Vec::new(),
+        }
+    }
+
+    /// The same installation whose programs, and the servers `pg_ctl` starts, also have
+    /// `name=value` in their environment.
+    pub fn with_env(&self, name: &str, value: &str) -> Self {
+        let mut install = self.clone();
+        install.env.push((name.to_owned(), value.to_owned()));
+        install
     }
 
     /// The `bin` directory.
@@ -85,11 +99,18 @@ impl PgInstall {
         let path = self.bin.join(program);
         match &self.run_as {
             Some(user) => {
+                // `env` sets the variables after `runuser` switched users.
                 let mut cmd = Command::new("runuser");
-                cmd.args(["-u", user, "--"]).arg(path);
+                cmd.args(["-u", user, "--", "env"])
+                    .args(self.env.iter().map(|(k, v)| format!("{k}={v}")))
+                    .arg(path);
                 cmd
             }
-            None => Command::new(path),
+            None => {
+                let mut cmd = Command::new(path);
+                cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+                cmd
+            }
         }
     }
 }

@@ -12,6 +12,8 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::address::AddressPolicy;
+
 /// Where to fetch from, checked once at startup.
 #[derive(Debug, Clone)]
 pub(crate) struct FetchTarget {
@@ -19,12 +21,18 @@ pub(crate) struct FetchTarget {
     host: String,
     port: u16,
     tls: Option<Arc<rustls::ClientConfig>>,
+    addresses: Arc<AddressPolicy>,
 }
 
 impl FetchTarget {
-    /// Parses `uri`; `https` verifies the server against the public web roots.
-    /// Parses `uri`; plain `http` only for a loopback host, or anywhere with `allow_http`.
-    pub(crate) fn parse(uri: &str, allow_http: bool) -> Result<Self, String> {
+    /// Parses `uri`; `https` verifies the server against the public web roots; plain
+    /// `http` only for a loopback host, or anywhere with `allow_http`. A host that is an
+    /// address `addresses` refuses is refused here; a name, when it is resolved.
+    pub(crate) fn parse(
+        uri: &str,
+        allow_http: bool,
+        addresses: Arc<AddressPolicy>,
+    ) -> Result<Self, String> {
         let parsed: Uri = uri
             .parse()
             .map_err(|e| format!("not a URL ({e}); write http://host/path or https://host/path"))?;
@@ -47,6 +55,9 @@ impl FetchTarget {
                  network you trust"
             ));
         }
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            addresses.check(ip)?;
+        }
         let port = parsed
             .port_u16()
             .unwrap_or(if tls.is_some() { 443 } else { 80 });
@@ -55,6 +66,7 @@ impl FetchTarget {
             host,
             port,
             tls,
+            addresses,
         })
     }
 
@@ -67,9 +79,22 @@ impl FetchTarget {
     }
 
     async fn get_unbounded(&self, max_bytes: usize) -> Result<Bytes, String> {
-        let tcp = TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
+        let tcp = if self.addresses.is_open() {
+            TcpStream::connect((self.host.as_str(), self.port)).await
+        } else {
+            // The first address, checked, and then connected to: a second resolution could
+            // answer otherwise.
+            let address = tokio::net::lookup_host((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| format!("cannot resolve {}: {e}", self.host))?
+                .next()
+                .ok_or_else(|| format!("{} resolves to no address", self.host))?;
+            self.addresses.check(address.ip()).map_err(|refused| {
+                format!("PSYNC_S2203 refused to fetch from {}: {refused}", self.host)
+            })?;
+            TcpStream::connect(address).await
+        }
+        .map_err(|e| format!("cannot connect: {e}"))?;
         let path = self
             .uri
             .path_and_query()
@@ -164,18 +189,44 @@ fn is_loopback(host: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn open() -> Arc<AddressPolicy> {
+        Arc::new(AddressPolicy::default())
+    }
+
+    fn refusing(ranges: &[&str]) -> Arc<AddressPolicy> {
+        let ranges: Vec<String> = ranges.iter().map(|r| (*r).to_owned()).collect();
+        Arc::new(AddressPolicy::new(&ranges, false).unwrap())
+    }
+
+    #[tokio::test]
+    async fn refused_addresses_are_refused_before_connecting() {
+        // An address in the URL: at parse time.
+        let error =
+            FetchTarget::parse("http://127.0.0.1:9/k", false, refusing(&["local"])).unwrap_err();
+        assert!(error.contains("not a public unicast"), "{error}");
+        // A name: once resolved, before any connection (nothing listens on port 9).
+        let target =
+            FetchTarget::parse("http://localhost:9/k", false, refusing(&["127.0.0.0/8"])).unwrap();
+        let error = target.get(Duration::from_secs(5), 1024).await.unwrap_err();
+        assert!(
+            error.contains("PSYNC_S2203") && error.contains("jwks_reject_ip_ranges"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn parses_targets() {
-        let t = FetchTarget::parse("http://127.0.0.1:8080/keys?x=1", false).unwrap();
+        let t = FetchTarget::parse("http://127.0.0.1:8080/keys?x=1", false, open()).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 8080));
         assert!(t.tls.is_none());
-        let t = FetchTarget::parse("https://example.com/.well-known/jwks.json", false).unwrap();
+        let t =
+            FetchTarget::parse("https://example.com/.well-known/jwks.json", false, open()).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("example.com", 443));
         assert!(t.tls.is_some());
-        let t = FetchTarget::parse("http://[::1]/k", false).unwrap();
+        let t = FetchTarget::parse("http://[::1]/k", false, open()).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("::1", 80));
         for bad in ["ftp://x/y", "/relative", "not a url", "http:///path"] {
-            assert!(FetchTarget::parse(bad, true).is_err(), "{bad}");
+            assert!(FetchTarget::parse(bad, true, open()).is_err(), "{bad}");
         }
     }
 
@@ -186,13 +237,14 @@ mod tests {
             "http://[::1]/k",
             "http://localhost:8080/k",
         ] {
-            assert!(FetchTarget::parse(ok, false).is_ok(), "{ok}");
+            assert!(FetchTarget::parse(ok, false, open()).is_ok(), "{ok}");
         }
-        let refused = FetchTarget::parse("http://auth.example.com/keys", false).unwrap_err();
+        let refused =
+            FetchTarget::parse("http://auth.example.com/keys", false, open()).unwrap_err();
         assert!(refused.contains("plain http is refused"), "{refused}");
         assert!(refused.contains("jwks_allow_http"), "{refused}");
-        assert!(FetchTarget::parse("http://auth.example.com/keys", true).is_ok());
-        assert!(FetchTarget::parse("https://auth.example.com/keys", false).is_ok());
+        assert!(FetchTarget::parse("http://auth.example.com/keys", true, open()).is_ok());
+        assert!(FetchTarget::parse("https://auth.example.com/keys", false, open()).is_ok());
     }
 
     #[tokio::test]
@@ -200,7 +252,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let t = FetchTarget::parse(&format!("http://127.0.0.1:{port}/"), false).unwrap();
+        let t = FetchTarget::parse(&format!("http://127.0.0.1:{port}/"), false, open()).unwrap();
         let err = t.get(Duration::from_secs(5), 1024).await.unwrap_err();
         assert!(err.contains("cannot connect"), "{err}");
     }

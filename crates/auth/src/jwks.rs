@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::address::AddressPolicy;
 use super::error::AuthError;
 use super::fetch::FetchTarget;
 use super::keys::{remote_key_usable, VerifyKey};
@@ -53,12 +54,18 @@ pub(crate) type Keys = Result<Arc<[VerifyKey]>, AuthError>;
 
 impl RemoteJwks {
     /// Checks the URI; nothing is fetched yet.
-    pub(crate) fn new(uri: &str, limits: JwksLimits, allow_http: bool) -> Result<Self, AuthError> {
-        let target =
-            FetchTarget::parse(uri, allow_http).map_err(|reason| AuthError::InvalidJwksUri {
+    pub(crate) fn new(
+        uri: &str,
+        limits: JwksLimits,
+        allow_http: bool,
+        addresses: Arc<AddressPolicy>,
+    ) -> Result<Self, AuthError> {
+        let target = FetchTarget::parse(uri, allow_http, addresses).map_err(|reason| {
+            AuthError::InvalidJwksUri {
                 uri: uri.to_owned(),
                 reason,
-            })?;
+            }
+        })?;
         Ok(Self {
             uri: uri.to_owned(),
             target,

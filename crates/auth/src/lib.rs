@@ -6,6 +6,7 @@
 //! chosen and its signature verified (`keys`, `jwks`), then its claims checked (`claims`).
 #![warn(missing_docs)]
 
+mod address;
 mod claims;
 mod error;
 mod fetch;
@@ -21,6 +22,7 @@ use serde_json::Value;
 pub use error::AuthError;
 pub use keys::{weak_key_warnings, MIN_HMAC_SECRET_BYTES};
 
+use address::AddressPolicy;
 use claims::ClaimPolicy;
 use config::ClientAuth;
 use jwks::{JwksLimits, RemoteJwks};
@@ -32,6 +34,14 @@ pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(86_400);
 
 /// Tolerance for `exp` and `nbf` against this server's clock.
 pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
+/// The `aud` a Supabase Auth token must carry (whatever `client_auth.audience` says), as
+/// in the official service.
+pub const SUPABASE_AUDIENCE: &str = "authenticated";
+
+/// The longest Supabase Auth token lifetime: a week and 20 minutes, as in the official
+/// service.
+pub const SUPABASE_MAX_LIFETIME: Duration = Duration::from_secs(86_400 * 7 + 1200);
 
 /// Limits of token checks and key fetching. `Default` is the production policy; tests shorten
 /// the intervals.
@@ -86,14 +96,28 @@ pub struct Authenticator {
 struct Inner {
     inline: Arc<[VerifyKey]>,
     remote: Vec<Arc<RemoteJwks>>,
+    /// `supabase_jwt_secret` (with `supabase: true`).
+    supabase_inline: Arc<[VerifyKey]>,
+    /// The Supabase project's JWKS (with `supabase: true`).
+    supabase_remote: Option<Arc<RemoteJwks>>,
     audience: Vec<String>,
     issuer: Option<String>,
     options: AuthOptions,
 }
 
+/// Whose key verified a token, which decides the claims it must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyOwner {
+    /// `jwks.keys`, `jwks_uri`: `audience`, `issuer` and the lifetime limit as configured.
+    Configured,
+    /// Supabase Auth (`supabase: true`): `aud` [`SUPABASE_AUDIENCE`], lifetime up to
+    /// [`SUPABASE_MAX_LIFETIME`], no `issuer` check.
+    Supabase,
+}
+
 /// The outcome of trying keys on a token.
 enum Selection {
-    Verified,
+    Verified(KeyOwner),
     /// Settled: retrying with fresh keys would not change it.
     Refused(AuthError),
     /// No key fitted, or no key without a kid verified: fresh keys might help.
@@ -123,20 +147,42 @@ impl Authenticator {
             fetch_timeout: options.jwks_fetch_timeout,
             max_bytes: options.jwks_max_bytes,
         };
+        let addresses = Arc::new(
+            AddressPolicy::new(&config.jwks_reject_ip_ranges, config.jwks_reject_ipv6).map_err(
+                |reason| AuthError::InvalidJwksUri {
+                    uri: "client_auth.jwks_reject_ip_ranges".to_owned(),
+                    reason,
+                },
+            )?,
+        );
+        let remote_jwks = |uri: &str| {
+            RemoteJwks::new(uri, limits, config.jwks_allow_http, addresses.clone()).map(Arc::new)
+        };
         let remote = config
             .jwks_uri
             .iter()
-            .map(|uri| RemoteJwks::new(uri, limits, config.jwks_allow_http).map(Arc::new))
+            .map(|uri| remote_jwks(uri))
             .collect::<Result<Vec<_>, _>>()?;
-        if inline.is_empty() && remote.is_empty() {
+        let (supabase_inline, supabase_remote) = match &config.supabase {
+            None => (Vec::new(), None),
+            Some(supabase) => supabase_keys(supabase, remote_jwks)?,
+        };
+        if inline.is_empty()
+            && remote.is_empty()
+            && supabase_inline.is_empty()
+            && supabase_remote.is_none()
+        {
             tracing::warn!(
-                "client_auth has no keys (neither jwks.keys nor jwks_uri): every token is refused"
+                "client_auth has no keys (neither jwks.keys nor jwks_uri nor Supabase's): every \
+                 token is refused"
             );
         }
         Ok(Self {
             inner: Arc::new(Inner {
                 inline: inline.into(),
                 remote,
+                supabase_inline: supabase_inline.into(),
+                supabase_remote,
                 audience: config.audience.clone(),
                 issuer: config.issuer.clone(),
                 options,
@@ -151,14 +197,23 @@ impl Authenticator {
         now: SystemTime,
     ) -> Result<AuthenticatedUser, AuthError> {
         let jwt = Jwt::parse(token::from_header(authorization)?)?;
-        self.verify_signature(&jwt).await?;
+        let owner = self.verify_signature(&jwt).await?;
         let payload = jwt.payload()?;
         let inner = &self.inner;
-        let policy = ClaimPolicy {
-            audience: &inner.audience,
-            issuer: inner.issuer.as_deref(),
-            max_lifetime: inner.options.max_lifetime,
-            clock_skew: inner.options.clock_skew,
+        let supabase_audience = [SUPABASE_AUDIENCE.to_owned()];
+        let policy = match owner {
+            KeyOwner::Configured => ClaimPolicy {
+                audience: &inner.audience,
+                issuer: inner.issuer.as_deref(),
+                max_lifetime: inner.options.max_lifetime,
+                clock_skew: inner.options.clock_skew,
+            },
+            KeyOwner::Supabase => ClaimPolicy {
+                audience: &supabase_audience,
+                issuer: None,
+                max_lifetime: SUPABASE_MAX_LIFETIME,
+                clock_skew: inner.options.clock_skew,
+            },
         };
         let checked = claims::check(&payload, &policy, now)?;
         Ok(AuthenticatedUser {
@@ -168,21 +223,21 @@ impl Authenticator {
         })
     }
 
-    async fn verify_signature(&self, jwt: &Jwt<'_>) -> Result<(), AuthError> {
+    async fn verify_signature(&self, jwt: &Jwt<'_>) -> Result<KeyOwner, AuthError> {
         let (sets, outage) = self.key_sets().await;
         let error = match select(&sets, jwt) {
-            Selection::Verified => return Ok(()),
+            Selection::Verified(owner) => return Ok(owner),
             Selection::Refused(error) => return Err(error),
             Selection::Missed(error) => error,
         };
         let mut refreshed = false;
-        for remote in &self.inner.remote {
+        for remote in self.remotes() {
             refreshed |= remote.refetch_after_miss().await;
         }
         if refreshed {
             let (sets, outage) = self.key_sets().await;
             return match select(&sets, jwt) {
-                Selection::Verified => Ok(()),
+                Selection::Verified(owner) => Ok(owner),
                 Selection::Refused(error) => Err(error),
                 Selection::Missed(error) => Err(outage.unwrap_or(error)),
             };
@@ -190,14 +245,33 @@ impl Authenticator {
         Err(outage.unwrap_or(error))
     }
 
-    /// Every key set: inline first, then each JWKS in configured order. Also the first source
-    /// that has no keys at all because fetching failed.
-    async fn key_sets(&self) -> (Vec<Arc<[VerifyKey]>>, Option<AuthError>) {
-        let mut sets = vec![Arc::clone(&self.inner.inline)];
+    /// Every remote key set, configured ones first.
+    fn remotes(&self) -> impl Iterator<Item = &Arc<RemoteJwks>> {
+        self.inner
+            .remote
+            .iter()
+            .chain(self.inner.supabase_remote.as_ref())
+    }
+
+    /// Every key set with its owner: inline first, then each JWKS in configured order,
+    /// then Supabase's. Also the first source that has no keys at all because fetching
+    /// failed.
+    async fn key_sets(&self) -> (Vec<(Arc<[VerifyKey]>, KeyOwner)>, Option<AuthError>) {
+        let inner = &self.inner;
+        let mut sets = vec![(Arc::clone(&inner.inline), KeyOwner::Configured)];
         let mut outage = None;
-        for remote in &self.inner.remote {
+        for remote in &inner.remote {
             match remote.keys().await {
-                Ok(keys) => sets.push(keys),
+                Ok(keys) => sets.push((keys, KeyOwner::Configured)),
+                Err(error) => {
+                    outage.get_or_insert(error);
+                }
+            }
+        }
+        sets.push((Arc::clone(&inner.supabase_inline), KeyOwner::Supabase));
+        if let Some(remote) = &inner.supabase_remote {
+            match remote.keys().await {
+                Ok(keys) => sets.push((keys, KeyOwner::Supabase)),
                 Err(error) => {
                     outage.get_or_insert(error);
                 }
@@ -207,13 +281,61 @@ impl Authenticator {
     }
 }
 
+/// Supabase Auth's inline keys and its project's JWKS.
+type SupabaseKeys = (Vec<VerifyKey>, Option<Arc<RemoteJwks>>);
+
+/// Supabase Auth's keys: the legacy secret as an HS256 key without a kid (any token's kid
+/// matches it), and the project's JWKS.
+fn supabase_keys(
+    supabase: &config::Supabase,
+    remote_jwks: impl Fn(&str) -> Result<Arc<RemoteJwks>, AuthError>,
+) -> Result<SupabaseKeys, AuthError> {
+    use base64::Engine;
+    let mut inline = Vec::new();
+    if let Some(secret) = &supabase.jwt_secret {
+        let jwk = serde_json::json!({
+            "kty": "oct",
+            "alg": "HS256",
+            "k": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret.as_bytes()),
+        });
+        let key = VerifyKey::from_jwk(&jwk).map_err(|reason| AuthError::InvalidKey {
+            index: 0,
+            reason: format!("client_auth.supabase_jwt_secret: {reason}"),
+        })?;
+        if secret.len() < MIN_HMAC_SECRET_BYTES {
+            tracing::warn!(
+                "client_auth.supabase_jwt_secret has {} bytes, fewer than {MIN_HMAC_SECRET_BYTES}: \
+                 is it the project's JWT secret?",
+                secret.len()
+            );
+        }
+        inline.push(key);
+    }
+    let remote = supabase.jwks_uri.as_deref().map(remote_jwks).transpose()?;
+    match &remote {
+        Some(_) => tracing::info!(
+            jwks_uri = supabase.jwks_uri.as_deref().unwrap_or_default(),
+            "Supabase Auth configured"
+        ),
+        None => tracing::warn!(
+            "client_auth.supabase is on, but the source connection's host is not \
+             db.<project>.supabase.co: Supabase's signing keys are not fetched (only \
+             supabase_jwt_secret, when set, verifies its tokens)"
+        ),
+    }
+    Ok((inline, remote))
+}
+
 /// Spec §6 key selection: the key with the token's `kid` if there is one (its algorithm must
 /// fit); otherwise every key without a kid that accepts the algorithm, first to verify wins.
-fn select(sets: &[Arc<[VerifyKey]>], jwt: &Jwt<'_>) -> Selection {
-    let keys = || sets.iter().flat_map(|set| set.iter());
+fn select(sets: &[(Arc<[VerifyKey]>, KeyOwner)], jwt: &Jwt<'_>) -> Selection {
+    let keys = || {
+        sets.iter()
+            .flat_map(|(set, owner)| set.iter().map(move |key| (key, *owner)))
+    };
     let message = jwt.signed.as_bytes();
     if let Some(kid) = jwt.kid.as_deref() {
-        if let Some(key) = keys().find(|k| k.kid() == Some(kid)) {
+        if let Some((key, owner)) = keys().find(|(k, _)| k.kid() == Some(kid)) {
             if !key.accepts(jwt.alg) {
                 return Selection::Refused(AuthError::UnexpectedAlgorithm {
                     kid: error::shorten(kid, 64),
@@ -221,7 +343,7 @@ fn select(sets: &[Arc<[VerifyKey]>], jwt: &Jwt<'_>) -> Selection {
                 });
             }
             return if key.verifies(jwt.alg, message, jwt.signature) {
-                Selection::Verified
+                Selection::Verified(owner)
             } else {
                 Selection::Refused(AuthError::BadSignature {
                     keys: format!("the key with kid `{}`", error::shorten(kid, 64)),
@@ -230,9 +352,9 @@ fn select(sets: &[Arc<[VerifyKey]>], jwt: &Jwt<'_>) -> Selection {
         }
     }
     let mut tried = 0usize;
-    for key in keys().filter(|k| k.kid().is_none() && k.accepts(jwt.alg)) {
+    for (key, owner) in keys().filter(|(k, _)| k.kid().is_none() && k.accepts(jwt.alg)) {
         if key.verifies(jwt.alg, message, jwt.signature) {
-            return Selection::Verified;
+            return Selection::Verified(owner);
         }
         tried += 1;
     }

@@ -797,3 +797,115 @@ async fn inline_and_remote_keys_work_together() {
         "ok"
     );
 }
+
+/// Claims of a Supabase Auth token: `aud: authenticated`, living `lifetime` seconds.
+fn supabase_claims(lifetime: u64) -> Value {
+    json!({"sub": "supabase-user", "iat": NOW - 10, "exp": NOW - 10 + lifetime,
+           "aud": "authenticated", "iss": "https://proj.supabase.co/auth/v1",
+           "role": "authenticated"})
+}
+
+#[tokio::test]
+async fn supabase_tokens_are_taken_as_the_official_service_takes_them() {
+    // A local server stands in for the project's JWKS (the test override of its URL).
+    let server = JwksServer::start(vec![EC_P256.jwk(Some("supabase-ecc"), Some("ES256"))]).await;
+    let secret = "a-legacy-supabase-jwt-secret-of-40-bytes";
+    let auth = Authenticator::new(&ClientAuth {
+        jwks_keys: vec![RSA_A.jwk(Some("app"), None)],
+        audience: vec![AUD.to_owned()],
+        issuer: Some("https://auth.example".to_owned()),
+        supabase: Some(config::Supabase {
+            jwks_uri: Some(server.uri.clone()),
+            jwt_secret: Some(secret.to_owned()),
+        }),
+        ..ClientAuth::default()
+    })
+    .unwrap();
+    let legacy = EncodingKey::from_secret(secret.as_bytes());
+    let week = 86_400 * 7;
+    // Signing keys and the legacy secret (any kid matches it), `aud: authenticated`
+    // whatever `audience` says, up to a week, no `issuer` check.
+    let signed = EC_P256.sign(
+        Algorithm::ES256,
+        Some("supabase-ecc"),
+        &supabase_claims(week),
+    );
+    let user = run(&auth, &signed).await.unwrap();
+    assert_eq!(user.user_id, "supabase-user");
+    let hs256 = token_with(
+        &legacy,
+        Algorithm::HS256,
+        Some("any-kid"),
+        &supabase_claims(3600),
+    );
+    assert_eq!(code(&auth, &hs256).await, "ok");
+    let hs256 = token_with(&legacy, Algorithm::HS256, None, &supabase_claims(3600));
+    assert_eq!(code(&auth, &hs256).await, "ok");
+    // Another audience, or more than a week and 20 minutes, is refused.
+    let mut other_aud = supabase_claims(3600);
+    other_aud["aud"] = json!(AUD);
+    let refused = token_with(&legacy, Algorithm::HS256, None, &other_aud);
+    assert_eq!(code(&auth, &refused).await, "PSYNC_S2105");
+    let too_long = token_with(
+        &legacy,
+        Algorithm::HS256,
+        None,
+        &supabase_claims(week + 1201),
+    );
+    assert_eq!(code(&auth, &too_long).await, "PSYNC_S2104");
+    // The app's own keys keep the configured audience, issuer and one-day limit.
+    let app = RSA_A.sign(
+        Algorithm::RS256,
+        Some("app"),
+        &claims_with("iss", json!("https://auth.example")),
+    );
+    assert_eq!(code(&auth, &app).await, "ok");
+    let app_supabase_aud = RSA_A.sign(Algorithm::RS256, Some("app"), &supabase_claims(3600));
+    assert_ne!(code(&auth, &app_supabase_aud).await, "ok");
+    // A wrong secret is a bad signature.
+    let forged = token_with(
+        &EncodingKey::from_secret(b"another-secret-that-is-long-enough-too!!"),
+        Algorithm::HS256,
+        None,
+        &supabase_claims(3600),
+    );
+    assert_eq!(code(&auth, &forged).await, "PSYNC_S2102");
+}
+
+#[tokio::test]
+async fn jwks_at_refused_addresses_are_not_fetched() {
+    let server = JwksServer::start(vec![RSA_A.jwk(Some("a1"), None)]).await;
+    let client_auth = |ranges: &[&str], ipv6: bool| ClientAuth {
+        jwks_uri: vec![server.uri.clone()],
+        audience: vec![AUD.to_owned()],
+        jwks_reject_ip_ranges: ranges.iter().map(|r| (*r).to_owned()).collect(),
+        jwks_reject_ipv6: ipv6,
+        ..ClientAuth::default()
+    };
+    // The URI names 127.0.0.1: refused when the configuration loads.
+    for ranges in [&["local"][..], &["127.0.0.0/8"][..]] {
+        let error = Authenticator::new(&client_auth(ranges, false)).unwrap_err();
+        assert!(error.to_string().contains("refuses"), "{error}");
+    }
+    // Elsewhere, it is fetched.
+    let auth = Authenticator::new(&client_auth(&["10.0.0.0/8"], true)).unwrap();
+    let token = RSA_A.sign(Algorithm::RS256, Some("a1"), &claims());
+    assert_eq!(code(&auth, &token).await, "ok");
+    // A name is checked once resolved.
+    let by_name = server.uri.replace("127.0.0.1", "localhost");
+    let auth = Authenticator::new(&ClientAuth {
+        jwks_uri: vec![by_name],
+        ..client_auth(&["local"], false)
+    })
+    .unwrap();
+    let error = run(&auth, &token).await.unwrap_err();
+    assert!(
+        error.to_string().contains("PSYNC_S2203") && error.to_string().contains("public unicast"),
+        "{error}"
+    );
+    assert_eq!(
+        server.hits(),
+        1,
+        "only the unrestricted fetch reached the server"
+    );
+}

@@ -1,5 +1,4 @@
 //! `api.parameters`: the official service's limits for sync connections, honoured when set.
-//! Every other key under `api` is listed as ignored.
 
 use serde_norway::Value;
 
@@ -23,51 +22,28 @@ const HONOURED: &[&str] = &[
     "max_parameter_query_results",
 ];
 
-/// Reads the `api` section: its honoured limits, and every other key as a dotted path
-/// (`api.parameters.max_data_fetch_concurrency`) for `ignored`. An honoured key with a
-/// value that is not a positive integer is an error naming the key.
-pub(crate) fn parse(api: &Value) -> Result<(ApiLimits, Vec<String>), (String, String)> {
+/// Reads the honoured limits of the `api` section (`keys` lists the others). An honoured
+/// key with a value that is not a positive integer is an error naming the key.
+pub(crate) fn parse(api: &Value) -> Result<ApiLimits, (String, String)> {
     let mut limits = ApiLimits::default();
-    let mut ignored = Vec::new();
-    let Value::Mapping(api) = api else {
-        return Ok((limits, vec!["api".to_owned()]));
+    let Some(Value::Mapping(parameters)) = api.get("parameters") else {
+        return Ok(limits);
     };
-    for (key, value) in api {
-        let key = key_text(key);
-        if key != "parameters" {
-            ignored.push(format!("api.{key}"));
+    for (name, value) in parameters {
+        let name = super::keys::key_text(name);
+        if !HONOURED.contains(&name.as_str()) {
             continue;
         }
-        let Value::Mapping(parameters) = value else {
-            ignored.push("api.parameters".to_owned());
-            continue;
+        let path = format!("api.parameters.{name}");
+        let limit = positive(value).map_err(|message| (path.clone(), message))?;
+        let field = match name.as_str() {
+            "max_concurrent_connections" => &mut limits.max_concurrent_connections,
+            "max_buckets_per_connection" => &mut limits.max_buckets_per_connection,
+            _ => &mut limits.max_parameter_query_results,
         };
-        for (name, value) in parameters {
-            let name = key_text(name);
-            let path = format!("api.parameters.{name}");
-            if !HONOURED.contains(&name.as_str()) {
-                ignored.push(path);
-                continue;
-            }
-            let limit = positive(value).map_err(|message| (path.clone(), message))?;
-            let field = match name.as_str() {
-                "max_concurrent_connections" => &mut limits.max_concurrent_connections,
-                "max_buckets_per_connection" => &mut limits.max_buckets_per_connection,
-                _ => &mut limits.max_parameter_query_results,
-            };
-            *field = Some(limit);
-        }
+        *field = Some(limit);
     }
-    Ok((limits, ignored))
-}
-
-fn key_text(key: &Value) -> String {
-    match key {
-        Value::String(s) => s.clone(),
-        other => serde_norway::to_string(other)
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_default(),
-    }
+    Ok(limits)
 }
 
 /// A positive integer, written as a number or as digits in a string (`!env` tags resolve
@@ -88,23 +64,19 @@ fn positive(value: &Value) -> Result<usize, String> {
 mod tests {
     use super::*;
 
-    fn api(yaml: &str) -> Result<(ApiLimits, Vec<String>), (String, String)> {
+    fn api(yaml: &str) -> Result<ApiLimits, (String, String)> {
         parse(&serde_norway::from_str(yaml).unwrap())
     }
 
     #[test]
-    fn honoured_limits_are_read_and_the_rest_listed() {
-        let (limits, ignored) = api(
+    fn honoured_limits_are_read() {
+        let limits = api(
             "parameters:\n  max_concurrent_connections: 500\n  max_buckets_per_connection: '20'\n  max_parameter_query_results: 7\n  max_data_fetch_concurrency: 10\ntokens: [x]\n",
         )
         .unwrap();
         assert_eq!(limits.max_concurrent_connections, Some(500));
         assert_eq!(limits.max_buckets_per_connection, Some(20));
         assert_eq!(limits.max_parameter_query_results, Some(7));
-        assert_eq!(
-            ignored,
-            ["api.parameters.max_data_fetch_concurrency", "api.tokens"]
-        );
     }
 
     #[test]

@@ -1,6 +1,5 @@
 //! Reading and validating the YAML file into a [`ServiceConfig`].
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -10,13 +9,10 @@ use super::api::{self, ApiLimits};
 use super::connection::{SourceConnection, SslMode};
 use super::env_tags;
 use super::error::ConfigError;
+use super::keys;
 
 /// The port the official service listens on by default.
 pub const DEFAULT_PORT: u16 = 8080;
-
-/// Top-level sections of the official file that this engine has no use for. They are
-/// accepted (so the same file works for both) and listed in `ignored`.
-const KNOWN_UNUSED: &[&str] = &["storage", "telemetry", "migrations", "healthcheck"];
 
 /// Where the sync rules come from, and their text.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -43,6 +39,28 @@ pub struct ClientAuth {
     /// `jwks_allow_http`: fetch `http://` JWKS URIs of hosts other than loopback (off:
     /// keys fetched in clear can be replaced in transit).
     pub jwks_allow_http: bool,
+    /// `supabase: true`: Supabase Auth's tokens are accepted as the official service
+    /// accepts them (`Supabase`).
+    pub supabase: Option<Supabase>,
+    /// Addresses a JWKS URI may not resolve to (`jwks_reject_ip_ranges`, and `local` for
+    /// `block_local_jwks`): CIDR ranges, or `local` for every address that is not public
+    /// unicast.
+    pub jwks_reject_ip_ranges: Vec<String>,
+    /// `block_local_jwks`: IPv6 addresses are refused too.
+    pub jwks_reject_ipv6: bool,
+}
+
+/// Supabase Auth, as `client_auth.supabase: true` configures it: its tokens carry
+/// `aud: authenticated` (whatever `audience` says) and live up to a week.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Supabase {
+    /// The project's JWKS (`https://<project>.supabase.co/auth/v1/.well-known/jwks.json`),
+    /// derived from the connection's host `db.<project>.supabase.co`; `None` when the host
+    /// is not a Supabase one.
+    pub jwks_uri: Option<String>,
+    /// `supabase_jwt_secret`: the project's legacy HS256 secret, as text.
+    #[serde(skip)]
+    pub jwt_secret: Option<String>,
 }
 
 /// The validated configuration the engine runs with.
@@ -72,8 +90,6 @@ struct RawFile {
     client_auth: Option<RawClientAuth>,
     port: Option<Value>,
     api: Option<Value>,
-    #[serde(flatten)]
-    other: BTreeMap<String, Value>,
 }
 
 #[derive(Deserialize)]
@@ -112,6 +128,13 @@ struct RawClientAuth {
     issuer: Option<String>,
     #[serde(default)]
     jwks_allow_http: bool,
+    #[serde(default)]
+    supabase: bool,
+    supabase_jwt_secret: Option<String>,
+    #[serde(default)]
+    block_local_jwks: bool,
+    #[serde(default)]
+    jwks_reject_ip_ranges: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -165,37 +188,36 @@ impl ServiceConfig {
             path: path.to_owned(),
             name,
         })?;
-        let raw: RawFile = serde_norway::from_value(value).map_err(|e| syntax(e.to_string()))?;
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             path: path.to_owned(),
             key: key.to_owned(),
             message,
         };
+        let Value::Mapping(top) = &value else {
+            return Err(syntax(
+                "the file must be a mapping of keys (replication, sync_config, client_auth, ...)"
+                    .to_owned(),
+            ));
+        };
+        let ignored = keys::not_used(top).map_err(|(key, why)| invalid(&key, why.to_owned()))?;
+        let raw: RawFile = serde_norway::from_value(value).map_err(|e| syntax(e.to_string()))?;
 
         let source = source_connection(path, raw.replication)?;
         let rules = rules_source(path, raw.sync_config.or(raw.sync_rules))?;
-        let client_auth = raw.client_auth.map(client_auth).unwrap_or_default();
+        let mut ignored = ignored;
+        let client_auth = match raw.client_auth {
+            None => ClientAuth::default(),
+            Some(section) => client_auth(section, &source.host, env, &mut ignored)
+                .map_err(|(key, m)| invalid(&key, m))?,
+        };
         let port = match raw.port {
             None => DEFAULT_PORT,
             Some(v) => parse_port(&v).map_err(|m| invalid("port", m))?,
         };
-        let (api, api_ignored) = match &raw.api {
-            None => (ApiLimits::default(), Vec::new()),
+        let api = match &raw.api {
+            None => ApiLimits::default(),
             Some(section) => api::parse(section).map_err(|(key, m)| invalid(&key, m))?,
         };
-        let mut ignored: Vec<String> = raw
-            .other
-            .into_keys()
-            .map(|key| {
-                if KNOWN_UNUSED.contains(&key.as_str()) {
-                    key
-                } else {
-                    format!("{key} (unknown)")
-                }
-            })
-            .collect();
-        ignored.extend(api_ignored);
-        ignored.sort();
         Ok(Self {
             path: path.to_owned(),
             source,
@@ -332,14 +354,64 @@ fn rules_source(path: &Path, raw: Option<RawRules>) -> Result<RulesSource, Confi
     }
 }
 
-fn client_auth(raw: RawClientAuth) -> ClientAuth {
-    ClientAuth {
+/// `client_auth`, with the Supabase project's JWKS derived from `source_host` (or taken
+/// from `env`'s [`SUPABASE_JWKS_OVERRIDE_ENV`]). A `supabase_jwt_secret` without
+/// `supabase: true` has no effect, as in the official service: it is added to `ignored`.
+fn client_auth(
+    raw: RawClientAuth,
+    source_host: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    ignored: &mut Vec<String>,
+) -> Result<ClientAuth, (String, String)> {
+    for range in &raw.jwks_reject_ip_ranges {
+        if range != "local" && range.parse::<ipnet::IpNet>().is_err() {
+            return Err((
+                "client_auth.jwks_reject_ip_ranges".to_owned(),
+                format!(
+                    "`{range}` is neither a CIDR range (10.0.0.0/8, fd00::/8) nor `local` \
+                     (every address that is not public unicast)"
+                ),
+            ));
+        }
+    }
+    let mut reject = raw.jwks_reject_ip_ranges;
+    if raw.block_local_jwks && !reject.iter().any(|r| r == "local") {
+        reject.push("local".to_owned());
+    }
+    let supabase = raw.supabase.then(|| Supabase {
+        jwks_uri: env(SUPABASE_JWKS_OVERRIDE_ENV).or_else(|| supabase_jwks_uri(source_host)),
+        jwt_secret: raw.supabase_jwt_secret.clone(),
+    });
+    if !raw.supabase && raw.supabase_jwt_secret.is_some() {
+        ignored.push("client_auth.supabase_jwt_secret (used only with supabase: true)".to_owned());
+        ignored.sort();
+    }
+    Ok(ClientAuth {
         jwks_uri: raw.jwks_uri.map(OneOrMany::into_vec).unwrap_or_default(),
         jwks_keys: raw.jwks.map(|j| j.keys).unwrap_or_default(),
         audience: raw.audience.map(OneOrMany::into_vec).unwrap_or_default(),
         issuer: raw.issuer,
         jwks_allow_http: raw.jwks_allow_http,
-    }
+        supabase,
+        jwks_reject_ip_ranges: reject,
+        jwks_reject_ipv6: raw.block_local_jwks,
+    })
+}
+
+/// For tests only: the JWKS URL used for `client_auth.supabase: true` instead of the one
+/// derived from the connection's host (a local server stands in for Supabase). Read from
+/// the server's environment; `docs/migrating.md` documents it as such.
+pub const SUPABASE_JWKS_OVERRIDE_ENV: &str = "PSM_TEST_SUPABASE_JWKS_URI";
+
+/// Supabase Auth's JWKS for a connection to `db.<project>.supabase.co`, as the official
+/// service derives it.
+fn supabase_jwks_uri(host: &str) -> Option<String> {
+    let project = host.strip_prefix("db.")?.strip_suffix(".supabase.co")?;
+    let word = !project.is_empty()
+        && project
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    word.then(|| format!("https://{project}.supabase.co/auth/v1/.well-known/jwks.json"))
 }
 
 fn parse_port(value: &Value) -> Result<u16, String> {

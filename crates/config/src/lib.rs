@@ -11,10 +11,13 @@ mod connection;
 mod env_tags;
 mod error;
 mod file;
+mod keys;
 mod peer;
 
 pub use api::ApiLimits;
 pub use connection::{SourceConnection, SslMode};
 pub use error::ConfigError;
-pub use file::{ClientAuth, RulesSource, ServiceConfig, DEFAULT_PORT};
+pub use file::{
+    ClientAuth, RulesSource, ServiceConfig, Supabase, DEFAULT_PORT, SUPABASE_JWKS_OVERRIDE_ENV,
+};
 pub use peer::{PeerSecret, PeerTlsFiles, SeedPeer};

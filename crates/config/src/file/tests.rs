@@ -115,3 +115,158 @@ fn rules_path_is_relative_to_the_config_file() {
         .to_string();
     assert!(err.contains("absent.yaml"), "{err}");
 }
+
+/// `fixture/official-config.yaml`: every key of the official service's file.
+const OFFICIAL_FILE: &str = include_str!("../../../../fixture/official-config.yaml");
+/// Its keys that would change security behaviour and that this engine does not support.
+const REFUSED: [&str; 4] = [
+    "client_certificate",
+    "client_private_key",
+    "tls_servername",
+    "reject_ip_ranges",
+];
+
+/// The official file without the lines of `keys`.
+fn official_without(keys: &[&str]) -> String {
+    OFFICIAL_FILE
+        .lines()
+        .filter(|line| {
+            let line = line.trim_start();
+            !keys.iter().any(|k| line.starts_with(&format!("{k}:")))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn load_official(text: &str) -> Result<ServiceConfig, ConfigError> {
+    let env = |name: &str| match name {
+        "PS_DATABASE_PASSWORD" => Some("pw".to_owned()),
+        "PS_SUPABASE_JWT_SECRET" => Some("a-legacy-supabase-secret-of-enough-bytes".to_owned()),
+        _ => None,
+    };
+    ServiceConfig::parse(Path::new("/etc/powersync/powersync.yaml"), text, &env)
+}
+
+#[test]
+fn every_key_of_the_official_file_is_used_listed_or_refused() {
+    for key in REFUSED {
+        let others: Vec<&str> = REFUSED.iter().copied().filter(|k| *k != key).collect();
+        let error = load_official(&official_without(&others)).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("replication.connections[0].{key}")) && text.contains("PSM_C"),
+            "{text}"
+        );
+    }
+    let config = load_official(&official_without(&REFUSED)).unwrap();
+    assert_eq!(
+        config.ignored,
+        [
+            "api.parameters.bucket_count_cache_ttl_minutes",
+            "api.parameters.checkpoint_request_retention_minutes",
+            "api.parameters.max_data_fetch_concurrency",
+            "api.tokens",
+            "healthcheck",
+            "metadata",
+            "migrations",
+            "parameters",
+            "replication.connections[0].connect_timeout",
+            "replication.connections[0].debug_api",
+            "replication.connections[0].heartbeat_interval_seconds",
+            "replication.connections[0].id",
+            "replication.connections[0].max_pool_size",
+            "replication.connections[0].slot_name_prefix",
+            "replication.connections[0].snapshot_socket_timeout",
+            "replication.connections[0].tag",
+            "storage",
+            "sync_config.exit_on_error",
+            "system.logging.format",
+            "system.logging.level",
+            "telemetry.disable_telemetry_sharing",
+            "telemetry.internal_service_endpoint",
+            "telemetry.prometheus_port",
+        ]
+    );
+    let auth = &config.client_auth;
+    assert_eq!(auth.audience, ["powersync", "authenticated"]);
+    assert_eq!(auth.jwks_keys.len(), 1);
+    assert_eq!(
+        auth.supabase,
+        Some(Supabase {
+            jwks_uri: Some(
+                "https://abcdefghijklmnop.supabase.co/auth/v1/.well-known/jwks.json".to_owned()
+            ),
+            jwt_secret: Some("a-legacy-supabase-secret-of-enough-bytes".to_owned()),
+        })
+    );
+    assert_eq!(
+        auth.jwks_reject_ip_ranges,
+        ["10.0.0.0/8", "fd00::/8", "local"]
+    );
+    assert!(auth.jwks_reject_ipv6);
+}
+
+#[test]
+fn unknown_keys_are_listed_wherever_they_are() {
+    let config = parse(
+        "replication:\n  connections:\n    - uri: postgresql://u@h/db\n      colour: blue\n\
+         sync_config:\n  content: x\n  flavour: 1\n\
+         client_auth:\n  audience: [a]\n  supabase_jwt_secret: s\n  jwks:\n    keys: []\n    extra: 1\n\
+         api:\n  parameters:\n    speed: 3\nfancy: 1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.ignored,
+        [
+            "api.parameters.speed (unknown)",
+            "client_auth.jwks.extra (unknown)",
+            "client_auth.supabase_jwt_secret (used only with supabase: true)",
+            "fancy (unknown)",
+            "replication.connections[0].colour (unknown)",
+            "sync_config.flavour (unknown)",
+        ]
+    );
+    assert_eq!(config.client_auth.supabase, None);
+}
+
+#[test]
+fn supabase_keys_derive_from_the_connection_or_the_test_override() {
+    let file = |host: &str| {
+        format!(
+            "replication:\n  connections:\n    - uri: postgresql://u@{host}/db\n\
+             sync_config:\n  content: x\nclient_auth:\n  supabase: true\n"
+        )
+    };
+    let jwks = |host: &str, env: &dyn Fn(&str) -> Option<String>| {
+        ServiceConfig::parse(Path::new("/c.yaml"), &file(host), env)
+            .unwrap()
+            .client_auth
+            .supabase
+            .unwrap()
+            .jwks_uri
+    };
+    let none = |_: &str| None;
+    assert_eq!(
+        jwks("db.proj_1.supabase.co", &none).as_deref(),
+        Some("https://proj_1.supabase.co/auth/v1/.well-known/jwks.json")
+    );
+    assert_eq!(jwks("db.example.com", &none), None);
+    assert_eq!(jwks("db..supabase.co", &none), None);
+    let overridden = |name: &str| {
+        (name == SUPABASE_JWKS_OVERRIDE_ENV).then(|| "http://127.0.0.1:9/jwks".to_owned())
+    };
+    assert_eq!(
+        jwks("127.0.0.1", &overridden).as_deref(),
+        Some("http://127.0.0.1:9/jwks")
+    );
+    let bad = parse(
+        "replication:\n  connections:\n    - uri: postgresql://u@h/db\nsync_config:\n  content: x\n\
+         client_auth:\n  jwks_reject_ip_ranges: [10.0.0.0/33]\n",
+    )
+    .unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("client_auth.jwks_reject_ip_ranges"),
+        "{bad}"
+    );
+}
