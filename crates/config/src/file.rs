@@ -76,6 +76,8 @@ pub struct ServiceConfig {
     pub client_auth: ClientAuth,
     /// `port` for the sync protocol's HTTP server.
     pub port: u16,
+    /// `telemetry.prometheus_port`: `GET /metrics` alone on this port too.
+    pub prometheus_port: Option<u16>,
     /// `api.parameters`: the limits the file sets.
     pub api: ApiLimits,
     /// Top-level keys present in the file that the engine does not use.
@@ -90,6 +92,12 @@ struct RawFile {
     client_auth: Option<RawClientAuth>,
     port: Option<Value>,
     api: Option<Value>,
+    telemetry: Option<RawTelemetry>,
+}
+
+#[derive(Deserialize)]
+struct RawTelemetry {
+    prometheus_port: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -214,6 +222,19 @@ impl ServiceConfig {
             None => DEFAULT_PORT,
             Some(v) => parse_port(&v).map_err(|m| invalid("port", m))?,
         };
+        let prometheus_port = raw
+            .telemetry
+            .and_then(|t| t.prometheus_port)
+            .filter(|v| !v.is_null())
+            .map(|v| parse_port(&v))
+            .transpose()
+            .map_err(|m| invalid("telemetry.prometheus_port", m))?;
+        if prometheus_port == Some(port) {
+            return Err(invalid(
+                "telemetry.prometheus_port",
+                format!("is the sync port ({port}), which serves /metrics already; give another port or leave it out"),
+            ));
+        }
         let api = match &raw.api {
             None => ApiLimits::default(),
             Some(section) => api::parse(section).map_err(|(key, m)| invalid(&key, m))?,
@@ -224,6 +245,7 @@ impl ServiceConfig {
             rules,
             client_auth,
             port,
+            prometheus_port,
             api,
             ignored,
         })

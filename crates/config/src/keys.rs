@@ -120,7 +120,7 @@ const SCHEMA: &[(&str, Key)] = &[
     (
         "telemetry",
         Section(&[
-            ("prometheus_port", Unused),
+            ("prometheus_port", Used),
             ("disable_telemetry_sharing", Unused),
             ("internal_service_endpoint", Unused),
         ]),

@@ -200,6 +200,7 @@ async fn serve_generations(
             .map(|s| http::peer_secret_digest(s.expose())),
     };
     let peers = start_peer_listener(&config.fleet, &state, stop).await?;
+    let scrapes = start_metrics_listener(config, &state, stop).await?;
     let server = tokio::spawn(http::serve(listeners, state, stop.clone(), http_limits));
     status.touch();
     let tables_total = generations.active.rules.tables().len() as u64;
@@ -255,6 +256,9 @@ async fn serve_generations(
     let _ = server.await;
     if let Some(peers) = peers {
         let _ = peers.await;
+    }
+    if let Some(scrapes) = scrapes {
+        let _ = scrapes.await;
     }
     if let Some(admin) = admin {
         let _ = admin.await;
@@ -363,6 +367,31 @@ async fn start_peer_listener(
     Ok(Some(tokio::spawn(http::serve_peers(
         listener,
         acceptor,
+        state.clone(),
+        stop.clone(),
+    ))))
+}
+
+/// `GET /metrics` alone on `telemetry.prometheus_port` of every listen address, when set.
+async fn start_metrics_listener(
+    config: &EngineConfig,
+    state: &HttpState,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, EngineError> {
+    let Some(port) = config.service.prometheus_port else {
+        return Ok(None);
+    };
+    let listeners = http::bind(&config.listen_addresses, port)
+        .await
+        .map_err(|(address, source)| EngineError::Listen { address, source })?;
+    let addresses: Vec<String> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .map(|a| a.to_string())
+        .collect();
+    tracing::info!(addresses = %addresses.join(","), "metrics listening (telemetry.prometheus_port)");
+    Ok(Some(tokio::spawn(http::serve_metrics(
+        listeners,
         state.clone(),
         stop.clone(),
     ))))

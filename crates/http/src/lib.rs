@@ -10,6 +10,7 @@ mod cors;
 mod error;
 mod limits;
 mod metrics;
+mod metrics_port;
 mod metrics_text;
 mod peer_copy;
 mod peer_tls;
@@ -23,6 +24,7 @@ pub use error::ApiError;
 pub use limits::{
     HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, DESCRIPTOR_RESERVE,
 };
+pub use metrics_port::serve_metrics;
 pub use peer_copy::peer_secret_digest;
 pub use peer_tls::{peer_tls_acceptor, serve_peers};
 pub use server::{bind, raise_open_files_limit, serve, HttpState};

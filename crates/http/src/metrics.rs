@@ -37,10 +37,25 @@ fn render(state: &HttpState) -> String {
     replication(&mut e, state);
     storage(&mut e, state);
     http(&mut e, state);
+    official(&mut e, state);
+    process(&mut e);
     e.finish()
 }
 
 fn engine(e: &mut TextEncoder, state: &HttpState) {
+    e.family(
+        "powersync_mdbx_build_info",
+        Kind::Gauge,
+        "Always 1; labels: this build's version and the store format it reads and writes.",
+    );
+    e.sample_u64(
+        "powersync_mdbx_build_info",
+        &[
+            ("version", env!("CARGO_PKG_VERSION")),
+            ("store_format", store::FORMAT),
+        ],
+        1,
+    );
     let phase = state.status.snapshot().phase;
     e.family(
         "powersync_mdbx_phase",
@@ -102,13 +117,7 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
             head.saturating_sub(applied),
         );
     }
-    let lag = progress
-        .pending
-        .oldest_commit_unix_micros()
-        .map_or(0.0, |commit| {
-            let now = status::unix_now_ms() as f64 / 1e3;
-            (now - commit as f64 / 1e6).max(0.0)
-        });
+    let lag = lag_seconds(progress.pending.oldest_commit_unix_micros());
     e.single(
         "powersync_mdbx_replication_lag_seconds",
         Kind::Gauge,
@@ -235,6 +244,15 @@ fn storage(e: &mut TextEncoder, state: &HttpState) {
     );
 }
 
+/// Now minus `oldest_commit` (Unix microseconds), the commit time of the oldest received,
+/// unpublished source transaction; 0 without one.
+fn lag_seconds(oldest_commit: Option<i64>) -> f64 {
+    oldest_commit.map_or(0.0, |commit| {
+        let now = status::unix_now_ms() as f64 / 1e3;
+        (now - commit as f64 / 1e6).max(0.0)
+    })
+}
+
 fn http(e: &mut TextEncoder, state: &HttpState) {
     let sync = &state.sync;
     e.single_u64(
@@ -272,5 +290,145 @@ fn http(e: &mut TextEncoder, state: &HttpState) {
             &[("code", code)],
             count,
         );
+    }
+}
+
+/// The official service's metric names (`@powersync/service-types`, `metrics.ts`), so its
+/// dashboards find them; each has a `powersync_mdbx_` twin above.
+fn official(e: &mut TextEncoder, state: &HttpState) {
+    let sync = &state.sync;
+    let served = sync.current();
+    let progress = &served.stream_progress;
+    e.single_u64(
+        "powersync_concurrent_connections",
+        Kind::Gauge,
+        "Sync connections open now (as powersync_mdbx_sync_streams_open).",
+        sync.open_streams() as u64,
+    );
+    e.single_u64(
+        "powersync_operations_synced_total",
+        Kind::Counter,
+        "Bucket ops sent to clients (as powersync_mdbx_sync_ops_sent_total).",
+        sync.ops_sent.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_data_synced_bytes_total",
+        Kind::Counter,
+        "Bytes of sync lines sent to clients, before compression.",
+        sync.bytes_synced.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_data_sent_bytes_total",
+        Kind::Counter,
+        "Bytes sent to clients, after compression where the client asked for it.",
+        sync.bytes_sent.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_rows_replicated_total",
+        Kind::Counter,
+        "Source row changes applied (as powersync_mdbx_rows_applied_total).",
+        progress.changes.load(Relaxed),
+    );
+    e.single_u64(
+        "powersync_transactions_replicated_total",
+        Kind::Counter,
+        "Source transactions applied (as powersync_mdbx_source_transactions_applied_total).",
+        progress.transactions.load(Relaxed),
+    );
+    e.single(
+        "powersync_replication_lag_seconds",
+        Kind::Gauge,
+        "As powersync_mdbx_replication_lag_seconds.",
+        lag_seconds(progress.pending.oldest_commit_unix_micros()),
+    );
+    let sizes = served.store.table_sizes().unwrap_or_default();
+    let bytes_of = |tables: &[&str]| -> u64 {
+        sizes
+            .iter()
+            .filter(|(name, _, _)| tables.contains(name))
+            .map(|(_, _, bytes)| bytes)
+            .sum()
+    };
+    for (name, help, tables) in [
+        (
+            "powersync_replication_storage_size_bytes",
+            "Bytes of the store's pages holding the replicated rows (rows, row_keys, tombstones).",
+            &["rows", "row_keys", "tombstones"][..],
+        ),
+        (
+            "powersync_operation_storage_size_bytes",
+            "Bytes of the store's pages holding bucket ops and bucket state (ops, buckets, \
+             bucket_names, compaction_debt).",
+            &["ops", "buckets", "bucket_names", "compaction_debt"][..],
+        ),
+        (
+            "powersync_parameter_storage_size_bytes",
+            "Bytes of the store's pages holding parameter lookups (lookups).",
+            &["lookups"][..],
+        ),
+    ] {
+        e.single_u64(name, Kind::Gauge, help, bytes_of(tables));
+    }
+}
+
+/// The worker process's own figures, read from `/proc` by the `procfs` crate, under the
+/// names Prometheus client libraries use.
+fn process(e: &mut TextEncoder) {
+    let Ok(me) = procfs::process::Process::myself() else {
+        return;
+    };
+    if let Ok(stat) = me.stat() {
+        let ticks = procfs::ticks_per_second() as f64;
+        e.single(
+            "process_cpu_seconds_total",
+            Kind::Counter,
+            "User and system CPU time of the worker's process (the PostgreSQL background \
+             worker), in seconds.",
+            (stat.utime + stat.stime) as f64 / ticks,
+        );
+        e.single_u64(
+            "process_resident_memory_bytes",
+            Kind::Gauge,
+            "Resident memory of the worker's process (shared pages it touched included).",
+            stat.rss * procfs::page_size(),
+        );
+        e.single_u64(
+            "process_virtual_memory_bytes",
+            Kind::Gauge,
+            "Virtual memory of the worker's process.",
+            stat.vsize,
+        );
+        e.single_u64(
+            "process_threads",
+            Kind::Gauge,
+            "Threads of the worker's process.",
+            u64::try_from(stat.num_threads).unwrap_or(0),
+        );
+        if let Ok(boot) = procfs::boot_time_secs() {
+            e.single(
+                "process_start_time_seconds",
+                Kind::Gauge,
+                "Start of the worker's process, in seconds since the Unix epoch.",
+                boot as f64 + stat.starttime as f64 / ticks,
+            );
+        }
+    }
+    if let Ok(open) = me.fd_count() {
+        e.single_u64(
+            "process_open_fds",
+            Kind::Gauge,
+            "Open file descriptors of the worker's process.",
+            open as u64,
+        );
+    }
+    if let Ok(limits) = me.limits() {
+        if let procfs::process::LimitValue::Value(max) = limits.max_open_files.soft_limit {
+            e.single_u64(
+                "process_max_fds",
+                Kind::Gauge,
+                "The worker process's limit of open file descriptors.",
+                max,
+            );
+        }
     }
 }

@@ -330,12 +330,13 @@ impl Stream {
             let room = self.room().await?;
             let store = self.served.store.clone();
             let encoding = self.encoding;
-            let (chunk, ops) = self
+            let (chunk, ops, lines) = self
                 .blocking(move |producer| producer.chunk(&store, encoding))
                 .await?;
             self.service
                 .ops_sent
                 .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
+            self.count_sent(lines, chunk.len());
             if !chunk.is_empty() {
                 room.send(Bytes::from(chunk));
             }
@@ -394,15 +395,30 @@ impl Stream {
             .producer
             .as_mut()
             .ok_or_else(|| End::Failed("the session is gone".into()))?;
-        room.send(Bytes::from(producer.compress(bytes)?));
+        let lines = bytes.len();
+        let compressed = producer.compress(bytes)?;
+        self.count_sent(lines, compressed.len());
+        room.send(Bytes::from(compressed));
         Ok(())
+    }
+
+    /// Counts `lines` bytes of sync lines queued as `sent` bytes (after compression).
+    fn count_sent(&self, lines: usize, sent: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.service.bytes_synced.fetch_add(lines as u64, Relaxed);
+        self.service.bytes_sent.fetch_add(sent as u64, Relaxed);
     }
 }
 
 impl Producer {
     /// The next chunk of the download, compressed: whole lines of about [`CHUNK_BYTES`]
-    /// (empty when the download is complete), and the bucket ops in it.
-    fn chunk(&mut self, store: &store::Store, encoding: Encoding) -> Result<(Vec<u8>, u64), End> {
+    /// (empty when the download is complete), the bucket ops in it, and the bytes of its
+    /// lines before compression.
+    fn chunk(
+        &mut self,
+        store: &store::Store,
+        encoding: Encoding,
+    ) -> Result<(Vec<u8>, u64, usize), End> {
         // Sized for a chunk and its last line (data lines close at 16 KiB of rows), so
         // that a chunk does not keep twice its size of capacity while it waits to be sent.
         let mut out = Vec::with_capacity(CHUNK_BYTES + (32 << 10));
@@ -419,9 +435,10 @@ impl Producer {
             }
         }
         if out.is_empty() {
-            return Ok((out, 0));
+            return Ok((out, 0, 0));
         }
-        Ok((self.compress(out)?, ops))
+        let lines = out.len();
+        Ok((self.compress(out)?, ops, lines))
     }
 
     /// `bytes` through the response's compression, flushed.

@@ -98,6 +98,11 @@ pub struct SyncService {
     pub write_checkpoint_rate: UserRate,
     /// Bucket ops sent in data lines, over every stream.
     pub ops_sent: std::sync::atomic::AtomicU64,
+    /// Bytes of sync lines queued to clients before compression, over every stream.
+    pub bytes_synced: std::sync::atomic::AtomicU64,
+    /// Bytes queued to clients after compression (equal to `bytes_synced` for
+    /// uncompressed streams), over every stream.
+    pub bytes_sent: std::sync::atomic::AtomicU64,
 }
 
 /// Write-checkpoint requests one user may make per second, after a burst of
@@ -134,6 +139,8 @@ impl SyncService {
                 WRITE_CHECKPOINT_BURST,
             ),
             ops_sent: std::sync::atomic::AtomicU64::new(0),
+            bytes_synced: std::sync::atomic::AtomicU64::new(0),
+            bytes_sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

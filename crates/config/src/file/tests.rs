@@ -184,7 +184,6 @@ fn every_key_of_the_official_file_is_used_listed_or_refused() {
             "system.logging.level",
             "telemetry.disable_telemetry_sharing",
             "telemetry.internal_service_endpoint",
-            "telemetry.prometheus_port",
         ]
     );
     let auth = &config.client_auth;
