@@ -439,7 +439,12 @@ fn a_build_the_primary_cannot_serve_fails_and_the_served_rules_stay() {
 /// A new client connected with token `t` and synced to its first checkpoint, and the
 /// stream it keeps reading.
 fn connect(rig: &EngineRig, t: &str) -> (Client, Lines) {
-    let (status, mut lines) = post(rig.port, Some(t), "application/x-ndjson", "{}");
+    let (status, mut lines) = post(
+        rig.port,
+        Some(t),
+        "application/x-ndjson",
+        r#"{"raw_data":true}"#,
+    );
     assert_eq!(status, 200);
     let mut client = Client::default();
     client.apply(&lines.until_complete());

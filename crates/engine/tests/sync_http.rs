@@ -418,3 +418,41 @@ fn old_write_checkpoint_requests_are_expired_by_the_writer() {
         "the row applied after the sweep is served"
     );
 }
+
+/// A client that does not send `raw_data: true` (an older one) gets each PUT's row as an
+/// object in NDJSON, as the official service answers it; `raw_data: true` and BSON keep
+/// the row as a string.
+#[test]
+fn without_raw_data_rows_arrive_as_objects() {
+    let rig = Rig::start();
+    let first_put = |body: Value| {
+        let (status, mut lines) = post(
+            rig.port,
+            Some(&token("u1", 600)),
+            "application/x-ndjson",
+            &body.to_string(),
+        );
+        assert_eq!(status, 200);
+        let lines = lines.until_complete();
+        lines
+            .iter()
+            .filter_map(|l| l["data"]["data"].as_array())
+            .flatten()
+            .find(|op| op["op"] == "PUT" && op["object_id"] == "t1")
+            .cloned()
+            .unwrap_or_else(|| panic!("no PUT of t1 in {lines:?}"))
+    };
+    let nested = first_put(json!({"buckets": [], "include_checksum": true}));
+    assert_eq!(
+        nested["data"],
+        json!({"id": "t1", "list_id": "l1", "title": "todo 1"})
+    );
+    let raw = first_put(json!({"buckets": [], "raw_data": false}));
+    assert!(raw["data"].is_object(), "{raw}");
+    let string = first_put(json!({"buckets": [], "raw_data": true}));
+    assert_eq!(
+        string["data"],
+        json!(r#"{"id":"t1","list_id":"l1","title":"todo 1"}"#)
+    );
+    assert_eq!(string["checksum"], nested["checksum"]);
+}

@@ -72,6 +72,12 @@ async fn start(
         })?
         .to_bytes();
     let request = SyncRequest::parse(&body).map_err(sync_error)?;
+    // As the official service: JSON for a client that did not ask for `raw_data` carries
+    // the rows as objects.
+    let encoding = match (encoding, request.raw_data) {
+        (Encoding::Ndjson, Some(true)) | (Encoding::Bson, _) => encoding,
+        _ => Encoding::NdjsonNestedData,
+    };
     let context = request.context(user.claims.clone());
     let served = service.current();
     let session = SyncSession::new(served.rules.clone(), context, &request.buckets)

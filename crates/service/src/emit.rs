@@ -16,6 +16,10 @@ const BSON_INT64: u8 = 0x12;
 pub enum Encoding {
     /// `application/x-ndjson`: one JSON object and `\n` per line.
     Ndjson,
+    /// NDJSON for a client that did not ask for `raw_data: true` (older clients): a PUT's
+    /// `data` is the row's JSON object itself rather than a string holding it, as the
+    /// official service sends it to them.
+    NdjsonNestedData,
     /// `application/vnd.powersync.bson-stream`: BSON documents back to back.
     Bson,
 }
@@ -24,7 +28,7 @@ impl Encoding {
     /// The exact `Content-Type` (the JS SDK compares it byte for byte: no parameters).
     pub fn content_type(self) -> &'static str {
         match self {
-            Self::Ndjson => "application/x-ndjson",
+            Self::Ndjson | Self::NdjsonNestedData => "application/x-ndjson",
             Self::Bson => "application/vnd.powersync.bson-stream",
         }
     }
@@ -48,6 +52,8 @@ struct Frame {
 pub(super) struct Emitter<'o> {
     out: &'o mut Vec<u8>,
     bson: bool,
+    /// [`Encoding::NdjsonNestedData`].
+    pub(super) nested_data: bool,
     frames: Vec<Frame>,
 }
 
@@ -57,6 +63,7 @@ impl<'o> Emitter<'o> {
         let mut e = Self {
             out,
             bson: encoding == Encoding::Bson,
+            nested_data: encoding == Encoding::NdjsonNestedData,
             frames: Vec::with_capacity(4),
         };
         e.open_frame(b'{');
@@ -92,6 +99,17 @@ impl<'o> Emitter<'o> {
         } else {
             self.out.push(json);
         }
+    }
+
+    /// `json`, a JSON value's text this service wrote (a row's data), as the element
+    /// itself: NDJSON only (a BSON line carries it as a string).
+    pub fn raw_json(&mut self, key: Key<'_>, json: &str) {
+        if self.bson {
+            self.str(key, json);
+            return;
+        }
+        self.key(key, BSON_STRING);
+        self.out.extend_from_slice(json.as_bytes());
     }
 
     /// The element header: JSON comma and `"name":`, BSON type byte and key.

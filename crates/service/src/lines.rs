@@ -247,7 +247,12 @@ fn op_entry(e: &mut Emitter<'_>, op: &OpRead) {
         e.str(Key::Name("object_id"), &o.object_id);
         e.str(Key::Name("subkey"), &o.subkey);
         if op.kind == OpKind::Put {
-            e.str(Key::Name("data"), o.data.as_deref().unwrap_or("{}"));
+            let data = o.data.as_deref().unwrap_or("{}");
+            if e.nested_data {
+                e.raw_json(Key::Name("data"), data);
+            } else {
+                e.str(Key::Name("data"), data);
+            }
         }
     }
     // Unsigned, as the service sends PUT/REMOVE checksums (a CLEAR's sum is the same

@@ -51,7 +51,8 @@ pub struct SyncRequest {
     pub subscriptions: Vec<StreamSubscription>,
     /// Only logged.
     pub app_metadata: Option<Map<String, Value>>,
-    /// Always treated as true (data is always a string); kept for logs.
+    /// `true`: a PUT's `data` is a string holding the row's JSON (every current SDK asks
+    /// for it). Otherwise, in NDJSON, the row's object itself (`Encoding::NdjsonNestedData`).
     pub raw_data: Option<bool>,
     /// Ignored by the service; kept for logs.
     pub binary_data: Option<bool>,

@@ -312,3 +312,34 @@ fn content_types_are_exact() {
         "application/vnd.powersync.bson-stream"
     );
 }
+
+/// Clients that did not ask for `raw_data: true` get each PUT's row as an object, as the
+/// official service sends them; every other field, and the other lines, stay the same.
+#[test]
+fn without_raw_data_rows_are_objects() {
+    for line in samples() {
+        let raw: Value = serde_json::from_slice(&line.to_bytes(Encoding::Ndjson)).unwrap();
+        let nested: Value =
+            serde_json::from_slice(&line.to_bytes(Encoding::NdjsonNestedData)).unwrap();
+        let Some(ops) = raw["data"]["data"].as_array() else {
+            assert_eq!(nested, raw);
+            continue;
+        };
+        for (index, op) in ops.iter().enumerate() {
+            let got = &nested["data"]["data"][index];
+            match op["data"].as_str() {
+                Some(text) => {
+                    assert_eq!(got["data"], serde_json::from_str::<Value>(text).unwrap());
+                    let mut rest = got.clone();
+                    rest["data"] = op["data"].clone();
+                    assert_eq!(&rest, op);
+                }
+                None => assert_eq!(got, op),
+            }
+        }
+    }
+    assert_eq!(
+        Encoding::NdjsonNestedData.content_type(),
+        "application/x-ndjson"
+    );
+}
