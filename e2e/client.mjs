@@ -11,6 +11,7 @@
 //   PSM_DB_DIR        directory for the client's SQLite database (required)
 //   PSM_PRIMARY_URI   libpq URI of the primary, where uploadData applies local writes
 //   PSM_SUBSCRIBE     comma-separated sync streams to subscribe to (edition 3 rules)
+//   PSM_CHECKPOINT_MODE  the SDK's checkpointMode: legacy (default) or requests
 //   PSM_TIMEOUT_MS    deadline for the first sync and default deadline of a command's waits
 //                     (default 30000; the Rust test rig sets its stall limit here)
 //   PSM_MAX_CONNECT_ERRORS  consecutive sync-stream errors before the first sync that end the
@@ -249,7 +250,11 @@ async function connectAndSync(timeoutMs) {
   });
   const timer = setTimeout(() => abort.abort(), timeoutMs);
   try {
-    await db.connect(connector, { retryDelayMs: 500, crudUploadThrottleMs: 100 });
+    await db.connect(connector, {
+      retryDelayMs: 500,
+      crudUploadThrottleMs: 100,
+      checkpointMode: env.PSM_CHECKPOINT_MODE ?? 'legacy'
+    });
     const names = (env.PSM_SUBSCRIBE ?? '').split(',').map((s) => s.trim()).filter(Boolean);
     if (subscriptions.length === 0) {
       for (const name of names) subscriptions.push(await db.syncStream(name).subscribe());
@@ -404,6 +409,15 @@ async function command(cmd) {
         const { target, seen } = await writeCheckpointState();
         return target === null || (target !== MAX_I64 && seen !== null && BigInt(target) <= BigInt(seen));
       });
+      return snapshot();
+    }
+    case 'request_checkpoint': {
+      // checkpointMode 'requests': a checkpoint asked of the service now, applied locally.
+      const request = await db.requestCheckpoint();
+      await Promise.race([
+        request.waitForSync(),
+        new Promise((_, reject) => setTimeout(() => reject(new Error('the checkpoint request did not sync')), timeoutMs))
+      ]);
       return snapshot();
     }
     case 'wait_credentials': {

@@ -77,6 +77,17 @@ impl ApiError {
         }
     }
 
+    /// A request whose body is not what the endpoint takes; `description` says what it
+    /// takes.
+    pub fn bad_request(description: String) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "PSM_H1400",
+            name: "BadRequest",
+            description,
+        }
+    }
+
     /// The user asks for write checkpoints faster than one user may.
     pub fn too_many_write_checkpoints() -> Self {
         Self {

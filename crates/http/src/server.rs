@@ -243,7 +243,11 @@ const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The endpoints browsers call from other origins (the web SDK); only their answers
 /// carry CORS headers.
-const SYNC_ENDPOINTS: [&str; 2] = ["/sync/stream", "/write-checkpoint2.json"];
+const SYNC_ENDPOINTS: [&str; 3] = [
+    "/sync/stream",
+    "/write-checkpoint2.json",
+    write_checkpoint::REQUEST_PATH,
+];
 
 async fn route(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
     let cors = SYNC_ENDPOINTS.contains(&req.uri().path());
@@ -275,6 +279,9 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -
     match (method, path.as_str()) {
         (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
         (Method::POST, "/sync/stream") => sync_stream::handle(req, state.sync.clone()).await,
+        (Method::POST, write_checkpoint::REQUEST_PATH) => {
+            write_checkpoint::handle_request(req, state.sync.clone()).await
+        }
         (Method::GET, "/write-checkpoint2.json") => {
             write_checkpoint::handle(req, state.sync.clone()).await
         }

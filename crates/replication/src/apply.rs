@@ -103,15 +103,18 @@ pub(super) enum Change {
 
 /// A write-checkpoint request as the replica that answered it announces it to every
 /// replica of the primary: a logical message (prefix `powersync`) with the content
-/// `write-checkpoint <record key> <LSN>`. The record key is the SHA-256 of the user and
-/// client ids (`service::write_checkpoint::record_key`), never the ids themselves.
+/// `write-checkpoint <record key> <LSN> [<id>]` (the id when it is not the LSN: a
+/// checkpoint request's). The record key is the SHA-256 of the user and client ids
+/// (`service::write_checkpoint::record_key`), never the ids themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteCheckpointNote {
     /// The stage-record key (`write_checkpoint/` and 64 hex digits).
     pub key: String,
     /// The LSN asked for, at most the message's own LSN: a forged message can only
-    /// acknowledge what is already applied when it is.
+    /// make a request wait for what is already applied when it is.
     pub lsn: u64,
+    /// The id reported once `lsn` is reached.
+    pub id: u64,
 }
 
 impl WriteCheckpointNote {
@@ -121,6 +124,10 @@ impl WriteCheckpointNote {
         let text = std::str::from_utf8(content).ok()?;
         let mut words = text.strip_prefix("write-checkpoint ")?.split(' ');
         let (key, lsn) = (words.next()?, words.next()?.parse::<u64>().ok()?);
+        let id = match words.next() {
+            Some(id) => id.parse::<u64>().ok()?,
+            None => lsn,
+        };
         let digest = key.strip_prefix(store::WRITE_CHECKPOINT_PREFIX)?;
         let valid = words.next().is_none()
             && digest.len() == 64
@@ -130,24 +137,28 @@ impl WriteCheckpointNote {
         valid.then(|| Self {
             key: key.to_owned(),
             lsn: lsn.min(message_lsn),
+            id,
         })
     }
 
-    /// Records it in `w`'s transaction unless a request of the same key for a later LSN
-    /// is stored already.
+    /// Records it in `w`'s transaction unless a request of the same key with this id or
+    /// a later one, for this LSN or a later one, is stored already.
     fn record(&self, w: &store::WriteTxn<'_, '_>) -> Result<(), store::StoreError> {
         let stored = w
             .stage_record(&self.key)?
             .and_then(|v| store::WriteCheckpointRecord::decode(&v));
-        if stored.is_some_and(|s| s.lsn >= self.lsn) {
+        if stored.is_some_and(|s| s.id >= self.id && s.lsn >= self.lsn) {
             return Ok(());
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let (lsn, id) = stored.map_or((self.lsn, self.id), |s| {
+            (s.lsn.max(self.lsn), s.id.max(self.id))
+        });
         w.put_stage_record(
             &self.key,
-            &store::WriteCheckpointRecord::encode(self.lsn, now),
+            &store::WriteCheckpointRecord::encode_with_id(lsn, now, id),
         )
     }
 }

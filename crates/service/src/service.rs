@@ -154,13 +154,23 @@ impl SyncService {
         self.served.subscribe()
     }
 
-    /// Records `lsn` as the write checkpoint `key` asked for, in the served store.
-    pub async fn record_write_checkpoint(&self, key: String, lsn: u64) -> Result<(), StoreError> {
+    /// Records the write checkpoint `key` asked for at `lsn` (with `asked`, a checkpoint
+    /// request's client-chosen id) in the served store; returns its id
+    /// ([`crate::write_checkpoint::next_record`]).
+    pub async fn record_write_checkpoint(
+        &self,
+        key: String,
+        lsn: u64,
+        asked: Option<u64>,
+    ) -> Result<u64, StoreError> {
         let _recording = self.recording.read().await;
         let store = self.current().store.clone();
         let dir = store.dir().to_owned();
         on_blocking_thread(&dir, "record a write checkpoint", move || {
-            store.put_stage_record(&key, &crate::write_checkpoint::record_value(lsn))
+            store.update_stage_record(&key, |stored| {
+                let (value, id) = crate::write_checkpoint::next_record(stored, lsn, asked);
+                (Some(value), id)
+            })
         })
         .await
     }
@@ -202,11 +212,11 @@ impl SyncService {
 }
 
 /// Runs store work on a blocking thread; a panic there becomes an error about `dir`.
-async fn on_blocking_thread(
+async fn on_blocking_thread<R: Send + 'static>(
     dir: &std::path::Path,
     action: &'static str,
-    work: impl FnOnce() -> Result<(), StoreError> + Send + 'static,
-) -> Result<(), StoreError> {
+    work: impl FnOnce() -> Result<R, StoreError> + Send + 'static,
+) -> Result<R, StoreError> {
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| StoreError::io(dir, action, std::io::Error::other(e)))?

@@ -22,9 +22,14 @@ pub async fn emit_marker(client: &Client, content: &str) -> Result<(), SourceErr
 }
 
 /// The content of the logical message that announces a write-checkpoint request to every
-/// replica of the primary (`replication`'s `WriteCheckpointNote` reads it).
-pub fn write_checkpoint_message(record_key: &str, lsn: u64) -> String {
-    format!("write-checkpoint {record_key} {lsn}")
+/// replica of the primary (`replication`'s `WriteCheckpointNote` reads it): the record key,
+/// the LSN, and the id when it is not the LSN (a checkpoint request's).
+pub fn write_checkpoint_message(record_key: &str, lsn: u64, id: u64) -> String {
+    if id == lsn {
+        format!("write-checkpoint {record_key} {lsn}")
+    } else {
+        format!("write-checkpoint {record_key} {lsn} {id}")
+    }
 }
 
 /// Reads `pg_current_wal_lsn()` and makes the source emit a logical message behind it.
@@ -53,10 +58,10 @@ impl PrimaryHead {
 
     /// Writes a non-transactional logical message (prefix `powersync`) so replication
     /// passes the current position even when nothing else changes on the primary. Its
-    /// content, `write-checkpoint <record key> <lsn>`, tells every replica of the primary
+    /// content, `write-checkpoint <record key> <lsn> [<id>]`, tells every replica of the primary
     /// that the write checkpoint `record_key` asked for `lsn`.
-    pub async fn ping(&self, record_key: &str, lsn: u64) -> Result<(), SourceError> {
-        self.mark(&write_checkpoint_message(record_key, lsn))
+    pub async fn ping(&self, record_key: &str, lsn: u64, id: u64) -> Result<(), SourceError> {
+        self.mark(&write_checkpoint_message(record_key, lsn, id))
             .await
             .map(drop)
     }

@@ -376,6 +376,49 @@ impl Store {
         self.sync()
     }
 
+    /// Reads stage record `key` and writes the value `update` makes of it (nothing when it
+    /// gives `None`) in one durable transaction, so that concurrent updates of one record
+    /// never lose one another; returns what `update` returned besides.
+    pub fn update_stage_record<R>(
+        &self,
+        key: &str,
+        update: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, R),
+    ) -> Result<R, StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        let key = format!("stage.{key}");
+        let txn = self
+            .db
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        let result = {
+            let tables = tables::Tables::open(&txn, &self.dir)?;
+            let stored: Option<Vec<u8>> = txn
+                .get(&tables.meta, key.as_bytes())
+                .map_err(|e| StoreError::mdbx(&self.dir, "read a stage record", e))?;
+            let (value, result) = update(stored.as_deref());
+            if let Some(value) = value {
+                txn.put(
+                    &tables.meta,
+                    key.as_bytes(),
+                    &value,
+                    libmdbx::WriteFlags::UPSERT,
+                )
+                .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
+            }
+            result
+        };
+        if let Err(e) = txn.commit() {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        self.sync()?;
+        Ok(result)
+    }
+
     /// Runs `read` in a short read-only transaction (a consistent view).
     pub fn read<R>(
         &self,

@@ -277,7 +277,8 @@ fn old_write_checkpoints_expire_once_reached_and_in_bounded_passes() {
         WriteCheckpointRecord::decode(&stamped),
         Some(WriteCheckpointRecord {
             lsn: 40,
-            requested_at: Some(1_000 + AGE - 1)
+            requested_at: Some(1_000 + AGE - 1),
+            id: 40,
         })
     );
 

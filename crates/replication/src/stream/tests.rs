@@ -331,15 +331,21 @@ fn a_tuple_s_values_are_found_in_order_with_unchanged_or_reordered_columns() {
 fn write_checkpoint_messages_name_only_write_checkpoint_records() {
     use crate::apply::WriteCheckpointNote;
     let key = format!("write_checkpoint/{}", "0123456789abcdef".repeat(4));
-    let message = source::write_checkpoint_message(&key, 500);
+    let message = source::write_checkpoint_message(&key, 500, 500);
     let note = WriteCheckpointNote::parse(message.as_bytes(), 900);
     assert_eq!(
         note,
         Some(WriteCheckpointNote {
             key: key.clone(),
-            lsn: 500
+            lsn: 500,
+            id: 500
         })
     );
+    // A checkpoint request's id beside its LSN.
+    let message = source::write_checkpoint_message(&key, 500, 7_000);
+    assert_eq!(message, format!("write-checkpoint {key} 500 7000"));
+    let note = WriteCheckpointNote::parse(message.as_bytes(), 900).unwrap();
+    assert_eq!((note.lsn, note.id), (500, 7_000));
     // A request for a position past the message is acknowledged at most at the message.
     let note = WriteCheckpointNote::parse(format!("write-checkpoint {key} 5000").as_bytes(), 900);
     assert_eq!(note.map(|n| n.lsn), Some(900));
@@ -355,6 +361,7 @@ fn write_checkpoint_messages_name_only_write_checkpoint_records() {
             "0123456789abcdef".repeat(3)
         ),
         format!("write-checkpoint {key} 5 extra"),
+        format!("write-checkpoint {key} 5 6 7"),
         format!("write-checkpoint {key} x"),
         "write-checkpoint".to_owned(),
         "sync point".to_owned(),

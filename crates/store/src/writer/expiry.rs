@@ -51,6 +51,7 @@ impl WriteTxn<'_, '_> {
                 Some(WriteCheckpointRecord {
                     lsn,
                     requested_at: None,
+                    ..
                 }) => {
                     let stamped = WriteCheckpointRecord::encode(lsn, expiry.now);
                     self.txn
@@ -61,6 +62,7 @@ impl WriteTxn<'_, '_> {
                 Some(WriteCheckpointRecord {
                     lsn,
                     requested_at: Some(at),
+                    ..
                 }) if at.saturating_add(expiry.max_age) > expiry.now
                     || lsn > expiry.reached_lsn => {}
                 _ => {
