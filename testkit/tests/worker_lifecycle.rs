@@ -495,3 +495,45 @@ fn a_crashed_worker_comes_back_and_reopens_its_store() {
         200
     );
 }
+
+/// While the snapshot copies, `status()` shows its progress against the planner's
+/// estimate: rows, the estimate, a percent and an ETA; `/metrics` the estimate too.
+#[test]
+fn the_snapshot_reports_its_progress_against_the_planners_estimate() {
+    let rig = Rig::new();
+    rig.primary.sql(
+        "INSERT INTO lists SELECT 'bulk-' || g, repeat('x', 40) FROM generate_series(1, 300000) g;
+         ANALYZE lists;",
+    );
+    let replica = rig.replica(&rig.config_yaml(), &[]);
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let Some(status) = replica.worker_status() else {
+            continue;
+        };
+        match status["phase"].as_str() {
+            Some("snapshotting") if status["replication"]["rows"].as_u64() > Some(0) => {
+                samples.push(status["replication"].clone());
+            }
+            Some("streaming") => break,
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "no streaming: {status}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sample = samples
+        .iter()
+        .find(|s| s["percent"].is_number() && s["eta_seconds"].is_number())
+        .unwrap_or_else(|| panic!("no progress with a percent and an ETA: {samples:?}"));
+    let estimated = sample["rows_estimated"].as_u64().unwrap();
+    assert!(
+        (270_000..=330_000).contains(&estimated),
+        "the planner's estimate of 300,002 rows: {sample}"
+    );
+    let percent = sample["percent"].as_f64().unwrap();
+    assert!(percent > 0.0 && percent <= 99.9, "{sample}");
+    let metrics = http_get(rig.http_port, "/metrics").unwrap().body;
+    let reported = metric(&metrics, "powersync_mdbx_snapshot_rows_estimated").unwrap();
+    assert_eq!(reported, estimated as f64, "{metrics}");
+}

@@ -220,6 +220,7 @@ async fn serve_generations(
         .consider(rules.borrow_and_update().clone())
         .await;
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    let mut snapshot_logged = std::time::Instant::now();
     let outcome = loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => break Ok(()),
@@ -243,6 +244,7 @@ async fn serve_generations(
                 status.touch();
                 report_heartbeat(status, &generations.active);
                 generations.report_progress();
+                log_snapshot_progress(status, &mut snapshot_logged);
             }
         }
     };
@@ -332,10 +334,54 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
                 } else {
                     0.0
                 };
+                r.rows_estimated = progress.rows_estimated();
+                (r.percent, r.eta_seconds) =
+                    snapshot_estimate(r.rows, r.rows_estimated, r.rows_per_second);
             }
         }
     });
 }
+
+/// The share of `estimated` rows copied (at most 99.9 % while copying: the estimate is
+/// the planner's) and the seconds left at `rate`; `None` without an estimate.
+fn snapshot_estimate(rows: u64, estimated: u64, rate: f64) -> (Option<f64>, Option<f64>) {
+    if estimated == 0 {
+        return (None, None);
+    }
+    let percent = (rows as f64 * 100.0 / estimated as f64).min(99.9);
+    let eta = (rate > 0.0).then(|| estimated.saturating_sub(rows) as f64 / rate);
+    (
+        Some((percent * 10.0).round() / 10.0),
+        eta.map(|s| s.round()),
+    )
+}
+
+/// Every [`SNAPSHOT_LOG_EVERY`] while snapshotting, a log line with the snapshot's progress
+/// as `status()` shows it.
+fn log_snapshot_progress(status: &StatusCell, last: &mut std::time::Instant) {
+    if last.elapsed() < SNAPSHOT_LOG_EVERY {
+        return;
+    }
+    let snapshot = status.snapshot();
+    let (Phase::Snapshotting, Some(r)) = (snapshot.phase, snapshot.replication.as_ref()) else {
+        return;
+    };
+    *last = std::time::Instant::now();
+    let show =
+        |v: Option<f64>, unit: &str| v.map_or_else(|| "?".to_owned(), |v| format!("{v}{unit}"));
+    tracing::info!(
+        tables = format!("{}/{}", r.tables_done, r.tables_total),
+        rows = r.rows,
+        rows_estimated = r.rows_estimated,
+        percent = show(r.percent, "%"),
+        eta = show(r.eta_seconds, " s"),
+        rows_per_second = r.rows_per_second.round(),
+        "snapshot progress"
+    );
+}
+
+/// How often the snapshot's progress is logged.
+const SNAPSHOT_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// Starts the admin socket beside the HTTP server. A socket that cannot be served does
 /// not stop the engine: the SQL support functions then say so, and the log tells why.

@@ -76,6 +76,14 @@ fn engine(e: &mut TextEncoder, state: &HttpState) {
         snapshot.rows(),
     );
     e.single_u64(
+        "powersync_mdbx_snapshot_rows_estimated",
+        Kind::Gauge,
+        "The planner's estimate (pg_class.reltuples) of the rows the current (or last) \
+         snapshot copies, taken when it began; 0 when unknown or when this engine start found \
+         the snapshot complete.",
+        snapshot.rows_estimated(),
+    );
+    e.single_u64(
         "powersync_mdbx_snapshot_tables_done",
         Kind::Gauge,
         "Tables the current (or last) initial snapshot copied completely.",

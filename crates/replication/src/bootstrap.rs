@@ -188,6 +188,8 @@ pub async fn bootstrap_with(
     progress.start_copy();
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
+    let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
+    progress.set_rows_estimated(source::estimated_rows(&reader, &oids).await?);
     let mut jobs = Vec::new();
     for (info, table) in primary.tables.iter().zip(intent.tables.iter_mut()) {
         let columns = table_columns(&reader, info.oid).await?;

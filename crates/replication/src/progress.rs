@@ -9,6 +9,8 @@ use parking_lot::Mutex;
 #[derive(Debug, Default)]
 pub struct Progress {
     rows: AtomicU64,
+    /// The planner's estimate of the rows to copy (0: unknown).
+    rows_estimated: AtomicU64,
 
     tables_done: AtomicU64,
     copy_started: Mutex<Option<Instant>>,
@@ -18,6 +20,12 @@ impl Progress {
     /// Rows written to the store.
     pub fn rows(&self) -> u64 {
         self.rows.load(Ordering::Relaxed)
+    }
+
+    /// The planner's estimate of the rows to copy, taken when the copy began (0: unknown,
+    /// e.g. tables never analyzed).
+    pub fn rows_estimated(&self) -> u64 {
+        self.rows_estimated.load(Ordering::Relaxed)
     }
 
     /// Tables fully copied.
@@ -40,6 +48,7 @@ impl Progress {
     /// Zeroes the counters for a new attempt.
     pub(super) fn reset(&self) {
         self.rows.store(0, Ordering::Relaxed);
+        self.rows_estimated.store(0, Ordering::Relaxed);
 
         self.tables_done.store(0, Ordering::Relaxed);
         *self.copy_started.lock() = None;
@@ -47,6 +56,10 @@ impl Progress {
 
     pub(super) fn start_copy(&self) {
         *self.copy_started.lock() = Some(Instant::now());
+    }
+
+    pub(super) fn set_rows_estimated(&self, n: u64) {
+        self.rows_estimated.store(n, Ordering::Relaxed);
     }
 
     pub(super) fn add_rows(&self, n: u64) {

@@ -24,7 +24,7 @@ pub use slot::{
     create_slot, create_temporary_slot, drop_slot, format_lsn, parse_lsn, replication_error,
     slot_info, start_stream, ExportedSlot, SlotInfo,
 };
-pub use snapshot::{copy_table, enter_snapshot, table_columns, ColumnMeta};
+pub use snapshot::{copy_table, enter_snapshot, estimated_rows, table_columns, ColumnMeta};
 pub use tls::{install_crypto_provider, root_store};
 pub use validate::{
     published_tables, validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo,

@@ -25,6 +25,23 @@ pub struct ColumnMeta {
     pub attnum: i16,
 }
 
+/// The planner's estimate of the rows of the tables `oids` (`pg_class.reltuples`; a table
+/// never analyzed or vacuumed counts 0).
+pub async fn estimated_rows(client: &Client, oids: &[u32]) -> Result<u64, SourceError> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(sum(greatest(reltuples, 0)), 0)::float8 FROM pg_class \
+             WHERE oid = ANY($1)",
+            &[&oids],
+        )
+        .await
+        .map_err(SourceError::query("the planner's row estimate"))?;
+    let rows: f64 = row
+        .try_get(0)
+        .map_err(SourceError::query("the planner's row estimate"))?;
+    Ok(rows.max(0.0) as u64)
+}
+
 /// The published columns of table `oid` in attnum order (generated columns excluded, as
 /// pgoutput leaves them out).
 pub async fn table_columns(client: &Client, oid: u32) -> Result<Vec<ColumnMeta>, SourceError> {

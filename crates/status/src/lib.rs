@@ -276,6 +276,15 @@ pub struct ReplicationStatus {
     pub tables_done: u64,
     /// Rows written to the store.
     pub rows: u64,
+    /// The planner's estimate of the rows the snapshot copies (`pg_class.reltuples` when
+    /// it began; 0 when unknown, e.g. tables never analyzed).
+    pub rows_estimated: u64,
+    /// `rows` against `rows_estimated` while snapshotting, at most 99.9 until the copy
+    /// completes (the estimate is the planner's); `None` without an estimate.
+    pub percent: Option<f64>,
+    /// Seconds the snapshot still needs at its rate so far, while snapshotting with an
+    /// estimate; `None` otherwise.
+    pub eta_seconds: Option<f64>,
     /// Rows per second over the snapshot so far.
     pub rows_per_second: f64,
     /// Seconds since the snapshot started (or its total, once complete).
