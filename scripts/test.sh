@@ -30,14 +30,13 @@ step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "install the extension into PostgreSQL 16 ($PSM_PG16_BIN)"
-(cd extension && cargo pgrx install --pg-config "$PSM_PG16_BIN/pg_config" >/dev/null)
+scripts/install_extension.sh "$PSM_PG16_BIN/pg_config"
 
 step "tests: unit, in-process engine, live clusters"
 cargo test --workspace --no-fail-fast
 
 step "install the extension into PostgreSQL 15 ($PSM_PG15_BIN)"
-(cd extension && cargo pgrx install --no-default-features --features pg15 \
-  --pg-config "$PSM_PG15_BIN/pg_config" >/dev/null)
+scripts/install_extension.sh "$PSM_PG15_BIN/pg_config"
 
 step "the extension's live tests on PostgreSQL 15 (sync replica and primaries)"
 PSM_PG16_BIN="$PSM_PG15_BIN" cargo test -p powersync-mdbx-testkit --no-fail-fast

@@ -7,6 +7,7 @@ extern crate powersync_mdbx_testkit as testkit;
 mod e2e_sdk;
 mod fleet;
 mod many_streams;
+mod packaging;
 mod sql_functions;
 mod stalled_streams;
 mod stream_faults;
