@@ -12,6 +12,7 @@
 //   PSM_PRIMARY_URI   libpq URI of the primary, where uploadData applies local writes
 //   PSM_SUBSCRIBE     comma-separated sync streams to subscribe to (edition 3 rules)
 //   PSM_CHECKPOINT_MODE  the SDK's checkpointMode: legacy (default) or requests
+//   PSM_CONNECTION_METHOD  the SDK's connectionMethod: http (default) or web-socket
 //   PSM_TIMEOUT_MS    deadline for the first sync and default deadline of a command's waits
 //                     (default 30000; the Rust test rig sets its stall limit here)
 //   PSM_MAX_CONNECT_ERRORS  consecutive sync-stream errors before the first sync that end the
@@ -253,7 +254,8 @@ async function connectAndSync(timeoutMs) {
     await db.connect(connector, {
       retryDelayMs: 500,
       crudUploadThrottleMs: 100,
-      checkpointMode: env.PSM_CHECKPOINT_MODE ?? 'legacy'
+      checkpointMode: env.PSM_CHECKPOINT_MODE ?? 'legacy',
+      connectionMethod: env.PSM_CONNECTION_METHOD ?? 'http'
     });
     const names = (env.PSM_SUBSCRIBE ?? '').split(',').map((s) => s.trim()).filter(Boolean);
     if (subscriptions.length === 0) {

@@ -1204,3 +1204,51 @@ fn sdk_checkpoint_requests_resolve_once_the_client_holds_the_data() {
     assert_no_warnings(&last, "requests mode");
     client.finish();
 }
+
+/// `connectionMethod: WEB_SOCKET` (React Native apps without streaming `fetch`): the SDK
+/// opens RSocket over a WebSocket on `/sync/stream`, gets every line as BSON within its
+/// request-N credit, follows changes, and uploads and waits for its write checkpoint.
+#[test]
+fn sdk_syncs_over_a_websocket() {
+    let rig = Rig::start(Rules::Streams);
+    let client = rig.client().with_env("PSM_CONNECTION_METHOD", "web-socket");
+    let first = client.run("initial");
+    assert_rows(
+        "initial sync over a WebSocket",
+        &first["tables"]["tasks"],
+        &rig.expected_tasks(),
+    );
+    assert_no_warnings(&first, "WebSocket initial sync");
+    let mut client = client.watch();
+    rig.primary
+        .sql("UPDATE tasks SET title = 'Over the socket' WHERE id = 'task-sentinel-update-0001'");
+    wait_equal(&mut client, &rig, "a change over a WebSocket");
+    client.send(
+        &json!({"cmd": "update", "table": "tasks", "id": "task-org-001-0002-0005",
+        "set": {"status": "done", "title": "Closed over the socket"}}),
+    );
+    let synced = client.send(&json!({"cmd": "wait_synced_after_upload"}));
+    assert_rows(
+        "after an upload over a WebSocket",
+        &synced["tables"]["tasks"],
+        &rig.expected_tasks(),
+    );
+    let last = client.send(&json!({"cmd": "dump"}));
+    assert_no_warnings(&last, "WebSocket");
+    client.finish();
+    // Every stream was a WebSocket (101), none a streamed POST (200).
+    let metrics = testkit::http_get(rig.http_port, "/metrics").unwrap().body;
+    let upgraded = metric(
+        &metrics,
+        "powersync_mdbx_sync_responses_total{status=\"101\"}",
+    );
+    assert!(upgraded >= Some(2.0), "{metrics}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "powersync_mdbx_sync_responses_total{status=\"200\"}"
+        ),
+        None,
+        "{metrics}"
+    );
+}

@@ -10,3 +10,4 @@ mod metrics_http;
 mod rules_deploy;
 mod sync_client;
 mod sync_http;
+mod sync_socket;

@@ -15,7 +15,9 @@ mod metrics_text;
 mod peer_copy;
 mod peer_tls;
 mod probes;
+mod rsocket;
 mod server;
+mod sync_socket;
 mod sync_stream;
 mod write_checkpoint;
 mod write_timeout;
@@ -31,3 +33,9 @@ pub use server::{bind, raise_open_files_limit, serve, HttpState};
 
 /// The body type every handler answers with, whole or streamed.
 pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;
+
+/// An empty [`Body`].
+fn empty_body() -> Body {
+    use http_body_util::BodyExt;
+    http_body_util::Empty::new().boxed()
+}

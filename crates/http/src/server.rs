@@ -7,7 +7,6 @@ use std::time::Duration;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
@@ -17,7 +16,7 @@ use super::limits::HttpLimits;
 use super::probes::{self, Probe};
 use super::write_timeout::WriteTimeout;
 use super::Body;
-use super::{cors, metrics, peer_copy, sync_stream, write_checkpoint};
+use super::{cors, metrics, peer_copy, sync_socket, sync_stream, write_checkpoint};
 use service::SyncService;
 use status::StatusCell;
 
@@ -142,8 +141,8 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     limits: HttpLimits,
 ) {
-    let graceful = GracefulShutdown::new();
     let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let connections_stop = shutdown.clone();
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(TokioTimer::new())
@@ -195,10 +194,23 @@ pub async fn serve(
                     async move { Ok::<_, std::convert::Infallible>(route(req, &state, peer).await) }
                 });
                 let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
-                let conn = http1.serve_connection(io, service);
-                let conn = graceful.watch(conn);
+                // Upgrades (the sync stream over a WebSocket) are served; at shutdown a
+                // connection finishes its answer and closes.
+                let conn = http1.serve_connection(io, service).with_upgrades();
+                let mut stop = connections_stop.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    let mut conn = std::pin::pin!(conn);
+                    let stopping = async move {
+                        let _ = stop.wait_for(|stop| *stop).await;
+                    };
+                    let ended = tokio::select! {
+                        ended = conn.as_mut() => ended,
+                        () = stopping => {
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
+                        }
+                    };
+                    if let Err(e) = ended {
                         tracing::debug!(error = %e, "HTTP connection ended with an error");
                     }
                     drop(permit);
@@ -207,7 +219,9 @@ pub async fn serve(
         }
     }
     acceptors.shutdown().await;
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    // Every connection holds a permit until it ends.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN_TIMEOUT, connections.acquire_many(all))
         .await
         .is_err()
     {
@@ -279,6 +293,9 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -
     match (method, path.as_str()) {
         (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
         (Method::POST, "/sync/stream") => sync_stream::handle(req, state.sync.clone()).await,
+        (Method::GET, "/sync/stream") if sync_socket::is_upgrade(&req) => {
+            sync_socket::handle(req, state.sync.clone())
+        }
         (Method::POST, write_checkpoint::REQUEST_PATH) => {
             write_checkpoint::handle_request(req, state.sync.clone()).await
         }

@@ -56,11 +56,6 @@ async fn start(
     let compressor = coding
         .compressor()
         .map_err(|e| ApiError::unavailable(format!("cannot start compression: {e}")))?;
-    let permit = service
-        .streams
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::too_many_streams())?;
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
@@ -71,7 +66,51 @@ async fn start(
             })
         })?
         .to_bytes();
-    let request = SyncRequest::parse(&body).map_err(sync_error)?;
+    let (encoding, rx) = open(service, user, encoding, compressor, &body)?;
+    let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|bytes| (Ok::<_, std::convert::Infallible>(Frame::data(bytes)), rx))
+    }));
+    let mut response = Response::new(BodyExt::boxed(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(encoding.content_type()),
+    );
+    headers.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
+    headers.insert(
+        header::VARY,
+        header::HeaderValue::from_static("accept, accept-encoding"),
+    );
+    if let Some(value) = coding.header() {
+        headers.insert(header::CONTENT_ENCODING, value);
+    }
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    *response.status_mut() = StatusCode::OK;
+    Ok(response)
+}
+
+/// Opens a sync stream for `user` with the request `body`, whatever the transport: its
+/// lines, encoded (`encoding`, adjusted to the request's `raw_data`, returned) and
+/// compressed, as they are produced. The queue holds [`SEND_QUEUE`] chunks: a transport
+/// that stops taking them holds the stream.
+pub(super) fn open(
+    service: &Arc<SyncService>,
+    user: auth::AuthenticatedUser,
+    encoding: Encoding,
+    compressor: Compressor,
+    body: &[u8],
+) -> Result<(Encoding, mpsc::Receiver<Bytes>), ApiError> {
+    let permit = service
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::too_many_streams())?;
+    let request = SyncRequest::parse(body).map_err(sync_error)?;
     // As the official service: JSON for a client that did not ask for `raw_data` carries
     // the rows as objects.
     let encoding = match (encoding, request.raw_data) {
@@ -130,31 +169,7 @@ async fn start(
             Ok(()) => {}
         }
     });
-    let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|bytes| (Ok::<_, std::convert::Infallible>(Frame::data(bytes)), rx))
-    }));
-    let mut response = Response::new(BodyExt::boxed(body));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(encoding.content_type()),
-    );
-    headers.insert("x-accel-buffering", header::HeaderValue::from_static("no"));
-    headers.insert(
-        header::VARY,
-        header::HeaderValue::from_static("accept, accept-encoding"),
-    );
-    if let Some(value) = coding.header() {
-        headers.insert(header::CONTENT_ENCODING, value);
-    }
-    headers.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-store"),
-    );
-    *response.status_mut() = StatusCode::OK;
-    Ok(response)
+    Ok((encoding, rx))
 }
 
 /// BSON when the client ranks it at least as high as NDJSON (every SDK asks for it
