@@ -307,42 +307,46 @@ fn official(e: &mut TextEncoder, state: &HttpState) {
     let sync = &state.sync;
     let served = sync.current();
     let progress = &served.stream_progress;
-    e.single_u64(
-        "powersync_concurrent_connections",
-        Kind::Gauge,
-        "Sync connections open now (as powersync_mdbx_sync_streams_open).",
-        sync.open_streams() as u64,
-    );
-    e.single_u64(
-        "powersync_operations_synced_total",
-        Kind::Counter,
-        "Bucket ops sent to clients (as powersync_mdbx_sync_ops_sent_total).",
-        sync.ops_sent.load(Relaxed),
-    );
-    e.single_u64(
-        "powersync_data_synced_bytes_total",
-        Kind::Counter,
-        "Bytes of sync lines sent to clients, before compression.",
-        sync.bytes_synced.load(Relaxed),
-    );
-    e.single_u64(
-        "powersync_data_sent_bytes_total",
-        Kind::Counter,
-        "Bytes sent to clients, after compression where the client asked for it.",
-        sync.bytes_sent.load(Relaxed),
-    );
-    e.single_u64(
-        "powersync_rows_replicated_total",
-        Kind::Counter,
-        "Source row changes applied (as powersync_mdbx_rows_applied_total).",
-        progress.changes.load(Relaxed),
-    );
-    e.single_u64(
-        "powersync_transactions_replicated_total",
-        Kind::Counter,
-        "Source transactions applied (as powersync_mdbx_source_transactions_applied_total).",
-        progress.transactions.load(Relaxed),
-    );
+    for (name, kind, help, value) in [
+        (
+            "powersync_concurrent_connections",
+            Kind::Gauge,
+            "Sync connections open now (as powersync_mdbx_sync_streams_open).",
+            sync.open_streams() as u64,
+        ),
+        (
+            "powersync_operations_synced_total",
+            Kind::Counter,
+            "Bucket ops sent to clients (as powersync_mdbx_sync_ops_sent_total).",
+            sync.ops_sent.load(Relaxed),
+        ),
+        (
+            "powersync_data_synced_bytes_total",
+            Kind::Counter,
+            "Bytes of sync lines sent to clients, before compression.",
+            sync.bytes_synced.load(Relaxed),
+        ),
+        (
+            "powersync_data_sent_bytes_total",
+            Kind::Counter,
+            "Bytes sent to clients, after compression where the client asked for it.",
+            sync.bytes_sent.load(Relaxed),
+        ),
+        (
+            "powersync_rows_replicated_total",
+            Kind::Counter,
+            "Source row changes applied (as powersync_mdbx_rows_applied_total).",
+            progress.changes.load(Relaxed),
+        ),
+        (
+            "powersync_transactions_replicated_total",
+            Kind::Counter,
+            "Source transactions applied (as powersync_mdbx_source_transactions_applied_total).",
+            progress.transactions.load(Relaxed),
+        ),
+    ] {
+        e.single_u64(name, kind, help, value);
+    }
     e.single(
         "powersync_replication_lag_seconds",
         Kind::Gauge,
