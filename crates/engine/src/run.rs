@@ -301,20 +301,28 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
                         extra_file_bytes: p.extra_file_bytes,
                     })
                     .collect();
-                r.rebuild =
-                    stream_progress
-                        .rebuild
-                        .lock()
-                        .as_ref()
-                        .map(|p| status::RebuildStatus {
-                            reason: p.why.clone(),
-                            started_at: p.started_at,
-                            tables_total: p.tables_total,
-                            tables_done: p.tables_done,
-                            rows_merged: p.rows_merged,
-                            rows_written: p.rows_written,
-                            extra_file_bytes: p.extra_file_bytes,
-                        });
+                r.rebuild = stream_progress.rebuild.lock().as_ref().map(|p| {
+                    let seconds = unix_now().saturating_sub(p.started_at) as f64;
+                    let rate = if seconds > 0.0 {
+                        p.rows_merged as f64 / seconds
+                    } else {
+                        0.0
+                    };
+                    let (percent, eta_seconds) =
+                        snapshot_estimate(p.rows_merged, p.rows_estimated, rate);
+                    status::RebuildStatus {
+                        reason: p.why.clone(),
+                        started_at: p.started_at,
+                        tables_total: p.tables_total,
+                        tables_done: p.tables_done,
+                        rows_merged: p.rows_merged,
+                        rows_estimated: p.rows_estimated,
+                        percent,
+                        eta_seconds,
+                        rows_written: p.rows_written,
+                        extra_file_bytes: p.extra_file_bytes,
+                    }
+                });
                 r.tables_gone = stream_progress.tables_gone.load(Relaxed);
                 r.tables_missing = stream_progress.tables_missing.load(Relaxed);
                 r.rebuilding = stream_progress.rebuilding.load(Relaxed);
@@ -356,19 +364,34 @@ fn snapshot_estimate(rows: u64, estimated: u64, rate: f64) -> (Option<f64>, Opti
     )
 }
 
-/// Every [`SNAPSHOT_LOG_EVERY`] while snapshotting, a log line with the snapshot's progress
-/// as `status()` shows it.
+/// Every [`SNAPSHOT_LOG_EVERY`] while snapshotting or rebuilding from a new slot, a log
+/// line with its progress as `status()` shows it.
 fn log_snapshot_progress(status: &StatusCell, last: &mut std::time::Instant) {
     if last.elapsed() < SNAPSHOT_LOG_EVERY {
         return;
     }
     let snapshot = status.snapshot();
-    let (Phase::Snapshotting, Some(r)) = (snapshot.phase, snapshot.replication.as_ref()) else {
+    let Some(r) = snapshot.replication.as_ref() else {
         return;
     };
-    *last = std::time::Instant::now();
     let show =
         |v: Option<f64>, unit: &str| v.map_or_else(|| "?".to_owned(), |v| format!("{v}{unit}"));
+    if let Some(b) = r.rebuild.as_ref().filter(|_| r.rebuilding) {
+        *last = std::time::Instant::now();
+        tracing::info!(
+            tables = format!("{}/{}", b.tables_done, b.tables_total),
+            rows = b.rows_merged,
+            rows_estimated = b.rows_estimated,
+            percent = show(b.percent, "%"),
+            eta = show(b.eta_seconds, " s"),
+            "rebuild progress"
+        );
+        return;
+    }
+    if snapshot.phase != Phase::Snapshotting {
+        return;
+    }
+    *last = std::time::Instant::now();
     tracing::info!(
         tables = format!("{}/{}", r.tables_done, r.tables_total),
         rows = r.rows,
@@ -487,5 +510,26 @@ fn stream_limits(api: &config::ApiLimits, http: &http::HttpLimits) -> StreamLimi
                 .max_parameter_query_results
                 .unwrap_or(defaults.request.max_parameter_results),
         },
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::snapshot_estimate;
+
+    #[test]
+    fn progress_is_a_share_of_the_estimate_and_an_eta_at_the_rate_so_far() {
+        assert_eq!(snapshot_estimate(500, 0, 10.0), (None, None));
+        assert_eq!(
+            snapshot_estimate(250, 1_000, 50.0),
+            (Some(25.0), Some(15.0))
+        );
+        // Past the planner's estimate: not 100 % before the copy completes.
+        assert_eq!(
+            snapshot_estimate(1_200, 1_000, 50.0),
+            (Some(99.9), Some(0.0))
+        );
+        // No rate yet: a percent, no ETA.
+        assert_eq!(snapshot_estimate(0, 1_000, 0.0), (Some(0.0), None));
     }
 }

@@ -113,6 +113,8 @@ pub struct RebuildProgress {
     pub tables_done: u64,
     /// Copied rows merged so far.
     pub rows_merged: u64,
+    /// The planner's estimate of the rows to copy (0: unknown).
+    pub rows_estimated: u64,
     /// Of those, rows written because their output changed.
     pub rows_written: u64,
     /// How much the store's file grew since it started, bytes.

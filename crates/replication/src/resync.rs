@@ -115,6 +115,11 @@ pub(super) async fn rebuild(
     let consistent_point = exported.consistent_point;
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
+    let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
+    let estimated = source::estimated_rows(&reader, &oids).await?;
+    if let Some(p) = context.progress.rebuild.lock().as_mut() {
+        p.rows_estimated = estimated;
+    }
 
     let mut rebuilt = intent.clone();
     let mut total = Merged::default();

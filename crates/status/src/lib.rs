@@ -245,7 +245,7 @@ pub struct RecopyStatus {
 }
 
 /// A rebuild from a new slot (its slot was lost or invalidated).
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct RebuildStatus {
     /// What happened to the old slot.
     pub reason: String,
@@ -257,6 +257,13 @@ pub struct RebuildStatus {
     pub tables_done: u64,
     /// Copied rows merged so far.
     pub rows_merged: u64,
+    /// The planner's estimate of the rows to copy (0: unknown).
+    pub rows_estimated: u64,
+    /// `rows_merged` against `rows_estimated` (at most 99.9 until done); `None` without
+    /// an estimate.
+    pub percent: Option<f64>,
+    /// Seconds still needed at the rate so far; `None` without an estimate.
+    pub eta_seconds: Option<f64>,
     /// Of those, rows written because their output changed.
     pub rows_written: u64,
     /// How much the store's file grew since it started, bytes.
