@@ -190,3 +190,41 @@ fn credit_bounds_what_a_websocket_stream_sends() {
         assert!(completed, "the stream completed when its token expired");
     });
 }
+
+/// A WebSocket holds a stream's place from its upgrade on: sockets that never send their
+/// SETUP count against `api.parameters.max_concurrent_connections`, and the next upgrade
+/// is refused with 429 instead of piling up.
+#[test]
+fn upgraded_sockets_count_against_the_stream_limit() {
+    let rig = EngineRig::start_with(
+        SCHEMA,
+        RULES,
+        "psm_ws_limit_test",
+        "api:\n  parameters:\n    max_concurrent_connections: 2\n",
+        None,
+    );
+    let port = rig.port;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let _idle = [connect(port).await, connect(port).await];
+        let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let refused = match tokio_tungstenite::client_async(
+            format!("ws://127.0.0.1:{port}/sync/stream"),
+            tcp,
+        )
+        .await
+        {
+            Ok(_) => panic!("a third socket is accepted"),
+            Err(e) => e,
+        };
+        match refused {
+            tokio_tungstenite::tungstenite::Error::Http(response) => {
+                assert_eq!(response.status(), 429);
+            }
+            other => panic!("refused with {other}"),
+        }
+    });
+}

@@ -58,6 +58,12 @@ pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Bod
     if !version_13 {
         return ApiError::bad_request("only WebSocket version 13 is spoken".into()).into_response();
     }
+    // The socket holds a stream's place from its upgrade on: sockets waiting for their
+    // SETUP count against the limit of streams too.
+    let Ok(permit) = service.streams.clone().try_acquire_owned() else {
+        service.sync_responses.add(429);
+        return ApiError::too_many_streams().into_response();
+    };
     let accept = derive_accept_key(key.as_bytes());
     // Counted as the stream's answer (`powersync_mdbx_sync_responses_total{status="101"}`).
     service.sync_responses.add(101);
@@ -74,7 +80,7 @@ pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Bod
                     Some(config),
                 )
                 .await;
-                serve(socket, service).await;
+                serve(socket, service, permit).await;
             }
             Err(e) => tracing::debug!(error = %e, "a WebSocket upgrade failed"),
         }
@@ -105,8 +111,14 @@ struct Refusal {
     message: String,
 }
 
-async fn serve(mut socket: Socket, service: Arc<SyncService>) {
-    let ended = match tokio::time::timeout(SETUP_TIMEOUT, start(&mut socket, &service)).await {
+async fn serve(
+    mut socket: Socket,
+    service: Arc<SyncService>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let ended = match tokio::time::timeout(SETUP_TIMEOUT, start(&mut socket, &service, permit))
+        .await
+    {
         Err(_) => Err(Refusal {
             stream: 0,
             code: rsocket::INVALID_SETUP,
@@ -129,8 +141,10 @@ async fn serve(mut socket: Socket, service: Arc<SyncService>) {
 async fn start(
     socket: &mut Socket,
     service: &Arc<SyncService>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Option<(u32, u64, mpsc::Receiver<Bytes>)>, Refusal> {
     let mut user = None;
+    let mut permit = Some(permit);
     loop {
         let Some(frame) = next_frame(socket).await? else {
             return Ok(None);
@@ -183,8 +197,15 @@ async fn start(
                         "cannot start the stream: {e}"
                     )))
                 })?;
-                let (_, lines) =
-                    open(service, user, Encoding::Bson, compressor, &data).map_err(refuse)?;
+                let (_, lines) = open(
+                    service,
+                    user,
+                    Encoding::Bson,
+                    compressor,
+                    &data,
+                    permit.take(),
+                )
+                .map_err(refuse)?;
                 return Ok(Some((stream, u64::from(credit), lines)));
             }
             Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,

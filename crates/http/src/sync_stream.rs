@@ -66,7 +66,7 @@ async fn start(
             })
         })?
         .to_bytes();
-    let (encoding, rx) = open(service, user, encoding, compressor, &body)?;
+    let (encoding, rx) = open(service, user, encoding, compressor, &body, None)?;
     let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -97,19 +97,24 @@ async fn start(
 /// Opens a sync stream for `user` with the request `body`, whatever the transport: its
 /// lines, encoded (`encoding`, adjusted to the request's `raw_data`, returned) and
 /// compressed, as they are produced. The queue holds [`SEND_QUEUE`] chunks: a transport
-/// that stops taking them holds the stream.
+/// that stops taking them holds the stream. `permit` is the stream's place when the
+/// transport took it already (a WebSocket, from its upgrade on).
 pub(super) fn open(
     service: &Arc<SyncService>,
     user: auth::AuthenticatedUser,
     encoding: Encoding,
     compressor: Compressor,
     body: &[u8],
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(Encoding, mpsc::Receiver<Bytes>), ApiError> {
-    let permit = service
-        .streams
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::too_many_streams())?;
+    let permit = match permit {
+        Some(permit) => permit,
+        None => service
+            .streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::too_many_streams())?,
+    };
     let request = SyncRequest::parse(body).map_err(sync_error)?;
     // As the official service: JSON for a client that did not ask for `raw_data` carries
     // the rows as objects.
