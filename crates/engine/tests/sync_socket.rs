@@ -75,6 +75,17 @@ fn parse(frame: &[u8]) -> (u16, u16, Vec<u8>) {
     (word >> 10, word & 0x3FF, frame[6..].to_vec())
 }
 
+/// A socket whose SETUP carries `token` and whose stream asks for `credit` lines first.
+async fn open_stream(port: u16, token: &str, credit: u32) -> Socket {
+    let mut socket = connect(port).await;
+    socket.send(Message::binary(setup(token))).await.unwrap();
+    socket
+        .send(Message::binary(request_stream(credit)))
+        .await
+        .unwrap();
+    socket
+}
+
 async fn connect(port: u16) -> Socket {
     let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (socket, response) =
@@ -114,17 +125,10 @@ fn credit_bounds_what_a_websocket_stream_sends() {
         .unwrap();
     runtime.block_on(async {
         let quiet = Duration::from_millis(700);
-        let long = Duration::from_secs(30);
+        // Waits for a frame as long as the run lets anything stall.
+        let long = testkit::Patience::of_run().stall;
         // One credit: one line (the checkpoint), then nothing until more is asked for.
-        let mut socket = connect(port).await;
-        socket
-            .send(Message::binary(setup(&token("u1", 600))))
-            .await
-            .unwrap();
-        socket
-            .send(Message::binary(request_stream(1)))
-            .await
-            .unwrap();
+        let mut socket = open_stream(port, &token("u1", 600), 1).await;
         let (kind, _, first) = next(&mut socket, long).await.unwrap();
         assert_eq!(kind, PAYLOAD);
         assert!(contains(&first, b"checkpoint\0"), "a BSON checkpoint line");
@@ -171,15 +175,7 @@ fn credit_bounds_what_a_websocket_stream_sends() {
         );
 
         // A token about to expire: the stream completes when it does.
-        let mut socket = connect(port).await;
-        socket
-            .send(Message::binary(setup(&token("u1", 2))))
-            .await
-            .unwrap();
-        socket
-            .send(Message::binary(request_stream(100_000)))
-            .await
-            .unwrap();
+        let mut socket = open_stream(port, &token("u1", 2), 100_000).await;
         let completed = loop {
             match next(&mut socket, long).await {
                 Some((PAYLOAD, flags, _)) if flags & 0x40 != 0 => break true,

@@ -353,7 +353,11 @@ fn official(e: &mut TextEncoder, state: &HttpState) {
         "As powersync_mdbx_replication_lag_seconds.",
         lag_seconds(progress.pending.oldest_commit_unix_micros()),
     );
-    let sizes = served.store.table_sizes().unwrap_or_default();
+    // Unreadable sizes are left out rather than shown as zero (the store's own errors
+    // reach the stream and status()).
+    let Ok(sizes) = served.store.table_sizes() else {
+        return;
+    };
     let bytes_of = |tables: &[&str]| -> u64 {
         sizes
             .iter()

@@ -73,7 +73,7 @@ impl Store {
         out.write_all(FORMAT.as_bytes()).map_err(io)?;
         let (pipe_out, pipe_in) = pipe().map_err(io)?;
         let (copied, framed) = std::thread::scope(|scope| {
-            let framing = scope.spawn(move || frame_file(File::from(pipe_out), out));
+            let framing = scope.spawn(|| frame_file(File::from(pipe_out), &mut *out));
             // SAFETY: `txn` is a live read transaction of this environment, used by no
             // other thread meanwhile; the descriptor is open for writing until the drop.
             let rc = unsafe {
@@ -91,14 +91,19 @@ impl Store {
             (rc, framed)
         });
         // The framing's error says more: a reader that went away made the copy fail too.
-        framed.map_err(io)?;
+        let total = framed.map_err(io)?;
         if copied != 0 {
+            // No end mark: the receiver refuses the copy as cut short.
             return Err(StoreError::mdbx(
                 &self.dir,
                 "copy the data file",
                 libmdbx::Error::from_err_code(copied),
             ));
         }
+        // The end mark only once libmdbx has copied the whole file.
+        out.write_all(&[END]).map_err(io)?;
+        out.write_all(&total.to_le_bytes()).map_err(io)?;
+        out.flush().map_err(io)?;
         Ok(checkpoint)
     }
 
@@ -186,8 +191,9 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(ends)
 }
 
-/// Frames what libmdbx writes into the pipe until it closes, then ends the copy.
-fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+/// Frames what libmdbx writes into the pipe until it closes; returns the bytes framed.
+/// The end mark is the caller's, once libmdbx reports the copy complete.
+fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<u64> {
     let mut buffer = vec![0u8; FRAME_BYTES];
     let mut total = 0u64;
     loop {
@@ -208,9 +214,7 @@ fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<(
         }
         total += n as u64;
     }
-    out.write_all(&[END])?;
-    out.write_all(&total.to_le_bytes())?;
-    out.flush()
+    Ok(total)
 }
 
 /// Writes the copy's file into `incoming` (created afresh, mode 0700).
