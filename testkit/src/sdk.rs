@@ -109,17 +109,43 @@ impl SdkClient {
             .stdin(Stdio::null())
             .output()
             .expect("node runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().last().unwrap_or_default();
-        let value: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("client printed no JSON line ({e}): {text}"));
+        finished_run(&out, &format!("e2e client `{scenario}`"))
+    }
+
+    /// Runs the same setup in a real browser: `e2e/browser.mjs` bundles the official
+    /// `@powersync/web` SDK into a page, serves it on a loopback port and drives it in
+    /// headless Chromium until it has synced; the page's screenshot goes to `screenshot`.
+    /// Returns the page's result (rows, their digest, buckets, SDK warnings); panics with
+    /// it when the page failed, and with the fix when the browser or the web SDK is
+    /// missing.
+    pub fn run_in_browser(&self, screenshot: &Path) -> Value {
+        let dir = e2e_dir();
+        let chromium = std::env::var_os("PSM_CHROMIUM")
+            .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
         assert!(
-            out.status.success() && value["ok"] == true,
-            "e2e client `{scenario}` failed ({}): {}",
-            out.status,
-            summarize(&value)
+            chromium.exists(),
+            "no browser at {}: apt-get install chromium (scripts/setup.sh does)",
+            chromium.display()
         );
-        value
+        assert!(
+            dir.join("node_modules/@powersync/web/package.json")
+                .exists()
+                && dir
+                    .join("node_modules/puppeteer-core/package.json")
+                    .exists(),
+            "the web SDK or puppeteer-core is not installed in e2e/node_modules: run \
+             e2e/install.sh (scripts/setup.sh does)"
+        );
+        let out = Command::new(&self.node)
+            .arg(dir.join("browser.mjs"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("PSM_CHROMIUM", &chromium)
+            .env("PSM_SCREENSHOT", screenshot)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("node runs");
+        finished_run(&out, "the web SDK in Chromium")
     }
 
     /// Starts the `watch` scenario and waits for its first-sync line.
@@ -214,6 +240,21 @@ impl Drop for WatchClient {
 }
 
 /// A failure line without the (large) row dumps.
+/// The last JSON line a finished client printed; panics with it when the run failed.
+fn finished_run(out: &std::process::Output, what: &str) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    let value: Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("{what} printed no JSON line ({e}): {text}"));
+    assert!(
+        out.status.success() && value["ok"] == true,
+        "{what} failed ({}): {}",
+        out.status,
+        summarize(&value)
+    );
+    value
+}
+
 fn summarize(value: &Value) -> String {
     let mut v = value.clone();
     if let Some(obj) = v.as_object_mut() {
