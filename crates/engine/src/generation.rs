@@ -97,6 +97,9 @@ pub(super) struct Generation {
     pub stream_progress: Arc<StreamProgress>,
     published: watch::Sender<Checkpoint>,
     checkpoints: watch::Receiver<Checkpoint>,
+    /// Which of its streams a published checkpoint concerns (shared by every `Served` of
+    /// it: one consumer of its store's changes).
+    wakeups: Arc<service::Wakeups>,
     /// Turns true when the snapshot is complete and durable.
     snapshot_done: watch::Sender<bool>,
     stop: watch::Sender<bool>,
@@ -127,6 +130,7 @@ impl Generation {
         let store = opened.store;
         let initial = store.read(|view| view.checkpoint())?;
         let (published, checkpoints) = watch::channel(initial);
+        let wakeups = service::Wakeups::new(&store, checkpoints.clone());
         Ok(Self {
             number,
             store,
@@ -137,6 +141,7 @@ impl Generation {
             stream_progress: Arc::new(StreamProgress::default()),
             published,
             checkpoints,
+            wakeups,
             snapshot_done: watch::Sender::new(false),
             stop: watch::Sender::new(false),
             task: None,
@@ -157,6 +162,7 @@ impl Generation {
             store: self.store.clone(),
             rules: self.rules.clone(),
             checkpoints: self.checkpoints.clone(),
+            wakeups: self.wakeups.clone(),
             stream_progress: self.stream_progress.clone(),
             snapshot_progress: self.progress.clone(),
         })

@@ -252,17 +252,19 @@ impl Stream {
             return self.send_line(&SyncLine::TokenExpiresIn(0)).await;
         }
         let mut generations = self.service.subscribe();
-        let mut checkpoints = self.served.checkpoints.clone();
+        let mut wakeups = self.served.wakeups.register(&self.key);
         let mut shutdown = self.service.shutdown.clone();
         let mut next_keepalive = Instant::now() + jittered(KEEPALIVE);
         loop {
             let served = generations.borrow_and_update().clone();
             if !Arc::ptr_eq(&served, &self.served) {
                 self.follow(served);
-                checkpoints = self.served.checkpoints.clone();
+                if !wakeups.is_of(&self.served.wakeups) {
+                    wakeups = self.served.wakeups.register(&self.key);
+                }
             }
-            let checkpoint = *checkpoints.borrow_and_update();
-            self.announce(checkpoint).await?;
+            let checkpoint = *self.served.checkpoints.borrow();
+            self.announce(checkpoint, &wakeups).await?;
             loop {
                 let wake = next_keepalive.min(if Instant::now() + EXPIRY_WARNING < expires_at {
                     expires_at - EXPIRY_WARNING
@@ -270,9 +272,9 @@ impl Stream {
                     expires_at
                 });
                 tokio::select! {
-                    changed = checkpoints.changed() => {
+                    () = wakeups.woken() => {
                         // A generation left behind closes its channel once replaced.
-                        if changed.is_err() && Arc::ptr_eq(&generations.borrow(), &self.served) {
+                        if wakeups.is_closed() && Arc::ptr_eq(&generations.borrow(), &self.served) {
                             return Err(End::Shutdown);
                         }
                         break;
@@ -321,20 +323,40 @@ impl Stream {
         self.served = served;
     }
 
-    /// Sends the line for `checkpoint` (if it concerns this connection) and its data.
-    async fn announce(&mut self, checkpoint: Checkpoint) -> Result<(), End> {
-        // One blocking call per checkpoint (this runs for every stream on every commit):
-        // the write-checkpoint request, then the line.
+    /// Sends the line for `checkpoint` (if it concerns this connection) and its data, and
+    /// tells `wakeups` which later checkpoints concern it: those changing a bucket it
+    /// announced or its write-checkpoint record, or every one while its first checkpoint
+    /// is held or its write checkpoint waits for the LSN to pass.
+    async fn announce(
+        &mut self,
+        checkpoint: Checkpoint,
+        wakeups: &service::Subscription,
+    ) -> Result<(), End> {
+        // One blocking call per checkpoint that concerns the stream: the write-checkpoint
+        // request, then the line.
         let store = self.served.store.clone();
         let key = self.key.clone();
         let reported = self.reported;
-        let (line, report) = self
+        let read_after = wakeups.dispatches();
+        let (line, report, pending) = self
             .blocking(move |producer| {
                 let wanted = store.read(|view| requested(view, &key))?;
+                let pending = wanted.is_some_and(|w| w.lsn > checkpoint.lsn);
                 let report = to_report(wanted, checkpoint.lsn, reported);
-                Ok((producer.session.checkpoint(&store, report)?, report))
+                Ok((
+                    producer.session.checkpoint(&store, report)?,
+                    report,
+                    pending,
+                ))
             })
             .await?;
+        if let Some(Producer { session, .. }) = &self.producer {
+            wakeups.watch(
+                session.announced_buckets(),
+                pending || session.is_unannounced(),
+                read_after,
+            );
+        }
         let Some(line) = line else { return Ok(()) };
         self.reported = report;
         if let Some(Producer { session, .. }) = &self.producer {

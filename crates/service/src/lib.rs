@@ -17,6 +17,7 @@ pub mod request;
 mod service;
 pub mod session;
 mod user_rate;
+pub mod wakeups;
 pub mod write_checkpoint;
 
 pub use checkpoint_state::{RequestLimits, DEFAULT_MAX_PARAMETER_RESULTS};
@@ -37,3 +38,4 @@ pub use service::{
 };
 pub use session::SyncSession;
 pub use user_rate::UserRate;
+pub use wakeups::{Subscription, Wakeups};

@@ -60,6 +60,8 @@ pub struct Served {
     pub rules: Arc<SyncRules>,
     /// Durable checkpoints as replication publishes them.
     pub checkpoints: watch::Receiver<Checkpoint>,
+    /// Which streams each of them concerns (one per store).
+    pub wakeups: Arc<crate::Wakeups>,
     /// The stream's counters (for `/metrics`).
     pub stream_progress: Arc<StreamProgress>,
     /// The snapshot's counters (for `/metrics`).

@@ -271,6 +271,13 @@ impl SyncSession {
         self.announced.as_ref().map(|a| a.last_op_id)
     }
 
+    /// The names of the buckets in the set of the last checkpoint-type line.
+    pub fn announced_buckets(&self) -> impl Iterator<Item = &str> {
+        self.announced
+            .iter()
+            .flat_map(|a| a.buckets.keys().map(String::as_str))
+    }
+
     /// Buckets in the set of the last checkpoint-type line.
     pub fn bucket_count(&self) -> usize {
         self.announced.as_ref().map_or(0, |a| a.buckets.len())

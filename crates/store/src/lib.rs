@@ -7,6 +7,7 @@
 //! inputs are its own types: it knows nothing of the rules that produce them.
 #![warn(missing_docs)]
 
+mod changes;
 pub mod checksum;
 mod codec;
 mod compress;
@@ -36,6 +37,7 @@ use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, ReadWriteOptions, Syn
 
 use metrics::ReadTracker;
 
+pub use changes::Changes;
 pub use checksum::remove_checksum;
 pub use dir::{
     advance_generation, next_generation, remove_store_files, set_next_generation, STORE_FILES,
@@ -90,6 +92,8 @@ pub struct Store {
     codec: parking_lot::RwLock<std::sync::Arc<compress::RecordCodec>>,
     /// Read transactions open now and started so far (for `/metrics`).
     reads: ReadTracker,
+    /// What the commits since the last [`Store::take_changes`] changed.
+    changes: changes::ChangeLog,
 }
 
 /// A consistent point clients can sync to: every op up to `op_id` is committed, and the
@@ -162,6 +166,7 @@ impl Store {
             poisoned: AtomicBool::new(false),
             codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
             reads: ReadTracker::default(),
+            changes: changes::ChangeLog::default(),
         })
     }
 
@@ -279,7 +284,7 @@ impl Store {
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
         let codec = self.codec.read().clone();
-        let (result, (checkpoint, trained)) = {
+        let (result, finished) = {
             let tables = tables::Tables::open(&txn, &self.dir)?;
             let mut write = WriteTxn::begin(&txn, &tables, &self.dir, &codec)?;
             let result = changes(&mut write)?;
@@ -289,11 +294,12 @@ impl Store {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e).into());
         }
-        if let Some(dictionary) = trained {
+        if let Some(dictionary) = finished.trained {
             *self.codec.write() =
                 std::sync::Arc::new(compress::RecordCodec::with_dictionary(&dictionary));
         }
-        Ok((result, checkpoint))
+        self.changes.record(finished.changes);
+        Ok((result, finished.checkpoint))
     }
 
     /// Flushes every commit to disk; failure poisons the store.
@@ -336,7 +342,15 @@ impl Store {
             StoreError::mdbx(&self.dir, "commit", e)
         })?;
         *self.codec.write() = std::sync::Arc::new(compress::RecordCodec::raw());
+        self.changes.record(Changes::everything());
         self.sync()
+    }
+
+    /// What the commits since the last call changed (buckets, lookups, stage records),
+    /// for the one consumer that wakes the streams concerned when a checkpoint is
+    /// published. Recorded after each commit, so a reader that then looks sees it.
+    pub fn take_changes(&self) -> Changes {
+        self.changes.take()
     }
 
     /// Writes one engine stage's record durably in its own transaction, leaving the data,
@@ -373,6 +387,10 @@ impl Store {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e));
         }
+        self.changes.record(Changes {
+            stage_keys: records.iter().map(|(key, _)| key.clone()).collect(),
+            ..Changes::default()
+        });
         self.sync()
     }
 
@@ -389,17 +407,20 @@ impl Store {
                 path: self.dir.clone(),
             });
         }
+        let stage_key = key;
         let key = format!("stage.{key}");
         let txn = self
             .db
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        let written;
         let result = {
             let tables = tables::Tables::open(&txn, &self.dir)?;
             let stored: Option<Vec<u8>> = txn
                 .get(&tables.meta, key.as_bytes())
                 .map_err(|e| StoreError::mdbx(&self.dir, "read a stage record", e))?;
             let (value, result) = update(stored.as_deref());
+            written = value.is_some();
             if let Some(value) = value {
                 txn.put(
                     &tables.meta,
@@ -414,6 +435,12 @@ impl Store {
         if let Err(e) = txn.commit() {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        if written {
+            self.changes.record(Changes {
+                stage_keys: [stage_key.to_owned()].into(),
+                ..Changes::default()
+            });
         }
         self.sync()?;
         Ok(result)

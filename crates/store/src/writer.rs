@@ -32,7 +32,7 @@ use super::forks::{Fork, Forks, KEY_FORKS};
 use super::op::{BucketState, StoredOp};
 use super::op_blocks::{self, block_error};
 use super::tables::Tables;
-use super::{Checkpoint, StoreError};
+use super::{Changes, Checkpoint, StoreError};
 use crate::long_keys::stored_key;
 
 const KEY_COUNTERS: &[u8] = b"counters";
@@ -146,6 +146,19 @@ pub struct WriteTxn<'t, 'db> {
     diverging: bool,
     /// This transaction forked the history.
     forked: bool,
+    /// What this transaction changed besides bucket accumulators (`dirty`), for the
+    /// sync service's wakeups: a lookup written or removed, stage records written.
+    lookups_changed: std::cell::Cell<bool>,
+    stage_keys: std::cell::RefCell<std::collections::HashSet<String>>,
+}
+
+/// What a finished write leaves for the store to do once it is committed.
+pub(super) struct Finished {
+    pub checkpoint: Checkpoint,
+    /// A dictionary trained in the transaction, to compress with from the next one on.
+    pub trained: Option<Vec<u8>>,
+    /// What it changed ([`crate::Store::take_changes`]).
+    pub changes: Changes,
 }
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
@@ -187,6 +200,8 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             known_buckets: foldhash::HashMap::default(),
             diverging: false,
             forked: false,
+            lookups_changed: std::cell::Cell::new(false),
+            stage_keys: std::cell::RefCell::default(),
         })
     }
 
@@ -219,6 +234,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
 
     /// Writes an engine stage's record (`key` is one of the `stage.` keys).
     pub fn put_stage_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.stage_keys.borrow_mut().insert(key.to_owned());
         let key = format!("stage.{key}");
         self.txn
             .put(&self.tables.meta, key.as_bytes(), value, WriteFlags::UPSERT)
@@ -227,6 +243,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
 
     /// Removes an engine stage's record (nothing when there is none).
     pub fn delete_stage_record(&self, key: &str) -> Result<(), StoreError> {
+        self.stage_keys.borrow_mut().insert(key.to_owned());
         let key = format!("stage.{key}");
         self.txn
             .del(&self.tables.meta, key.as_bytes(), None)
@@ -308,10 +325,15 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         Ok(())
     }
 
+    /// Notes that a parameter lookup was written or removed.
+    pub(super) fn lookups_changed(&self) {
+        self.lookups_changed.set(true);
+    }
+
     /// Persists accumulators, counters and the checkpoint `(last op id, lsn)`.
     /// Also returns a dictionary trained in this transaction (stored with it), for the
-    /// store to compress with from the next transaction on.
-    pub(super) fn finish(mut self, lsn: u64) -> Result<(Checkpoint, Option<Vec<u8>>), StoreError> {
+    /// store to compress with from the next transaction on, and what it changed.
+    pub(super) fn finish(mut self, lsn: u64) -> Result<Finished, StoreError> {
         let lsn = self.lsn.unwrap_or(lsn);
         self.write_pending()?;
         for (name, state) in &self.dirty {
@@ -355,6 +377,20 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             )
             .map_err(self.mdbx("write the checkpoint"))?;
         let trained = self.store_trained_dictionary()?;
-        Ok((checkpoint, trained))
+        let changes = if self.forked {
+            Changes::everything()
+        } else {
+            Changes {
+                buckets: std::mem::take(&mut self.dirty).into_keys().collect(),
+                lookups: self.lookups_changed.get(),
+                stage_keys: self.stage_keys.take(),
+                everything: false,
+            }
+        };
+        Ok(Finished {
+            checkpoint,
+            trained,
+            changes,
+        })
     }
 }

@@ -3,6 +3,7 @@
 
 extern crate powersync_mdbx_store as store;
 
+mod changes;
 mod damaged;
 mod laws;
 mod long_keys;

@@ -32,6 +32,7 @@ impl WriteTxn<'_, '_> {
                     l.key == stale.key.as_slice() && lookup_value(row_id, l.outputs) == stale.value
                 }) {
                     let (key, value) = stored_lookup(&stale.key, &stale.value);
+                    self.lookups_changed();
                     self.txn
                         .del(&self.tables.lookups, &key, Some(value))
                         .map_err(self.mdbx("remove a lookup"))?;
@@ -47,6 +48,7 @@ impl WriteTxn<'_, '_> {
                     .any(|l| l.key == lookup.key && l.value == value)
             });
             if !known {
+                self.lookups_changed();
                 let (key, stored) = stored_lookup(lookup.key, &value);
                 self.txn
                     .put(&self.tables.lookups, &key, stored, WriteFlags::UPSERT)
@@ -63,6 +65,7 @@ impl WriteTxn<'_, '_> {
     /// Removes a row's lookup entries.
     pub(super) fn remove_lookups(&self, lookups: &[LookupRef]) -> Result<(), StoreError> {
         for lookup in lookups {
+            self.lookups_changed();
             let (key, value) = stored_lookup(&lookup.key, &lookup.value);
             self.txn
                 .del(&self.tables.lookups, &key, Some(value))

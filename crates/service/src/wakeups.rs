@@ -1,0 +1,255 @@
+//! Which open streams a published checkpoint concerns. Each stream registers the buckets
+//! it announced and its write-checkpoint key; when replication publishes a checkpoint, one
+//! task per store takes what the commits since the last one changed
+//! ([`store::Store::take_changes`]) and wakes only the streams holding a changed bucket or
+//! whose record was written; all of them when parameter lookups changed (a bucket set may
+//! resolve differently) or when the changes are not described (the store emptied, the
+//! history forked). A stream that must look at every checkpoint (its first one is held,
+//! or its write checkpoint waits for the LSN to pass) says so. A commit touching one user's
+//! bucket thus costs one stream's work, not one per open stream.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+
+use store::{Changes, Checkpoint, Store};
+
+/// The wakeups of one store's streams.
+pub struct Wakeups {
+    store: Weak<Store>,
+    checkpoints: watch::Receiver<Checkpoint>,
+    /// The task that dispatches the store's changes runs (started by the first stream).
+    started: AtomicBool,
+    /// The store's checkpoint channel closed (its replication stopped): every stream
+    /// was woken to see it.
+    closed: AtomicBool,
+    registry: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    /// Dispatches so far: a stream that registers buckets read before the last dispatch
+    /// wakes itself (it may have missed a change of them).
+    dispatches: u64,
+    streams: HashMap<u64, Entry>,
+    by_bucket: HashMap<Arc<str>, HashSet<u64>>,
+    by_key: HashMap<Arc<str>, HashSet<u64>>,
+}
+
+struct Entry {
+    notify: Arc<Notify>,
+    key: Arc<str>,
+    buckets: Vec<Arc<str>>,
+    every_checkpoint: bool,
+}
+
+impl Wakeups {
+    /// The wakeups of `store`, whose published checkpoints `checkpoints` follows.
+    pub fn new(store: &Arc<Store>, checkpoints: watch::Receiver<Checkpoint>) -> Arc<Self> {
+        Arc::new(Self {
+            store: Arc::downgrade(store),
+            checkpoints,
+            started: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            registry: Mutex::default(),
+        })
+    }
+
+    /// Registers a stream whose write-checkpoint record is `key`; it is woken at every
+    /// checkpoint until it says which buckets it holds ([`Subscription::watch`]). Starts
+    /// the dispatching task on first use (call it inside the runtime).
+    pub fn register(self: &Arc<Self>, key: &str) -> Subscription {
+        if !self.started.swap(true, Ordering::AcqRel) {
+            tokio::spawn(dispatch_changes(Arc::downgrade(self)));
+        }
+        let notify = Arc::new(Notify::new());
+        let key: Arc<str> = Arc::from(key);
+        let mut registry = self.registry.lock();
+        let id = registry.next_id;
+        registry.next_id += 1;
+        registry.by_key.entry(key.clone()).or_default().insert(id);
+        registry.streams.insert(
+            id,
+            Entry {
+                notify: notify.clone(),
+                key,
+                buckets: Vec::new(),
+                every_checkpoint: true,
+            },
+        );
+        Subscription {
+            id,
+            notify,
+            hub: self.clone(),
+        }
+    }
+
+    /// Streams registered now.
+    pub fn registered(&self) -> usize {
+        self.registry.lock().streams.len()
+    }
+
+    /// Wakes the streams `changes` concern.
+    fn dispatch(&self, changes: &Changes) {
+        let mut registry = self.registry.lock();
+        registry.dispatches += 1;
+        if changes.everything || changes.lookups {
+            for entry in registry.streams.values() {
+                entry.notify.notify_one();
+            }
+            return;
+        }
+        let mut woken: HashSet<u64> = HashSet::new();
+        for entry_ids in changes
+            .buckets
+            .iter()
+            .filter_map(|name| registry.by_bucket.get(name.as_str()))
+            .chain(
+                changes
+                    .stage_keys
+                    .iter()
+                    .filter_map(|key| registry.by_key.get(key.as_str())),
+            )
+        {
+            woken.extend(entry_ids);
+        }
+        for (id, entry) in &registry.streams {
+            if entry.every_checkpoint || woken.contains(id) {
+                entry.notify.notify_one();
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for entry in self.registry.lock().streams.values() {
+            entry.notify.notify_one();
+        }
+    }
+}
+
+/// Takes the store's changes at each published checkpoint and wakes the streams they
+/// concern; ends, waking every stream, when the checkpoint channel closes.
+async fn dispatch_changes(hub: Weak<Wakeups>) {
+    let Some(mut checkpoints) = hub.upgrade().map(|h| h.checkpoints.clone()) else {
+        return;
+    };
+    loop {
+        let open = checkpoints.changed().await.is_ok();
+        let Some(hub) = hub.upgrade() else { return };
+        if !open {
+            hub.close();
+            return;
+        }
+        let changes = match hub.store.upgrade() {
+            Some(store) => store.take_changes(),
+            None => {
+                hub.close();
+                return;
+            }
+        };
+        hub.dispatch(&changes);
+    }
+}
+
+/// One stream's place in [`Wakeups`]; unregistered on drop.
+pub struct Subscription {
+    id: u64,
+    notify: Arc<Notify>,
+    hub: Arc<Wakeups>,
+}
+
+impl Subscription {
+    /// True when it belongs to `hub`.
+    pub fn is_of(&self, hub: &Arc<Wakeups>) -> bool {
+        Arc::ptr_eq(&self.hub, hub)
+    }
+
+    /// The dispatches so far: take it before reading the store for a checkpoint, and
+    /// give it to [`Self::watch`] afterwards.
+    pub fn dispatches(&self) -> u64 {
+        self.hub.registry.lock().dispatches
+    }
+
+    /// From now on wakes the stream when one of `buckets` or its write-checkpoint record
+    /// changes, or at every checkpoint when `every_checkpoint`. `read_after` is
+    /// [`Self::dispatches`] from before the store read that gave `buckets`: when a
+    /// dispatch came since, the stream is woken at once (it may have missed a change).
+    pub fn watch<'a>(
+        &self,
+        buckets: impl IntoIterator<Item = &'a str>,
+        every_checkpoint: bool,
+        read_after: u64,
+    ) {
+        let mut registry = self.hub.registry.lock();
+        let registry = &mut *registry;
+        let Some(entry) = registry.streams.get_mut(&self.id) else {
+            return;
+        };
+        let wanted: Vec<Arc<str>> = buckets
+            .into_iter()
+            .map(|name| {
+                registry
+                    .by_bucket
+                    .get_key_value(name)
+                    .map_or_else(|| Arc::from(name), |(shared, _)| shared.clone())
+            })
+            .collect();
+        if wanted != entry.buckets {
+            for old in &entry.buckets {
+                unlink(&mut registry.by_bucket, old, self.id);
+            }
+            for name in &wanted {
+                registry
+                    .by_bucket
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(self.id);
+            }
+            entry.buckets = wanted;
+        }
+        entry.every_checkpoint = every_checkpoint;
+        if registry.dispatches != read_after {
+            entry.notify.notify_one();
+        }
+    }
+
+    /// Waits until a checkpoint concerns the stream (a wake while it was busy counts).
+    pub async fn woken(&self) {
+        self.notify.notified().await;
+    }
+
+    /// True once the store's checkpoint channel closed.
+    pub fn is_closed(&self) -> bool {
+        self.hub.closed.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut registry = self.hub.registry.lock();
+        let registry = &mut *registry;
+        if let Some(entry) = registry.streams.remove(&self.id) {
+            for name in &entry.buckets {
+                unlink(&mut registry.by_bucket, name, self.id);
+            }
+            unlink(&mut registry.by_key, &entry.key, self.id);
+        }
+    }
+}
+
+fn unlink(index: &mut HashMap<Arc<str>, HashSet<u64>>, name: &Arc<str>, id: u64) {
+    if let Some(ids) = index.get_mut(name) {
+        ids.remove(&id);
+        if ids.is_empty() {
+            index.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
