@@ -205,7 +205,7 @@ fn bson_streams_and_bad_requests_get_their_errors() {
     assert_eq!(status, 401);
 
     // gzip and zstd when asked for: the first checkpoint decodes from the chunks sent so
-    // far (each chunk is flushed through the compressor).
+    // far (each chunk is compressed whole: a zstd frame, deflate blocks ended by a flush).
     for (coding, header) in [
         ("gzip", "Accept-Encoding: gzip, deflate\r\n"),
         ("zstd", "Accept-Encoding: zstd\r\n"),

@@ -192,11 +192,7 @@ async fn start(
                 if !service.status.snapshot().ready {
                     return Err(refuse(ApiError::not_ready()));
                 }
-                let compressor = Coding::negotiate(None).compressor().map_err(|e| {
-                    refuse(ApiError::unavailable(format!(
-                        "cannot start the stream: {e}"
-                    )))
-                })?;
+                let compressor = Coding::negotiate(None).compressor();
                 let (_, lines) = open(
                     service,
                     user,

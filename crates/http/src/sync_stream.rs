@@ -53,9 +53,7 @@ async fn start(
     let user = authenticate(service, req.headers()).await?;
     let encoding = negotiate(req.headers().get(header::ACCEPT));
     let coding = Coding::negotiate(req.headers().get(header::ACCEPT_ENCODING));
-    let compressor = coding
-        .compressor()
-        .map_err(|e| ApiError::unavailable(format!("cannot start compression: {e}")))?;
+    let compressor = coding.compressor();
     let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
@@ -167,6 +165,7 @@ pub(super) fn open(
         // The stream's place is free before its body ends (with `stream`'s sender): a
         // client that sees the end and opens another stream at once is not refused for it.
         drop(permit);
+        stream.finish();
         drop(stream);
         match ended {
             Err(End::Failed(reason)) => tracing::warn!(%reason, "a sync stream failed"),
@@ -210,7 +209,7 @@ enum End {
 /// What a stream's blocking calls work on.
 struct Producer {
     session: SyncSession,
-    /// Response compression, flushed per chunk.
+    /// Response compression: each chunk compressed whole (a few bytes between chunks).
     compressor: Compressor,
 }
 
@@ -448,6 +447,24 @@ impl Stream {
         self.count_sent(lines, compressed.len());
         room.send(Bytes::from(compressed));
         Ok(())
+    }
+
+    /// Queues the end of the response's compression (the gzip member's last block and
+    /// trailer) if the queue has room for it now: the body ends either way, and a client
+    /// that stopped reading does not hold the stream for it (its decoder then sees the
+    /// body end without the trailer, every line before it decoded).
+    fn finish(&mut self) {
+        let Some(producer) = self.producer.take() else {
+            return;
+        };
+        let end = producer.compressor.finish();
+        if end.is_empty() {
+            return;
+        }
+        if let Ok(room) = self.tx.try_reserve() {
+            self.count_sent(0, end.len());
+            room.send(Bytes::from(end));
+        }
     }
 
     /// Counts `lines` bytes of sync lines queued as `sent` bytes (after compression).
