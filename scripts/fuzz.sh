@@ -17,7 +17,7 @@ cd "$root/fuzz"
 
 # Exact: the cargo-fuzz these targets and this script were run with.
 CARGO_FUZZ_VERSION=0.13.2
-ALL_TARGETS=(sync_request admin_protocol copy_text pgoutput rules_yaml rules_sql jwt)
+ALL_TARGETS=(sync_request sync_socket admin_protocol copy_text pgoutput rules_yaml rules_sql jwt)
 # One input running longer than this many seconds is a hang.
 TIMEOUT_SECONDS="${PSM_FUZZ_TIMEOUT_S:-10}"
 # A target whose memory passes this many MB is a failure (the targets peak near 650 MB).

@@ -8,6 +8,8 @@ mod authorization;
 mod compress;
 mod cors;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod limits;
 mod metrics;
 mod metrics_port;

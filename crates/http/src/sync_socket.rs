@@ -151,9 +151,7 @@ async fn start(
         };
         match frame {
             Inbound::Setup { metadata, .. } => {
-                let token = serde_json::from_slice::<serde_json::Value>(&metadata)
-                    .ok()
-                    .and_then(|m| m["token"].as_str().map(str::to_owned));
+                let token = metadata_field(&metadata, "token");
                 match service.authenticate(token.as_deref()).await {
                     Ok(verified) => user = Some(verified),
                     Err(e) => {
@@ -178,9 +176,7 @@ async fn start(
                         message: "REQUEST_STREAM before SETUP".into(),
                     });
                 };
-                let path = serde_json::from_slice::<serde_json::Value>(&metadata)
-                    .ok()
-                    .and_then(|m| m["path"].as_str().map(str::to_owned));
+                let path = metadata_field(&metadata, "path");
                 let refuse = |error: ApiError| Refusal {
                     stream,
                     code: rsocket::APPLICATION_ERROR,
@@ -209,6 +205,14 @@ async fn start(
             Inbound::Keepalive { .. } | Inbound::RequestN { .. } | Inbound::Other => {}
         }
     }
+}
+
+/// A string field of a frame's JSON metadata (`token` of SETUP, `path` of
+/// REQUEST_STREAM); `None` when the metadata is not a JSON object holding one.
+pub(crate) fn metadata_field(metadata: &[u8], field: &str) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(metadata)
+        .ok()
+        .and_then(|m| m[field].as_str().map(str::to_owned))
 }
 
 /// Sends the stream's lines as the client's credit allows, answering its frames meanwhile;

@@ -68,7 +68,7 @@ pub async fn handle_request(req: Request<Incoming>, service: Arc<SyncService>) -
 
 /// The client id and the checkpoint-request id of a body: the id a positive `i64`, as a
 /// decimal string or a JSON number.
-fn parse_request(body: &[u8]) -> Result<(String, u64), ApiError> {
+pub(crate) fn parse_request(body: &[u8]) -> Result<(String, u64), ApiError> {
     let shape = || {
         ApiError::bad_request(
             "send {\"client_id\": \"<id>\", \"checkpoint_request_id\": \"<1..9223372036854775807>\"}"
