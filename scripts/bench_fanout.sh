@@ -164,9 +164,9 @@ for coding in $codings; do
 done
 
 log "run per_user: $streams streams, $rate single-row commits/s for $seconds s"
-fresh_worker >/dev/null
+pid="$(fresh_worker)"
 "$fanout" per-user "${common[@]}" --streams "$streams" --rate "$rate" --seconds "$seconds" \
-  --primary "host=127.0.0.1 port=$p_port user=postgres dbname=postgres" > "$work/per_user.json"
+  --worker-pid "$pid" --primary "host=127.0.0.1 port=$p_port user=postgres dbname=postgres" > "$work/per_user.json"
 names+=(per_user)
 
 if [ "$over" -gt 0 ]; then
@@ -177,6 +177,8 @@ if [ "$over" -gt 0 ]; then
   names+=(cap)
 fi
 
+# Stopped here, so that what its shutdown logs is read too.
+run_pg "$bin/pg_ctl" -w -D "$work/replica" -m fast stop >/dev/null
 grep -E "ERROR|WARNING|FATAL|PANIC|panicked" "$work/replica.log" > "$work/log_problems.txt" || true
 python3 - "$work" "$streams" "$rate" "$seconds" "$cap" "$over" \
   "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" "${names[@]}" <<'PY'
@@ -188,6 +190,11 @@ rows = []
 def row(target, measured, ok):
     rows.append({"target": target, "measured": measured, "pass": bool(ok)})
 
+def cpu(phase):
+    """The CPU seconds the worker and psm-fanout took in a phase, as text."""
+    return (f"worker CPU {phase.get('worker_cpu_seconds')} s, psm-fanout "
+            f"{phase.get('psm_fanout_cpu_seconds')} s in {phase.get('wall_seconds')} s")
+
 for name, r in runs.items():
     if not name.startswith("idle_"):
         continue
@@ -197,13 +204,15 @@ for name, r in runs.items():
         f"{per} KiB ({r.get('rss_anon_kib_before')} -> {r.get('rss_anon_kib_after')} KiB, "
         f"{r['streams_opened']:,} streams)", per is not None and per <= 16)
     row(f"{streams:,} streams ({coding}) opened, first checkpoint_complete each, <= 3 s",
-        f"{r['open_seconds']} s, {r['streams_opened']:,} of {r['streams_requested']:,}",
+        f"{r['open_seconds']} s, {r['streams_opened']:,} of {r['streams_requested']:,} "
+        f"({cpu(r['opening'])})",
         r["streams_opened"] == streams and r["open_seconds"] <= 3)
     c = r.get("commit") or {}
     lat = c.get("seconds_from_command_start") or {}
     row(f"one commit to the global bucket ({coding}): every stream's checkpoint_complete, p99 <= 0.25 s",
         f"p50 {lat.get('p50')} s, p99 {lat.get('p99')} s, max {lat.get('max')} s; "
-        f"{c.get('streams_reached', 0):,} of {c.get('streams_open', 0):,} streams (psql {c.get('command_seconds')} s)",
+        f"{c.get('streams_reached', 0):,} of {c.get('streams_open', 0):,} streams "
+        f"(psql {c.get('command_seconds')} s; {cpu(c)})",
         c.get("streams_reached") == streams and lat.get("p99") is not None and lat["p99"] <= 0.25)
 
 if "per_user" in runs:
@@ -212,7 +221,8 @@ if "per_user" in runs:
     row(f"{streams:,} per-user streams, {rate:,.0f} commits/s for {seconds:g} s: "
         "COMMIT -> that user's checkpoint_complete p99 <= 20 ms",
         f"p50 {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms; "
-        f"{r['commits_measured']:,} of {r['commits_issued']:,} commits measured",
+        f"{r['commits_measured']:,} of {r['commits_issued']:,} commits measured "
+        f"({cpu(r['commits_phase'])})",
         r["streams_opened"] == streams and r["commits_measured"] == r["commits_issued"] > 0
         and r["markers_on_another_users_stream"] == 0 and lat["p99"] is not None and lat["p99"] <= 20)
     row(f"per-user run: commits issued at {rate:,.0f}/s (>= 95 %)",

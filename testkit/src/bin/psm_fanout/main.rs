@@ -5,12 +5,13 @@
 //!
 //! ```text
 //! psm-fanout open     --port P --secret S --audience A [--streams N] [--coding zstd]
-//!                     [--worker-pid PID] [--quiet-seconds 5] [--commit-cmd "psql -c ..."]
+//!                     [--quiet-seconds 5] [--commit-cmd "psql -c ..."]
 //! psm-fanout per-user --port P --secret S --audience A --primary "host=... port=..."
 //!                     [--streams N] [--rate 1000] [--seconds 20] [--pg-connections 16]
 //! ```
 //!
-//! Common flags: `--host` (127.0.0.1), `--user-prefix` (`u`: stream `i` is user `u<i>`),
+//! Common flags: `--worker-pid` (the sync worker: its `RssAnon` and CPU time are read
+//! around each phase), `--host` (127.0.0.1), `--user-prefix` (`u`: stream `i` is user `u<i>`),
 //! `--connects` (connections being set up at once, 256), `--sources` (source addresses
 //! 127.0.0.2 on, 8), `--timeout` (seconds each phase may wait, 300), `--threads` (2).
 //! `scripts/bench_fanout.sh` runs every scenario against a throwaway replica.
@@ -45,6 +46,8 @@ pub struct Common {
     pub timeout: Duration,
     /// `identity`, `zstd` or `gzip`.
     pub coding: String,
+    /// The sync worker's pid, for its memory and CPU time.
+    pub worker_pid: Option<u32>,
 }
 
 impl Common {
@@ -141,6 +144,7 @@ fn run(args: &[String]) -> Result<serde_json::Value, String> {
         sources: flags.parsed("--sources")?.unwrap_or(8),
         timeout: Duration::from_secs_f64(flags.parsed("--timeout")?.unwrap_or(300.0)),
         coding,
+        worker_pid: flags.parsed("--worker-pid")?,
     };
     let threads: usize = flags.parsed("--threads")?.unwrap_or(2);
     let mut target = conn::Target {

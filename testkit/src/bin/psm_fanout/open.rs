@@ -6,14 +6,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::conn::Target;
-use crate::stats::{rss_anon_kib, summary};
+use crate::stats::{rss_anon_kib, summary, Cpu};
 use crate::streams::{round, Streams};
 use crate::{Common, Flags};
 
 /// The scenario's own settings.
 pub struct Open {
-    /// The sync worker's pid, for its `RssAnon` before and after.
-    pub worker_pid: Option<u32>,
     /// How long the streams sit idle before the memory is read.
     pub quiet: Duration,
     /// A shell command that commits a change every stream's buckets hold.
@@ -24,7 +22,6 @@ impl Open {
     /// Reads the flags of `open`.
     pub fn from_flags(flags: &mut Flags) -> Result<Self, String> {
         Ok(Self {
-            worker_pid: flags.parsed("--worker-pid")?,
             quiet: Duration::from_secs_f64(flags.parsed("--quiet-seconds")?.unwrap_or(5.0)),
             commit_cmd: flags.take("--commit-cmd"),
         })
@@ -32,7 +29,7 @@ impl Open {
 
     /// Runs the scenario and returns its report.
     pub async fn run(self, common: &Common, target: Target) -> serde_json::Value {
-        let before = self.worker_pid.and_then(rss_anon_kib);
+        let before = common.worker_pid.and_then(rss_anon_kib);
         let (mut streams, opening) = Streams::open(common, target).await;
         eprintln!(
             "psm-fanout: {} of {} streams opened in {:.2} s; {} s of quiet",
@@ -43,7 +40,7 @@ impl Open {
         );
         let completes_before_quiet = streams.completes;
         streams.drain_until(Instant::now() + self.quiet).await;
-        let after = self.worker_pid.and_then(rss_anon_kib);
+        let after = common.worker_pid.and_then(rss_anon_kib);
         let mut report = streams.report(&opening);
         let opened = streams.opened();
         let memory = match (before, after) {
@@ -67,7 +64,9 @@ impl Open {
             }),
         );
         if let Some(cmd) = &self.commit_cmd {
-            let commit = commit_reaches_all(&mut streams, cmd, common.timeout).await;
+            let cpu = Cpu::now(common.worker_pid);
+            let mut commit = commit_reaches_all(&mut streams, cmd, common.timeout).await;
+            merge(&mut commit, cpu.since());
             merge(&mut report, serde_json::json!({ "commit": commit }));
         }
         report

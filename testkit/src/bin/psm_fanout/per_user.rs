@@ -12,7 +12,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use crate::conn::{Event, Target};
 use crate::open::merge;
-use crate::stats::summary;
+use crate::stats::{summary, Cpu};
 use crate::streams::{round, Streams};
 use crate::{Common, Flags};
 
@@ -91,6 +91,7 @@ impl PerUser {
             sql: self.sql.clone(),
             names: (0..common.streams).map(|i| common.user(i)).collect(),
         });
+        let cpu = Cpu::now(common.worker_pid);
         let commits_thread = {
             let (plan, primary) = (plan.clone(), self.primary.clone());
             let connections = self.connections.max(1);
@@ -152,6 +153,7 @@ impl PerUser {
                 }
             }
         }
+        let cpu = cpu.since();
         let pg_errors = commits_thread
             .join()
             .unwrap_or_else(|_| vec!["the commit thread panicked".into()]);
@@ -196,6 +198,7 @@ impl PerUser {
                 "pg_connections": self.connections,
                 "pg_errors": pg_errors.into_iter().take(5).collect::<Vec<_>>(),
                 "seed": self.seed,
+                "commits_phase": cpu,
             }),
         );
         report

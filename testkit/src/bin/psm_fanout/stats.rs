@@ -31,6 +31,57 @@ pub fn rss_anon_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// User plus system CPU seconds of process `pid` (`None` when unreadable).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    Some((ticks(11)? + ticks(12)?) / clock_ticks())
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat`.
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// CPU time of the worker and of this process from a moment on.
+pub struct Cpu {
+    worker: Option<(u32, f64)>,
+    own: Option<f64>,
+    at: std::time::Instant,
+}
+
+impl Cpu {
+    /// Starts counting now.
+    pub fn now(worker: Option<u32>) -> Self {
+        Self {
+            worker: worker.and_then(|pid| Some((pid, cpu_seconds(pid)?))),
+            own: cpu_seconds(std::process::id()),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// The CPU seconds each took since [`Cpu::now`], and the wall-clock seconds.
+    pub fn since(&self) -> serde_json::Value {
+        let round = |x: f64| crate::streams::round(x, 2);
+        serde_json::json!({
+            "wall_seconds": round(self.at.elapsed().as_secs_f64()),
+            "worker_cpu_seconds": self.worker
+                .and_then(|(pid, before)| Some(round(cpu_seconds(pid)? - before))),
+            "psm_fanout_cpu_seconds": self.own
+                .and_then(|before| Some(round(cpu_seconds(std::process::id())? - before))),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,6 +94,16 @@ mod tests {
         assert_eq!(quantile(&values, 1.0), Some(100.0));
         assert_eq!(quantile(&[7.0], 0.99), Some(7.0));
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn this_process_counts_its_cpu_time() {
+        let before = cpu_seconds(std::process::id()).unwrap();
+        let mut x = 0u64;
+        for i in 0..50_000_000u64 {
+            x = std::hint::black_box(x.wrapping_add(i));
+        }
+        assert!(cpu_seconds(std::process::id()).unwrap() > before, "{x}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Semaphore;
 
 use crate::conn::{self, Event, Target};
+use crate::stats::Cpu;
 use crate::Common;
 
 /// How often opening reports its progress on stderr.
@@ -42,6 +43,8 @@ pub struct Opening {
     pub started: Instant,
     /// From the start until the last stream's first checkpoint.
     pub seconds: f64,
+    /// The CPU time the worker and this process took meanwhile (JSON fields).
+    pub cpu: serde_json::Value,
 }
 
 impl Streams {
@@ -53,15 +56,20 @@ impl Streams {
         let connecting = Arc::new(Semaphore::new(common.connects));
         let target = Arc::new(target);
         let count = common.streams;
+        let requests: Vec<Vec<u8>> = (0..count)
+            .map(|stream| {
+                let token = powersync_mdbx_testkit::hs256_token(
+                    common.secret.as_bytes(),
+                    &common.audience,
+                    &common.user(stream),
+                    common.token_seconds,
+                );
+                conn::request(&target, &token)
+            })
+            .collect();
+        let cpu = Cpu::now(common.worker_pid);
         let started = Instant::now();
-        for stream in 0..count {
-            let token = powersync_mdbx_testkit::hs256_token(
-                common.secret.as_bytes(),
-                &common.audience,
-                &common.user(stream),
-                common.token_seconds,
-            );
-            let request = conn::request(&target, &token);
+        for (stream, request) in requests.into_iter().enumerate() {
             let source = source_address(stream, common.sources);
             let (connecting, target, tx) = (connecting.clone(), target.clone(), tx.clone());
             tokio::spawn(async move {
@@ -102,7 +110,15 @@ impl Streams {
         }
         let last = streams.first.iter().flatten().max().copied();
         let seconds = last.map_or(0.0, |last| (last - started).as_secs_f64());
-        (streams, Opening { started, seconds })
+        let cpu = cpu.since();
+        (
+            streams,
+            Opening {
+                started,
+                seconds,
+                cpu,
+            },
+        )
     }
 
     /// Streams that completed their first checkpoint.
@@ -222,6 +238,7 @@ impl Streams {
             "failed_sample": self.failed.1,
             "ended_after_open": self.ended.0,
             "ended_sample": self.ended.1,
+            "opening": opening.cpu,
         })
     }
 }
