@@ -4,6 +4,7 @@
 # storage and measures the snapshot. Prints one JSON object.
 #
 #   scripts/bench.sh [profile]        profile: 100k (default), 250k, 1m, 2m, 5m
+#   scripts/bench.sh fanout           the fan-out benchmark instead (scripts/bench_fanout.sh)
 #   PSM_BENCH_BUILD=skip              use the installed extension as it is
 #   PSM_BENCH_COMMITS=200             single-row commits timed from COMMIT to the client
 #   PSM_BENCH_ROUNDS=10               full-table update rounds (0: no churn phase)
@@ -38,6 +39,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/env.sh
 source "$root/scripts/env.sh"
+if [ "${1:-}" = fanout ]; then exec "$root/scripts/bench_fanout.sh" "${@:2}"; fi
 profile="${1:-100k}"
 case "$profile" in
   100k) vars=(-v U=256 -v P=250 -v T=400 -v D=100 -v S=0) ;;
@@ -45,7 +47,7 @@ case "$profile" in
   1m) vars=(-v U=1024 -v P=1000 -v T=1000 -v D=400 -v S=100) ;;
   2m) vars=(-v U=2048 -v P=2000 -v T=1000 -v D=800 -v S=100) ;;
   5m) vars=(-v U=4096 -v P=2500 -v T=2000 -v D=1000 -v S=50) ;;
-  *) echo "unknown profile $profile (100k, 250k, 1m, 2m, 5m)" >&2; exit 2 ;;
+  *) echo "unknown profile $profile (100k, 250k, 1m, 2m, 5m, fanout)" >&2; exit 2 ;;
 esac
 bin="$PSM_PG16_BIN"
 log() { printf '%s\n' "$*" >&2; }
