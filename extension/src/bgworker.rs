@@ -24,6 +24,7 @@ const RUNTIME_THREADS: usize = 2;
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
+    disable_transparent_huge_pages();
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     // Attach to no database (like the logical replication launcher): the worker then has
     // a PGPROC, shows in pg_stat_activity and answers pg_terminate_backend.
@@ -148,4 +149,20 @@ fn default_storage_dir() -> PathBuf {
     let mut dir = data_dir.to_string_lossy().trim_end_matches('/').to_owned();
     dir.push_str(".powersync_mdbx");
     PathBuf::from(dir)
+}
+
+/// Turns transparent huge pages off for the worker's process. mimalloc asks for them for
+/// its arenas (`MADV_HUGEPAGE`), so every first touch of one zeroed 2 MiB and a sparsely
+/// used huge page counted whole in the worker's memory: with 10,000 open streams a fifth
+/// of the worker's CPU went to zeroing them (`docs/benchmark.md`, "Fan-out"). Other
+/// processes of the server are not affected.
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes one integer argument and touches no memory of ours.
+    let result = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if result != 0 {
+        pgrx::warning!(
+            "powersync_mdbx: could not turn transparent huge pages off for the worker: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }

@@ -337,8 +337,12 @@ impl Stream {
         let key = self.key.clone();
         let reported = self.reported;
         let read_after = wakeups.dispatches();
+        let small = self
+            .producer
+            .as_ref()
+            .is_some_and(|p| p.session.checkpoint_is_small());
         let (line, report, pending) = self
-            .blocking(move |producer| {
+            .store_work(small, move |producer| {
                 let wanted = store.read(|view| requested(view, &key))?;
                 let pending = wanted.is_some_and(|w| w.lsn > checkpoint.lsn);
                 let report = to_report(wanted, checkpoint.lsn, reported);
@@ -362,11 +366,19 @@ impl Stream {
             self.registration
                 .checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
         }
-        let mut out = Vec::new();
-        line.encode(self.encoding, &mut out);
-        self.send(out).await?;
-        // The data: a chunk of whole lines per blocking call, read, encoded and compressed
-        // off the runtime's threads.
+        let mut head = Vec::new();
+        line.encode(self.encoding, &mut head);
+        if !self
+            .producer
+            .as_ref()
+            .is_some_and(|p| p.session.is_downloading())
+        {
+            return self.send(head).await;
+        }
+        // The data: a chunk of whole lines per call, read, encoded and compressed (off the
+        // runtime's threads unless small). The checkpoint line opens the first chunk: one
+        // write for a change's checkpoint, data and completion.
+        let mut head = Some(head);
         while self
             .producer
             .as_ref()
@@ -377,8 +389,15 @@ impl Stream {
             let room = self.room().await?;
             let store = self.served.store.clone();
             let encoding = self.encoding;
+            let small = self
+                .producer
+                .as_ref()
+                .is_some_and(|p| p.session.download_is_small());
+            let opening = head.take().unwrap_or_default();
             let (chunk, ops, lines) = self
-                .blocking(move |producer| producer.chunk(&store, encoding))
+                .store_work(small, move |producer| {
+                    producer.chunk(&store, encoding, opening)
+                })
                 .await?;
             self.service
                 .ops_sent
@@ -389,6 +408,24 @@ impl Stream {
             }
         }
         Ok(())
+    }
+
+    /// Runs store work: `small` work (a diff of a few recent ops: microseconds, from
+    /// memory) here on the runtime's thread, where a commit that concerns 10,000 streams
+    /// costs no thread handoff per stream; other work on a blocking thread.
+    async fn store_work<R: Send + 'static>(
+        &mut self,
+        small: bool,
+        work: impl FnOnce(&mut Producer) -> Result<R, End> + Send + 'static,
+    ) -> Result<R, End> {
+        if !small {
+            return self.blocking(work).await;
+        }
+        let producer = self
+            .producer
+            .as_mut()
+            .ok_or_else(|| End::Failed("the session is gone".into()))?;
+        work(producer)
     }
 
     /// Runs `work` on a blocking thread (store reads), under the process-wide limit.
@@ -476,17 +513,19 @@ impl Stream {
 }
 
 impl Producer {
-    /// The next chunk of the download, compressed: whole lines of about [`CHUNK_BYTES`]
-    /// (empty when the download is complete), the bucket ops in it, and the bytes of its
-    /// lines before compression.
+    /// The next chunk of the download after the encoded lines `opening`, compressed:
+    /// whole lines of about [`CHUNK_BYTES`] (empty when there is nothing to send), the
+    /// bucket ops in it, and the bytes of its lines before compression.
     fn chunk(
         &mut self,
         store: &store::Store,
         encoding: Encoding,
+        opening: Vec<u8>,
     ) -> Result<(Vec<u8>, u64, usize), End> {
-        // Sized for a chunk and its last line (data lines close at 16 KiB of rows), so
-        // that a chunk does not keep twice its size of capacity while it waits to be sent.
-        let mut out = Vec::with_capacity(CHUNK_BYTES + (32 << 10));
+        // Grown as lines come: most chunks (a change or two) are a few hundred bytes, and
+        // 10,000 streams each touching a chunk-sized buffer at once cost more in page
+        // faults than a large download's few reallocations.
+        let mut out = opening;
         let mut ops = 0u64;
         while out.len() < CHUNK_BYTES {
             match self.session.next_line(store)? {

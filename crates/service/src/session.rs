@@ -42,7 +42,16 @@ pub struct SyncSession {
     /// Buckets whose client copy came from another history: their first `data` line
     /// starts with a CLEAR. Kept until that line is handed out, across checkpoints.
     resets: HashSet<String>,
+    /// The current download spans few op ids ([`Self::download_is_small`]).
+    small_download: bool,
 }
+
+/// A download whose buckets span at most this many op ids past the client's positions
+/// in all is small: recent ops, a page or two of reads from memory.
+const SMALL_DOWNLOAD_OPS: u64 = 256;
+/// A set of at most this many buckets resolves and reads its accumulators in a few
+/// microseconds.
+const SMALL_BUCKET_SET: usize = 64;
 
 impl SyncSession {
     /// A session for a request resolved with `rules`, starting from the client's
@@ -66,6 +75,7 @@ impl SyncSession {
             download: None,
             hold_until: Instant::now() + CATCH_UP_HOLD,
             resets: HashSet::new(),
+            small_download: false,
         }
     }
 
@@ -211,6 +221,19 @@ impl SyncSession {
             })
             .map(|b| (b.announced.bucket.clone(), b.announced.priority))
             .collect();
+        let span: u64 = state
+            .buckets
+            .iter()
+            .map(|b| {
+                let at = self
+                    .positions
+                    .get(&b.announced.bucket)
+                    .copied()
+                    .unwrap_or(0);
+                b.last_op.saturating_sub(at)
+            })
+            .sum();
+        self.small_download = self.resets.is_empty() && span <= SMALL_DOWNLOAD_OPS;
         self.download = Some(Download::new(state.op_id, to_fetch).with_resets(self.resets.clone()));
         self.announced = Some(Announced::new(&state, write_checkpoint));
         Ok(Some(line))
@@ -258,6 +281,21 @@ impl SyncSession {
     /// True while the current checkpoint still has lines to send.
     pub fn is_downloading(&self) -> bool {
         self.download.is_some()
+    }
+
+    /// True while the current download is small: its buckets span few op ids past the
+    /// positions (recent ops, a change or two), so its reads are short and from memory.
+    pub fn download_is_small(&self) -> bool {
+        self.download.is_some() && self.small_download
+    }
+
+    /// True when the next [`Self::checkpoint`] is cheap: a checkpoint was announced
+    /// already (the first one may be held and reads the history's forks) and its bucket
+    /// set is small.
+    pub fn checkpoint_is_small(&self) -> bool {
+        self.announced
+            .as_ref()
+            .is_some_and(|a| a.buckets.len() <= SMALL_BUCKET_SET)
     }
 
     /// True when the current checkpoint was invalidated by a newer change seen while

@@ -36,6 +36,8 @@ struct Registry {
     /// wakes itself (it may have missed a change of them).
     dispatches: u64,
     streams: HashMap<u64, Entry>,
+    /// Streams that look at every checkpoint.
+    every: HashSet<u64>,
     by_bucket: HashMap<Arc<str>, HashSet<u64>>,
     by_key: HashMap<Arc<str>, HashSet<u64>>,
 }
@@ -44,7 +46,6 @@ struct Entry {
     notify: Arc<Notify>,
     key: Arc<str>,
     buckets: Vec<Arc<str>>,
-    every_checkpoint: bool,
 }
 
 impl Wakeups {
@@ -72,13 +73,13 @@ impl Wakeups {
         let id = registry.next_id;
         registry.next_id += 1;
         registry.by_key.entry(key.clone()).or_default().insert(id);
+        registry.every.insert(id);
         registry.streams.insert(
             id,
             Entry {
                 notify: notify.clone(),
                 key,
                 buckets: Vec::new(),
-                every_checkpoint: true,
             },
         );
         Subscription {
@@ -103,7 +104,7 @@ impl Wakeups {
             }
             return;
         }
-        let mut woken: HashSet<u64> = HashSet::new();
+        let mut woken: HashSet<u64> = registry.every.clone();
         for entry_ids in changes
             .buckets
             .iter()
@@ -117,8 +118,8 @@ impl Wakeups {
         {
             woken.extend(entry_ids);
         }
-        for (id, entry) in &registry.streams {
-            if entry.every_checkpoint || woken.contains(id) {
+        for id in woken {
+            if let Some(entry) = registry.streams.get(&id) {
                 entry.notify.notify_one();
             }
         }
@@ -212,7 +213,11 @@ impl Subscription {
             }
             entry.buckets = wanted;
         }
-        entry.every_checkpoint = every_checkpoint;
+        if every_checkpoint {
+            registry.every.insert(self.id);
+        } else {
+            registry.every.remove(&self.id);
+        }
         if registry.dispatches != read_after {
             entry.notify.notify_one();
         }
@@ -233,6 +238,7 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut registry = self.hub.registry.lock();
         let registry = &mut *registry;
+        registry.every.remove(&self.id);
         if let Some(entry) = registry.streams.remove(&self.id) {
             for name in &entry.buckets {
                 unlink(&mut registry.by_bucket, name, self.id);
