@@ -1,7 +1,9 @@
 //! `POST /sync/stream`: authenticate, parse the request, then stream lines for every new
 //! checkpoint that concerns the connection until the token expires, the client leaves or
-//! the engine stops (spec §5). Store reads run on blocking threads, one batch at a time,
-//! under a process-wide limit; nothing holds a read transaction between batches.
+//! the engine stops (spec §5). A stream wakes only for checkpoints that concern it
+//! (`service::wakeups`). Store reads run one batch at a time: small ones (a diff of a few
+//! recent ops) on the runtime's thread, others on blocking threads under a process-wide
+//! limit; nothing holds a read transaction between batches.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
