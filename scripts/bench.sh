@@ -57,39 +57,18 @@ if [ "${PSM_BENCH_BUILD:-}" != skip ]; then
   (cd "$root/extension" && cargo pgrx install --release --pg-config "$bin/pg_config" >/dev/null)
 fi
 
-run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
 now() { date +%s.%N; }
 
-work="$(mktemp -d /tmp/psm-bench-XXXXXX)"
-[ "$(id -u)" -eq 0 ] && chown "$PSM_TEST_USER" "$work"
-pids=()
-cleanup() {
-  for d in "$work/primary" "$work/replica" "$work/seeded"; do
-    [ -f "$d/postmaster.pid" ] && kill -INT "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
-  done
-  sleep 1
-  # The replica's log outlives the run, for a failure's cause.
-  cp "$work/replica.log" "${PSM_BENCH_LOG:-/tmp/psm-bench-replica.log}" 2>/dev/null || true
-  rm -rf "$work"
-}
+work="$(bench_workdir psm-bench)"
+cleanup() { bench_cleanup "$work" "${PSM_BENCH_LOG:-/tmp/psm-bench-replica.log}"; }
 trap cleanup EXIT
 
 p_port="$(free_port)"; r_port="$(free_port)"; http_port="$(free_port)"
 secret="bench-secret-$(date +%s%N)"
 peer_secret="bench-peer-secret-$(date +%s%N)"
-for name in primary replica; do
-  run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/$name" >/dev/null
-done
+init_bench_clusters "$work" "$p_port"
 cat >> "$work/primary/postgresql.conf" <<CONF
-port = $p_port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$work'
-wal_level = logical
-max_replication_slots = 4
-max_wal_senders = 4
 shared_buffers = 256MB
-fsync = off
-full_page_writes = off
 max_wal_size = 8GB
 CONF
 run_pg "$bin/pg_ctl" -w -D "$work/primary" -l "$work/primary.log" start >/dev/null
@@ -124,18 +103,11 @@ client_auth:
   audience: [powersync-user-value-benchmark]
   jwks:
     keys:
-      - {kty: oct, alg: HS256, kid: bench, k: $(python3 -c "import base64,sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).rstrip(b'=').decode())" "$secret")}
+      - {kty: oct, alg: HS256, kid: bench, k: $(base64url "$secret")}
 port: $http_port
 YAML
-chmod 644 "$work/config.yaml"
-cat >> "$work/replica/postgresql.conf" <<CONF
-port = $r_port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$work'
-shared_preload_libraries = 'powersync_mdbx'
-powersync_mdbx.config_file = '$work/config.yaml'
-powersync_mdbx.peer_secret = '$peer_secret'
-CONF
+replica_settings "$work" "$r_port"
+echo "powersync_mdbx.peer_secret = '$peer_secret'" >> "$work/replica/postgresql.conf"
 psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres "$@"; }
 
 wal_before="$(psql_p -c "SELECT pg_current_wal_insert_lsn()")"

@@ -34,7 +34,6 @@ seconds="${PSM_FANOUT_SECONDS:-20}"
 cap="${PSM_FANOUT_CAP:-18000}"
 over="${PSM_FANOUT_OVER:-500}"
 log() { printf '%s\n' "$*" >&2; }
-run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
 
 if [ "${PSM_BENCH_BUILD:-}" != skip ]; then
   log "building and installing the release extension"
@@ -48,34 +47,14 @@ if [ -z "$fanout" ]; then
   fanout="${CARGO_TARGET_DIR:-$root/target}/release/psm-fanout"
 fi
 
-work="$(mktemp -d /tmp/psm-fanout-XXXXXX)"
-[ "$(id -u)" -eq 0 ] && chown "$PSM_TEST_USER" "$work"
-cleanup() {
-  for d in "$work/primary" "$work/replica"; do
-    [ -f "$d/postmaster.pid" ] && kill -INT "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
-  done
-  sleep 1
-  cp "$work/replica.log" "${PSM_FANOUT_LOG:-/tmp/psm-fanout-replica.log}" 2>/dev/null || true
-  rm -rf "$work"
-}
+work="$(bench_workdir psm-fanout)"
+cleanup() { bench_cleanup "$work" "${PSM_FANOUT_LOG:-/tmp/psm-fanout-replica.log}"; }
 trap cleanup EXIT
 
 p_port="$(free_port)"; r_port="$(free_port)"; http_port="$(free_port)"
 secret="fanout-secret-$(date +%s%N)"
 audience="powersync-mdbx-fanout"
-for name in primary replica; do
-  run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/$name" >/dev/null
-done
-cat >> "$work/primary/postgresql.conf" <<CONF
-port = $p_port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$work'
-wal_level = logical
-max_replication_slots = 4
-max_wal_senders = 4
-fsync = off
-full_page_writes = off
-CONF
+init_bench_clusters "$work" "$p_port"
 run_pg "$bin/pg_ctl" -w -D "$work/primary" -l "$work/primary.log" start >/dev/null
 psql_p() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$p_port" -U postgres -d postgres "$@"; }
 psql_p <<SQL
@@ -105,20 +84,13 @@ client_auth:
   audience: [$audience]
   jwks:
     keys:
-      - {kty: oct, alg: HS256, kid: k1, k: $(python3 -c "import base64,sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).rstrip(b'=').decode())" "$secret")}
+      - {kty: oct, alg: HS256, kid: k1, k: $(base64url "$secret")}
 api:
   parameters:
     max_concurrent_connections: $cap
 port: $http_port
 YAML
-chmod 644 "$work/config.yaml"
-cat >> "$work/replica/postgresql.conf" <<CONF
-port = $r_port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$work'
-shared_preload_libraries = 'powersync_mdbx'
-powersync_mdbx.config_file = '$work/config.yaml'
-CONF
+replica_settings "$work" "$r_port"
 psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres "$@"; }
 
 # Waits until the worker streams; prints its pid.

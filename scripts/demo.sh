@@ -29,7 +29,6 @@ audience_e2e="powersync-mdbx-test"
 
 log() { printf '%s\n' "$*" >&2; }
 die() { log "demo: $*"; exit 1; }
-run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
 
 # The postmaster pid of a data directory, when that postmaster is alive.
 live_pid() {

@@ -30,3 +30,64 @@ while True:
         s.close()
 PY
 }
+
+# Runs a command as the unprivileged test user when run as root (PostgreSQL refuses root).
+run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u "$PSM_TEST_USER" -- "$@"; else "$@"; fi; }
+
+# A benchmark's throwaway clusters: `primary` and `replica` in $1 (trust auth, superuser
+# postgres), and the primary's settings for logical replication on port $2 with its socket
+# in $1, durability off (it is only a source). More settings may be appended after.
+init_bench_clusters() {
+  local name
+  for name in primary replica; do
+    run_pg "$PSM_PG16_BIN/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$1/$name" >/dev/null
+  done
+  cat >> "$1/primary/postgresql.conf" <<CONF
+port = $2
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$1'
+wal_level = logical
+max_replication_slots = 4
+max_wal_senders = 4
+fsync = off
+full_page_writes = off
+CONF
+}
+
+# A benchmark's work directory /tmp/$1-XXXXXX, owned by the test user.
+bench_workdir() {
+  local work
+  work="$(mktemp -d "/tmp/$1-XXXXXX")"
+  if [ "$(id -u)" -eq 0 ]; then chown "$PSM_TEST_USER" "$work"; fi
+  echo "$work"
+}
+
+# Stops every cluster in the work directory $1 (by its postmaster's pid), keeps the
+# replica's log as $2 (for a failure's cause) and removes the directory.
+bench_cleanup() {
+  local d
+  for d in "$1"/*/; do
+    [ -f "$d/postmaster.pid" ] && kill -INT "$(head -1 "$d/postmaster.pid")" 2>/dev/null || true
+  done
+  sleep 1
+  cp "$1/replica.log" "$2" 2>/dev/null || true
+  rm -rf "$1"
+}
+
+# The sync replica's settings in $1/replica/postgresql.conf: port $2, its socket in $1,
+# the extension preloaded with the configuration file $1/config.yaml (made readable).
+replica_settings() {
+  chmod 644 "$1/config.yaml"
+  cat >> "$1/replica/postgresql.conf" <<CONF
+port = $2
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$1'
+shared_preload_libraries = 'powersync_mdbx'
+powersync_mdbx.config_file = '$1/config.yaml'
+CONF
+}
+
+# base64url of $1 without padding (an HS256 key for a JWK's `k`).
+base64url() {
+  python3 -c "import base64,sys; print(base64.urlsafe_b64encode(sys.argv[1].encode()).rstrip(b'=').decode())" "$1"
+}
