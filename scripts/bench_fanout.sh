@@ -167,14 +167,18 @@ def cpu(phase):
     return (f"worker CPU {phase.get('worker_cpu_seconds')} s, psm-fanout "
             f"{phase.get('psm_fanout_cpu_seconds')} s in {phase.get('wall_seconds')} s")
 
+def memory_row(label, r):
+    """The memory-per-stream target of an opening run `r`."""
+    per = r.get("kib_per_stream")
+    row(f"{label}: worker RssAnon per stream <= 16 KiB",
+        f"{per} KiB ({r.get('rss_anon_kib_before')} -> {r.get('rss_anon_kib_after')} KiB, "
+        f"{r['streams_opened']:,} streams)", per is not None and per <= 16)
+
 for name, r in runs.items():
     if not name.startswith("idle_"):
         continue
     coding = r["coding"]
-    per = r.get("kib_per_stream")
-    row(f"{streams:,} idle streams ({coding}): worker RssAnon per stream <= 16 KiB",
-        f"{per} KiB ({r.get('rss_anon_kib_before')} -> {r.get('rss_anon_kib_after')} KiB, "
-        f"{r['streams_opened']:,} streams)", per is not None and per <= 16)
+    memory_row(f"{streams:,} idle streams ({coding})", r)
     row(f"{streams:,} streams ({coding}) opened, first checkpoint_complete each, <= 3 s",
         f"{r['open_seconds']} s, {r['streams_opened']:,} of {r['streams_requested']:,} "
         f"({cpu(r['opening'])})",
@@ -204,10 +208,7 @@ if "per_user" in runs:
 
 if "cap" in runs:
     r = runs["cap"]
-    per = r.get("kib_per_stream")
-    row(f"{cap:,} streams (the cap): worker RssAnon per stream <= 16 KiB",
-        f"{per} KiB ({r.get('rss_anon_kib_before')} -> {r.get('rss_anon_kib_after')} KiB, "
-        f"{r['streams_opened']:,} streams)", per is not None and per <= 16)
+    memory_row(f"{cap:,} streams (the cap)", r)
     row(f"{cap:,} streams opened under a cap of {cap:,}",
         f"{r['streams_opened']:,} in {r['open_seconds']} s", r["streams_opened"] == cap)
     refused = r.get("refused", {})

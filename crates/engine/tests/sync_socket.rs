@@ -111,6 +111,14 @@ const PAYLOAD: u16 = 0x0A;
 const ERROR: u16 = 0x0B;
 const KEEPALIVE: u16 = 0x03;
 
+/// A runtime for one test's sockets.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -119,10 +127,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 fn credit_bounds_what_a_websocket_stream_sends() {
     let rig = EngineRig::start(SCHEMA, RULES, "psm_ws_test");
     let port = rig.port;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let quiet = Duration::from_millis(700);
         // Waits for a frame as long as the run lets anything stall.
@@ -200,10 +205,7 @@ fn upgraded_sockets_count_against_the_stream_limit() {
         None,
     );
     let port = rig.port;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     runtime.block_on(async {
         let _idle = [connect(port).await, connect(port).await];
         let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();

@@ -208,9 +208,9 @@ fn deflate_flushed(
 fn zstd_frame(data: &[u8]) -> io::Result<Vec<u8>> {
     ZSTD.with(|context| {
         let mut slot = context.borrow_mut();
-        let context = match slot.take() {
-            Some(context) => slot.insert(context),
-            None => slot.insert(zstd_context()?),
+        let context = match &mut *slot {
+            Some(context) => context,
+            empty => empty.insert(zstd_context()?),
         };
         let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
         context.compress_to_buffer(data, &mut out)?;

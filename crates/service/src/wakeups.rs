@@ -104,8 +104,8 @@ impl Wakeups {
             }
             return;
         }
-        let mut woken: HashSet<u64> = registry.every.clone();
-        for entry_ids in changes
+        // A stream named twice is notified twice: it keeps one wake, so no set is built.
+        let concerned = changes
             .buckets
             .iter()
             .filter_map(|name| registry.by_bucket.get(name.as_str()))
@@ -115,11 +115,10 @@ impl Wakeups {
                     .iter()
                     .filter_map(|key| registry.by_key.get(key.as_str())),
             )
-        {
-            woken.extend(entry_ids);
-        }
-        for id in woken {
-            if let Some(entry) = registry.streams.get(&id) {
+            .chain([&registry.every])
+            .flatten();
+        for id in concerned {
+            if let Some(entry) = registry.streams.get(id) {
                 entry.notify.notify_one();
             }
         }
@@ -180,27 +179,28 @@ impl Subscription {
     /// changes, or at every checkpoint when `every_checkpoint`. `read_after` is
     /// [`Self::dispatches`] from before the store read that gave `buckets`: when a
     /// dispatch came since, the stream is woken at once (it may have missed a change).
-    pub fn watch<'a>(
-        &self,
-        buckets: impl IntoIterator<Item = &'a str>,
-        every_checkpoint: bool,
-        read_after: u64,
-    ) {
+    pub fn watch<'a, I>(&self, buckets: I, every_checkpoint: bool, read_after: u64)
+    where
+        I: IntoIterator<Item = &'a str>,
+        I::IntoIter: Clone,
+    {
+        let buckets = buckets.into_iter();
         let mut registry = self.hub.registry.lock();
         let registry = &mut *registry;
         let Some(entry) = registry.streams.get_mut(&self.id) else {
             return;
         };
-        let wanted: Vec<Arc<str>> = buckets
-            .into_iter()
-            .map(|name| {
-                registry
-                    .by_bucket
-                    .get_key_value(name)
-                    .map_or_else(|| Arc::from(name), |(shared, _)| shared.clone())
-            })
-            .collect();
-        if wanted != entry.buckets {
+        // Most checkpoints leave a stream's set as it was: compared before anything is
+        // allocated.
+        if !buckets.clone().eq(entry.buckets.iter().map(|b| &**b)) {
+            let wanted: Vec<Arc<str>> = buckets
+                .map(|name| {
+                    registry
+                        .by_bucket
+                        .get_key_value(name)
+                        .map_or_else(|| Arc::from(name), |(shared, _)| shared.clone())
+                })
+                .collect();
             for old in &entry.buckets {
                 unlink(&mut registry.by_bucket, old, self.id);
             }

@@ -60,11 +60,20 @@ fn was_woken(subscription: &Subscription) -> bool {
     )
 }
 
-/// Waits until the dispatcher handled `n` checkpoints in all.
+/// Waits until the dispatcher handled `n` checkpoints in all. The test's runtime has one
+/// thread: the dispatcher runs whenever the test yields, and needs a few polls per
+/// checkpoint however fast the machine.
 async fn dispatched(hub: &Wakeups, n: u64) {
-    while hub.registry.lock().dispatches < n {
+    for _ in 0..1_000 {
+        if hub.registry.lock().dispatches >= n {
+            return;
+        }
         tokio::task::yield_now().await;
     }
+    panic!(
+        "the dispatcher handled {} of {n} checkpoints in 1,000 turns",
+        hub.registry.lock().dispatches
+    );
 }
 
 #[tokio::test]
