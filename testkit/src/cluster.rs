@@ -383,6 +383,19 @@ impl Cluster {
         self.try_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Drops replication slot `slot` once no walsender holds it: a client that just
+    /// disconnected leaves its walsender running a moment, and a drop then fails with
+    /// "is active".
+    pub fn drop_slot(&self, slot: &str) {
+        crate::wait::wait_until(&format!("slot {slot} released by its walsender"), || {
+            let active = self.sql(&format!(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}'"
+            ));
+            (active != "t").then_some(())
+        });
+        self.sql(&format!("SELECT pg_drop_replication_slot('{slot}')"));
+    }
+
     /// Runs each statement in a transaction of its own (`ALTER SYSTEM`, a migration in
     /// steps), in order; panics on an error.
     pub fn sql_each(&self, statements: &[&str]) {

@@ -168,8 +168,7 @@ async fn fixture_bootstraps_to_the_independently_computed_buckets() {
 
     // A lost slot is the stream's to rebuild (`slot_invalidation.rs`): the complete store
     // is not copied again here.
-    rig.primary
-        .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
+    rig.primary.drop_slot(SLOT);
     assert_eq!(run(&rig, &rules, &store).await.unwrap(), complete);
 }
 
@@ -191,8 +190,7 @@ async fn an_interrupted_bootstrap_starts_over_and_foreign_slots_are_refused() {
         )),
         "1"
     );
-    rig.primary
-        .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
+    rig.primary.drop_slot(SLOT);
 
     // Interrupt a bootstrap after its slot exists: cancel it while it copies.
     rig.primary.sql("INSERT INTO tasks SELECT 'bulk-' || i, 'org-001', 'project-org-001-0002', 'u', 't', 'todo', 1, 'u', 1, now(), repeat('x', 200) FROM generate_series(1, 60000) i");

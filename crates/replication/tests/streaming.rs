@@ -406,8 +406,7 @@ async fn a_re_keyed_table_is_copied_again_a_dropped_slot_rebuilt_a_renamed_one_l
     streaming.stop().await.unwrap();
 
     // A slot dropped on the primary: the next stream rebuilds from a new one.
-    rig.primary
-        .sql(&format!("SELECT pg_drop_replication_slot('{SLOT}')"));
+    rig.primary.drop_slot(SLOT);
     // A transaction left open holds the rebuild at its slot creation: meanwhile the
     // progress says why it rebuilds and how far it is.
     let held = rig
