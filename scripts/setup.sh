@@ -14,7 +14,8 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # used; the test runs its own process). docker-compose: the packaging test validates
 # docker-compose.yml with `docker-compose config` (no Docker engine is needed for that).
 # chromium: the web SDK's test drives its page in Debian's headless Chromium (puppeteer-core).
-apt_packages=(clang libclang-dev pkg-config postgresql-15 postgresql-server-dev-15 python3 python3-pip haproxy docker-compose chromium)
+# e2fsprogs: the full-disk test makes a small ext4 file system (mkfs.ext4) on a loop device.
+apt_packages=(clang libclang-dev pkg-config postgresql-15 postgresql-server-dev-15 python3 python3-pip haproxy docker-compose chromium e2fsprogs)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
