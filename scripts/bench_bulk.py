@@ -282,6 +282,12 @@ def floor(lag_seconds: int, psql_argv) -> None:
         out[f"bulk_{name}_floor_seconds"] = round(sent_past_commit(), 3)
     reader.terminate()
     reader.wait()
+    # Its walsender lets go of the slot a moment after the client is gone.
+    deadline = time.time() + 30
+    while db.run(f"SELECT active FROM pg_replication_slots WHERE slot_name = '{FLOOR_SLOT}'")[0] == "t":
+        if time.time() > deadline:
+            sys.exit(f"the slot {FLOOR_SLOT} stayed active 30 s after pg_recvlogical ended")
+        time.sleep(0.05)
     db.run(f"SELECT pg_drop_replication_slot('{FLOOR_SLOT}')")
     db.close()
     print(json.dumps(out))
