@@ -130,6 +130,21 @@ def percentile(ordered, p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
+def write_back() -> int:
+    """Writes the page cache's dirty pages back (`sync`) and returns how many bytes were
+    dirty before. The benchmark's primary runs with `fsync = off` on this machine's disk:
+    without this, the kernel writes back what earlier phases left (800 MB and more) while a
+    phase is timed, and the worker's `fdatasync` calls wait behind it, while a floor that
+    never syncs does not. In production the primary's writes are another machine's."""
+    dirty = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Dirty:"):
+                dirty = int(line.split()[1]) * 1024
+    os.sync()
+    return dirty
+
+
 def small_transactions(psql_argv, seconds: int, position, cpu_pid=None) -> dict:
     """pgbench at 2,000 single-row transactions per second for `seconds`; every 100 ms
     the primary's current LSN is noted, and its lag is the time until `position()` (the
@@ -141,6 +156,7 @@ def small_transactions(psql_argv, seconds: int, position, cpu_pid=None) -> dict:
     with open(script, "w") as f:
         f.write(PGBENCH_SCRIPT.format(projects=projects, tasks=per_project))
     pgbench = os.path.join(os.path.dirname(psql_argv[0]), "pgbench")
+    dirty = write_back()
     cpu0 = cpu_seconds(cpu_pid) if cpu_pid else 0
     peak = PeakAnon(cpu_pid) if cpu_pid else None
     bench = subprocess.Popen(
@@ -182,6 +198,7 @@ def small_transactions(psql_argv, seconds: int, position, cpu_pid=None) -> dict:
         "lag_ms_median": round(percentile(lags, 0.5) * 1000, 1),
         "lag_ms_p99": round(percentile(lags, 0.99) * 1000, 1),
         "lag_ms_max": round(lags[-1] * 1000, 1),
+        "dirty_written_back_bytes": dirty,
     }
     if cpu_pid:
         result["worker_cpu_us_per_tx"] = round((cpu_seconds(cpu_pid) - cpu0) * 1e6 / transactions, 1)
@@ -209,6 +226,7 @@ def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv)
     in_probe = int(db.run(f"SELECT count(*) FROM tasks WHERE project_id = '{PROBE_PROJECT}'")[0])
     out["bulk_rows"] = total
     for name, statement, holds in SCENARIOS:
+        write_back()
         cpu0 = cpu_seconds(worker_pid)
         peak = PeakAnon(worker_pid)
         db.run(statement)
@@ -278,6 +296,7 @@ def floor(lag_seconds: int, psql_argv) -> None:
         watcher.close()
         out.update({f"small_tx_floor_{k}": small[k] for k in ("lag_ms_median", "lag_ms_p99", "lag_ms_max")})
     for name, statement, _ in SCENARIOS:
+        write_back()
         db.run(statement)
         out[f"bulk_{name}_floor_seconds"] = round(sent_past_commit(), 3)
     reader.terminate()
