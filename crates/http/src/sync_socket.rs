@@ -25,7 +25,7 @@ use tokio_tungstenite::WebSocketStream;
 use super::compress::Coding;
 use super::error::ApiError;
 use super::rsocket::{self, Inbound};
-use super::sync_stream::open;
+use super::sync_stream::{open, Chunk};
 use super::Body;
 use service::{Encoding, SyncService, MAX_BODY_BYTES};
 
@@ -142,7 +142,7 @@ async fn start(
     socket: &mut Socket,
     service: &Arc<SyncService>,
     permit: tokio::sync::OwnedSemaphorePermit,
-) -> Result<Option<(u32, u64, mpsc::Receiver<Bytes>)>, Refusal> {
+) -> Result<Option<(u32, u64, mpsc::Receiver<Chunk>)>, Refusal> {
     let mut user = None;
     let mut permit = Some(permit);
     loop {
@@ -221,7 +221,7 @@ async fn follow(
     socket: &mut Socket,
     stream: u32,
     mut credit: u64,
-    mut lines: mpsc::Receiver<Bytes>,
+    mut lines: mpsc::Receiver<Chunk>,
 ) -> Result<(), Refusal> {
     // The BSON documents of the chunk being sent: at most one chunk waits here.
     let mut pending: VecDeque<Bytes> = VecDeque::new();
@@ -255,7 +255,7 @@ async fn follow(
                 Some(_) => {}
             },
             chunk = lines.recv(), if want_lines => match chunk {
-                Some(chunk) => pending.extend(documents(chunk)),
+                Some(chunk) => pending.extend(documents(*chunk)),
                 None => ended = true,
             },
         }

@@ -170,7 +170,9 @@ impl SyncSession {
                     };
                     self.positions.insert(name.clone(), after);
                 }
-                self.requested.clear();
+                // Freed, not cleared: a client that came with many buckets would keep
+                // their table's room for the stream's life.
+                self.requested = HashMap::new();
                 SyncLine::Checkpoint(CheckpointLine {
                     last_op_id: state.op_id,
                     write_checkpoint,
