@@ -338,7 +338,7 @@ impl Stream {
         checkpoint: Checkpoint,
         wakeups: &service::Subscription,
     ) -> Result<(), End> {
-        // One blocking call per checkpoint that concerns the stream: the write-checkpoint
+        // One call per checkpoint that concerns the stream, one read: the write-checkpoint
         // request, then the line.
         let store = self.served.store.clone();
         let key = self.key.clone();
@@ -348,16 +348,14 @@ impl Stream {
             .producer
             .as_ref()
             .is_some_and(|p| p.session.checkpoint_is_small());
-        let (line, report, pending) = self
+        let (line, (report, pending)) = self
             .store_work(small, move |producer| {
-                let wanted = store.read(|view| requested(view, &key))?;
-                let pending = wanted.is_some_and(|w| w.lsn > checkpoint.lsn);
-                let report = to_report(wanted, checkpoint.lsn, reported);
-                Ok((
-                    producer.session.checkpoint(&store, report)?,
-                    report,
-                    pending,
-                ))
+                Ok(producer.session.checkpoint_with(&store, |view| {
+                    let wanted = requested(view, &key)?;
+                    let pending = wanted.is_some_and(|w| w.lsn > checkpoint.lsn);
+                    let report = to_report(wanted, checkpoint.lsn, reported);
+                    Ok((report, (report, pending)))
+                })?)
             })
             .await?;
         if let Some(Producer { session, .. }) = &self.producer {

@@ -14,7 +14,7 @@ use super::lines::{CheckpointDiffLine, CheckpointLine, SyncLine};
 use super::paging::{Budgets, Download};
 use super::request::BucketPosition;
 use rules::{RequestContext, SyncRules};
-use store::{Forks, Placement, Store};
+use store::{Forks, Placement, ReadTxn, Store, StoreError};
 
 /// How long a session's first checkpoint waits for the store to reach a client's
 /// position in a bucket it announces (see [`SyncSession::checkpoint`]).
@@ -133,17 +133,44 @@ impl SyncSession {
         store: &Store,
         write_checkpoint: Option<u64>,
     ) -> Result<Option<SyncLine>, SyncError> {
+        self.checkpoint_with(store, |_| Ok((write_checkpoint, ())))
+            .map(|(line, ())| line)
+    }
+
+    /// [`Self::checkpoint`] whose `write_checkpoint` is decided by `decide` in the same
+    /// read (from the connection's write-checkpoint record), which also returns what else
+    /// the caller needs from it: one read transaction per checkpoint instead of two.
+    pub fn checkpoint_with<T>(
+        &mut self,
+        store: &Store,
+        decide: impl FnOnce(&ReadTxn<'_, '_>) -> Result<(Option<u64>, T), StoreError>,
+    ) -> Result<(Option<SyncLine>, T), SyncError> {
         let (rules, context, max) = (&self.rules, &self.context, self.limits);
         let first = self.announced.is_none();
-        let (state, forks) = store.read(|view| {
+        let (state, forks, (write_checkpoint, decided)) = store.read(|view| {
             let forks = if first {
                 view.forks()?
             } else {
                 Forks::default()
             };
-            Ok((CheckpointState::read(view, rules, context, max), forks))
+            let decided = decide(view)?;
+            Ok((
+                CheckpointState::read(view, rules, context, max),
+                forks,
+                decided,
+            ))
         })?;
         let state = state?;
+        Ok((self.announce(state, &forks, write_checkpoint), decided))
+    }
+
+    /// The line announcing `state` (see [`Self::checkpoint`]), the download that follows it.
+    fn announce(
+        &mut self,
+        state: CheckpointState,
+        forks: &Forks,
+        write_checkpoint: Option<u64>,
+    ) -> Option<SyncLine> {
         let line = match &self.announced {
             None => {
                 let place = |name: &String| {
@@ -156,7 +183,7 @@ impl SyncSession {
                     .iter()
                     .any(|b| place(&b.announced.bucket) == Some(Placement::Ahead));
                 if ahead && Instant::now() < self.hold_until {
-                    return Ok(None);
+                    return None;
                 }
                 for b in &state.buckets {
                     let name = &b.announced.bucket;
@@ -186,7 +213,7 @@ impl SyncSession {
                     && removed.is_empty()
                     && write_checkpoint == announced.write_checkpoint
                 {
-                    return Ok(None);
+                    return None;
                 }
                 for name in &removed {
                     // A bucket that comes back later starts again from 0 (the client
@@ -238,7 +265,7 @@ impl SyncSession {
         self.small_download = self.resets.is_empty() && span <= SMALL_DOWNLOAD_OPS;
         self.download = Some(Download::new(state.op_id, to_fetch).with_resets(self.resets.clone()));
         self.announced = Some(Announced::new(&state, write_checkpoint));
-        Ok(Some(line))
+        Some(line)
     }
 
     /// The next `data` or completion line of the current checkpoint; `None` when it is
