@@ -291,7 +291,7 @@ mod tests {
     }
 
     /// An idle compressor, whatever it compressed, holds no memory besides itself (the
-    /// few bytes measured, which a stream's task holds inline): 10,000 streams hold
+    /// few bytes measured, which a stream holds inline): 10,000 streams hold
     /// 10,000 of them (`docs/operations.md` 4.5). The contexts belong to the threads.
     #[test]
     fn an_idle_compressor_holds_no_memory() {

@@ -14,7 +14,7 @@ use tokio::sync::{watch, Semaphore};
 use super::error::ApiError;
 use super::limits::HttpLimits;
 use super::probes::{self, Probe};
-use super::write_timeout::WriteTimeout;
+use super::write_timeout::{WriteDeadline, WriteTimeout};
 use super::Body;
 use super::{cors, metrics, peer_copy, sync_socket, sync_stream, write_checkpoint};
 use service::SyncService;
@@ -189,33 +189,38 @@ pub async fn serve(
                     tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT not set");
                 }
                 let state = state.clone();
+                let deadline = WriteDeadline::default();
+                let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout, deadline.clone()));
                 // The request's future is boxed: hyper keeps a place for the service's
                 // future for the connection's whole life, and the answer's future (every
                 // route inlined, about 12 KiB) would otherwise stay allocated beside each
                 // open stream. Boxed, it is freed once the response is made.
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
+                    let deadline = deadline.clone();
                     let answer: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
                         Box::pin(async move {
-                            Ok::<_, std::convert::Infallible>(route(req, &state, peer).await)
+                            Ok::<_, std::convert::Infallible>(
+                                route(req, &state, peer, deadline).await,
+                            )
                         });
                     answer
                 });
-                let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout));
                 // Upgrades (the sync stream over a WebSocket) are served; at shutdown a
                 // connection finishes its answer and closes.
-                let conn = http1.serve_connection(io, service).with_upgrades();
+                let mut conn = http1.serve_connection(io, service).with_upgrades();
                 let mut stop = connections_stop.clone();
+                // The connection is polled where the task holds it (it is `Unpin`): moved
+                // into a pinned local, it would take its place twice in the task.
                 tokio::spawn(async move {
-                    let mut conn = std::pin::pin!(conn);
                     let stopping = async move {
                         let _ = stop.wait_for(|stop| *stop).await;
                     };
                     let ended = tokio::select! {
-                        ended = conn.as_mut() => ended,
+                        ended = &mut conn => ended,
                         () = stopping => {
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
+                            std::pin::Pin::new(&mut conn).graceful_shutdown();
+                            (&mut conn).await
                         }
                     };
                     if let Err(e) = ended {
@@ -271,16 +276,27 @@ const SYNC_ENDPOINTS: [&str; 3] = [
     write_checkpoint::REQUEST_PATH,
 ];
 
-async fn route(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
+/// Answers `req`; `deadline` bounds the writes of its connection (see [`WriteDeadline`]).
+async fn route(
+    req: Request<Incoming>,
+    state: &HttpState,
+    peer: SocketAddr,
+    deadline: WriteDeadline,
+) -> Response<Body> {
     let cors = SYNC_ENDPOINTS.contains(&req.uri().path());
-    let mut response = dispatch(req, state, peer).await;
+    let mut response = dispatch(req, state, peer, deadline).await;
     if cors {
         cors::allow_origin(&mut response);
     }
     response
 }
 
-async fn dispatch(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -> Response<Body> {
+async fn dispatch(
+    req: Request<Incoming>,
+    state: &HttpState,
+    peer: SocketAddr,
+    deadline: WriteDeadline,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     if let Some(probe) = Probe::from_path(&path) {
@@ -300,7 +316,9 @@ async fn dispatch(req: Request<Incoming>, state: &HttpState, peer: SocketAddr) -
     let known = SYNC_ENDPOINTS.contains(&path.as_str());
     match (method, path.as_str()) {
         (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
-        (Method::POST, "/sync/stream") => sync_stream::handle(req, state.sync.clone()).await,
+        (Method::POST, "/sync/stream") => {
+            sync_stream::handle(req, state.sync.clone(), deadline).await
+        }
         (Method::GET, "/sync/stream") if sync_socket::is_upgrade(&req) => {
             sync_socket::handle(req, state.sync.clone())
         }

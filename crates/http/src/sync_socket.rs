@@ -3,9 +3,10 @@
 //! in binary messages (`rsocket`). The SETUP frame's metadata carries the token
 //! (`{"token": "Token <jwt>"}`); a REQUEST_STREAM on `/sync/stream` carries the sync
 //! request; every line goes back as one BSON document in a PAYLOAD frame, only as far as
-//! the client's request-N credit allows (the stream waits otherwise, holding at most one
-//! chunk of lines, as over HTTP). Keepalives are answered, CANCEL ends the stream, an
-//! expired token completes it.
+//! the client's request-N credit allows (the stream is asked for no more lines otherwise,
+//! and the socket holds at most one chunk of them). Keepalives are answered, CANCEL ends
+//! the stream, an expired token completes it (a socket that takes nothing then is closed a
+//! little after).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,7 +17,6 @@ use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::{header, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -25,9 +25,20 @@ use tokio_tungstenite::WebSocketStream;
 use super::compress::Coding;
 use super::error::ApiError;
 use super::rsocket::{self, Inbound};
-use super::sync_stream::{open, Chunk};
+use super::sync_stream::{open, EXPIRY_GRACE};
 use super::Body;
 use service::{Encoding, SyncService, MAX_BODY_BYTES};
+
+/// The stream's chunks of BSON documents, produced as the client's credit takes them.
+type Chunks = std::pin::Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
+
+/// An opened stream, as the socket follows it.
+struct Lines {
+    chunks: Chunks,
+    /// The token's expiry: a socket that has not taken its stream's last line a little
+    /// after it ([`EXPIRY_GRACE`]) ends without it.
+    expires_at: std::time::Instant,
+}
 
 /// How long a client has to send its SETUP and then its REQUEST_STREAM.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -116,18 +127,23 @@ async fn serve(
     service: Arc<SyncService>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let ended = match tokio::time::timeout(SETUP_TIMEOUT, start(&mut socket, &service, permit))
-        .await
-    {
-        Err(_) => Err(Refusal {
-            stream: 0,
-            code: rsocket::INVALID_SETUP,
-            message: format!("no SETUP and REQUEST_STREAM within {SETUP_TIMEOUT:?}"),
-        }),
-        Ok(Err(refusal)) => Err(refusal),
-        Ok(Ok(None)) => Ok(()),
-        Ok(Ok(Some((stream, credit, lines)))) => follow(&mut socket, stream, credit, lines).await,
-    };
+    let ended =
+        match tokio::time::timeout(SETUP_TIMEOUT, start(&mut socket, &service, permit)).await {
+            Err(_) => Err(Refusal {
+                stream: 0,
+                code: rsocket::INVALID_SETUP,
+                message: format!("no SETUP and REQUEST_STREAM within {SETUP_TIMEOUT:?}"),
+            }),
+            Ok(Err(refusal)) => Err(refusal),
+            Ok(Ok(None)) => Ok(()),
+            Ok(Ok(Some((stream, credit, lines)))) => {
+                let ends = (lines.expires_at + EXPIRY_GRACE).into();
+                let following = follow(&mut socket, stream, credit, lines.chunks);
+                tokio::time::timeout_at(ends, following)
+                    .await
+                    .unwrap_or(Ok(()))
+            }
+        };
     if let Err(refusal) = ended {
         let frame = rsocket::error(refusal.stream, refusal.code, &refusal.message);
         let _ = socket.send(Message::binary(frame)).await;
@@ -142,7 +158,7 @@ async fn start(
     socket: &mut Socket,
     service: &Arc<SyncService>,
     permit: tokio::sync::OwnedSemaphorePermit,
-) -> Result<Option<(u32, u64, mpsc::Receiver<Chunk>)>, Refusal> {
+) -> Result<Option<(u32, u64, Lines)>, Refusal> {
     let mut user = None;
     let mut permit = Some(permit);
     loop {
@@ -189,15 +205,20 @@ async fn start(
                     return Err(refuse(ApiError::not_ready()));
                 }
                 let compressor = Coding::negotiate(None).compressor();
-                let (_, lines) = open(
+                let opened = open(
                     service,
                     user,
                     Encoding::Bson,
                     compressor,
                     &data,
                     permit.take(),
+                    None,
                 )
                 .map_err(refuse)?;
+                let lines = Lines {
+                    chunks: Box::pin(opened.chunks),
+                    expires_at: opened.expires_at,
+                };
                 return Ok(Some((stream, u64::from(credit), lines)));
             }
             Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,
@@ -221,7 +242,7 @@ async fn follow(
     socket: &mut Socket,
     stream: u32,
     mut credit: u64,
-    mut lines: mpsc::Receiver<Chunk>,
+    mut lines: Chunks,
 ) -> Result<(), Refusal> {
     // The BSON documents of the chunk being sent: at most one chunk waits here.
     let mut pending: VecDeque<Bytes> = VecDeque::new();
@@ -254,8 +275,8 @@ async fn follow(
                 }
                 Some(_) => {}
             },
-            chunk = lines.recv(), if want_lines => match chunk {
-                Some(chunk) => pending.extend(documents(*chunk)),
+            chunk = lines.next(), if want_lines => match chunk {
+                Some(chunk) => pending.extend(documents(chunk)),
                 None => ended = true,
             },
         }

@@ -1,9 +1,12 @@
 //! `POST /sync/stream`: authenticate, parse the request, then stream lines for every new
 //! checkpoint that concerns the connection until the token expires, the client leaves or
 //! the engine stops (spec §5). A stream wakes only for checkpoints that concern it
-//! (`service::wakeups`). Store reads run one batch at a time: small ones (a diff of a few
-//! recent ops) on the runtime's thread, others on blocking threads under a process-wide
-//! limit; nothing holds a read transaction between batches.
+//! (`service::wakeups`). Its lines are produced as the transport takes them: the stream
+//! is the response body itself, polled by the connection's task (no task or queue of its
+//! own), and a client that stops reading stops its production. Store reads run one chunk
+//! at a time: small ones (a diff of a few recent ops) on the runtime's thread, others on
+//! blocking threads under a process-wide limit; nothing holds a read transaction between
+//! chunks.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -12,37 +15,35 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{header, Request, Response, StatusCode};
-use tokio::sync::mpsc::{self, OwnedPermit};
+use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::accept::quality;
 use super::authorization::authenticate;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
+use super::write_timeout::WriteDeadline;
 use super::Body;
 use service::write_checkpoint::{record_key, requested, to_report};
 use service::Registration;
 use service::SyncService;
 use service::{Encoding, SyncError, SyncLine, SyncRequest, SyncSession, MAX_BODY_BYTES};
-use store::Checkpoint;
 
-/// Encoded bytes gathered before one send (whole lines only). With [`SEND_QUEUE`] and
-/// the connection's write buffer it bounds what a client that stops reading holds.
+/// Encoded bytes gathered into one chunk of the response (whole lines only).
 const CHUNK_BYTES: usize = 64 << 10;
 /// Keepalive period (spec §5.6: 20 s ± 10 %).
 const KEEPALIVE: Duration = Duration::from_secs(20);
 /// Before expiry, the line that lets clients fetch a new token in time.
 const EXPIRY_WARNING: Duration = Duration::from_secs(20);
-/// Chunks buffered toward a slow client (besides the one being written).
-const SEND_QUEUE: usize = 1;
-
-/// One queued chunk of a stream's response, boxed: tokio's channel allocates its slots 32
-/// at a time, and a pointer-sized slot makes that block, kept beside each open stream,
-/// 256 bytes instead of 1 KiB.
-pub(super) type Chunk = Box<Bytes>;
 
 /// Answers one `/sync/stream` request.
-pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Body> {
-    let response = match start(req, &service).await {
+/// `deadline` is set to the token's expiry while the stream is written: a client that
+/// stops reading stops asking for chunks, and the connection's pending writes then end it.
+pub async fn handle(
+    req: Request<Incoming>,
+    service: Arc<SyncService>,
+    deadline: WriteDeadline,
+) -> Response<Body> {
+    let response = match start(req, &service, deadline).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
@@ -53,6 +54,7 @@ pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Respon
 async fn start(
     req: Request<Incoming>,
     service: &Arc<SyncService>,
+    deadline: WriteDeadline,
 ) -> Result<Response<Body>, ApiError> {
     if !service.status.snapshot().ready {
         return Err(ApiError::not_ready());
@@ -71,11 +73,19 @@ async fn start(
             })
         })?
         .to_bytes();
-    let (encoding, rx) = open(service, user, encoding, compressor, &body, None)?;
-    let body = StreamBody::new(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|chunk| (Ok::<_, std::convert::Infallible>(Frame::data(*chunk)), rx))
+    let Opened {
+        encoding, chunks, ..
+    } = open(
+        service,
+        user,
+        encoding,
+        compressor,
+        &body,
+        None,
+        Some(deadline),
+    )?;
+    let body = StreamBody::new(futures_util::StreamExt::map(chunks, |chunk| {
+        Ok::<_, std::convert::Infallible>(Frame::data(chunk))
     }));
     let mut response = Response::new(BodyExt::boxed(body));
     let headers = response.headers_mut();
@@ -99,19 +109,35 @@ async fn start(
     Ok(response)
 }
 
-/// Opens a sync stream for `user` with the request `body`, whatever the transport: its
-/// lines, encoded (`encoding`, adjusted to the request's `raw_data`, returned) and
-/// compressed, as they are produced. The queue holds [`SEND_QUEUE`] chunks: a transport
-/// that stops taking them holds the stream. `permit` is the stream's place when the
-/// transport took it already (a WebSocket, from its upgrade on).
+/// An opened stream.
+pub(super) struct Opened<S> {
+    /// The lines' encoding (the request's `raw_data` taken into account).
+    pub encoding: Encoding,
+    /// Its chunks of encoded and compressed lines, each produced when the transport asks
+    /// for it; they end when the token expires or the engine stops.
+    pub chunks: S,
+    /// When the token expires. A transport that stops asking for chunks ends the stream
+    /// itself a little after ([`EXPIRY_GRACE`]).
+    pub expires_at: Instant,
+}
+
+/// How long past the token's expiry a stream whose chunks are not taken is ended by its
+/// transport: the stream's own last line (`token_expires_in` 0) goes first to a client
+/// that reads.
+pub(super) const EXPIRY_GRACE: Duration = Duration::from_secs(2);
+
+/// Opens a sync stream for `user` with the request `body`, whatever the transport.
+/// `permit` is the stream's place when the transport took it already (a WebSocket, from
+/// its upgrade on); `deadline`, the connection's, is set while the stream lives.
 pub(super) fn open(
     service: &Arc<SyncService>,
     user: auth::AuthenticatedUser,
     encoding: Encoding,
     compressor: Compressor,
     body: &[u8],
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
-) -> Result<(Encoding, mpsc::Receiver<Chunk>), ApiError> {
+    permit: Option<OwnedSemaphorePermit>,
+    deadline: Option<WriteDeadline>,
+) -> Result<Opened<impl futures_util::Stream<Item = Bytes> + Send + 'static>, ApiError> {
     let permit = match permit {
         Some(permit) => permit,
         None => service
@@ -145,42 +171,46 @@ pub(super) fn open(
             service.limits.max_streams_per_user,
         )
         .map_err(|full| ApiError::too_many_user_streams(full.max))?;
-
-    let (tx, rx) = mpsc::channel::<Chunk>(SEND_QUEUE);
     let expires_at = Instant::now()
         + user
             .expires_at
             .duration_since(SystemTime::now())
             .unwrap_or_default();
-    let service = service.clone();
-    tokio::spawn(async move {
-        let mut stream = Stream {
-            service,
-            served,
-            producer: Some(Producer {
-                session,
-                compressor,
-            }),
-            encoding,
-            key,
-            reported: None,
-            registration,
-            tx,
-            expires_at,
-        };
-        let ended = stream.run().await;
-        // The stream's place is free before its body ends (with `stream`'s sender): a
-        // client that sees the end and opens another stream at once is not refused for it.
-        drop(permit);
-        stream.finish();
-        drop(stream);
-        match ended {
-            Err(End::Failed(reason)) => tracing::warn!(%reason, "a sync stream failed"),
-            Err(end) => tracing::debug!(reason = ?end, "sync stream ended"),
-            Ok(()) => {}
-        }
+    if let Some(deadline) = &deadline {
+        deadline.set(Some((expires_at + EXPIRY_GRACE).into()));
+    }
+    let stream = Stream {
+        deadline,
+        generations: service.subscribe(),
+        wakeups: served.wakeups.register(&key),
+        shutdown: service.shutdown.clone(),
+        service: service.clone(),
+        served,
+        producer: Some(Producer {
+            session,
+            compressor,
+        }),
+        encoding,
+        key,
+        reported: None,
+        registration: Some(registration),
+        permit: Some(permit),
+        expires_at,
+        next_keepalive: Instant::now() + jittered(KEEPALIVE),
+        due: true,
+        closing: None,
+    };
+    // The stream moves in and out of each chunk's future: one allocation (the body's)
+    // holds it, and only the wait's small state while it is idle.
+    let chunks = futures_util::stream::unfold(stream, |mut stream| async move {
+        let chunk = stream.next_chunk().await?;
+        Some((chunk, stream))
     });
-    Ok((encoding, rx))
+    Ok(Opened {
+        encoding,
+        chunks,
+        expires_at,
+    })
 }
 
 /// BSON when the client ranks it at least as high as NDJSON (every SDK asks for it
@@ -207,7 +237,6 @@ fn sync_error(e: SyncError) -> ApiError {
 /// Why a stream ended (for the debug log).
 #[derive(Debug)]
 enum End {
-    ClientGone,
     TokenExpired,
     Shutdown,
     Failed(String),
@@ -232,87 +261,151 @@ impl From<store::StoreError> for End {
     }
 }
 
+/// One open stream: the session and what it waits on, owned by the response body.
 struct Stream {
     service: Arc<SyncService>,
     /// The generation the session's rules belong to.
     served: Arc<service::Served>,
-    /// Taken out while a blocking call works on it.
+    /// The served generation, as it changes.
+    generations: watch::Receiver<Arc<service::Served>>,
+    /// Wakes the stream for the checkpoints that concern it.
+    wakeups: service::Subscription,
+    shutdown: watch::Receiver<bool>,
+    /// Taken out while a blocking call works on it, and at the end.
     producer: Option<Producer>,
     encoding: Encoding,
     key: String,
     /// The `write_checkpoint` of the last checkpoint-type line.
     reported: Option<u64>,
-    /// This stream's entry in `streams()`.
-    registration: Registration,
-    tx: mpsc::Sender<Chunk>,
-    /// When the token expires: the stream ends then, even inside a send to a client that
-    /// stopped reading.
+    /// This stream's entry in `streams()`, and its place among the streams: both are
+    /// given back when it ends, before the body's last chunk, so a client that sees the
+    /// end and opens another stream at once is not refused for it.
+    registration: Option<Registration>,
+    permit: Option<OwnedSemaphorePermit>,
+    /// When the token expires: no chunk is produced past it but the line saying so.
     expires_at: Instant,
+    /// The connection's write deadline, set to a little past `expires_at` while the
+    /// stream lives.
+    deadline: Option<WriteDeadline>,
+    next_keepalive: Instant,
+    /// The served checkpoint is announced before the stream waits again: at the start,
+    /// after a wakeup or a new generation, and after a keepalive while the first
+    /// checkpoint is held.
+    due: bool,
+    /// How the stream ends once the chunk produced last was taken.
+    closing: Option<End>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Some(deadline) = &self.deadline {
+            deadline.set(None);
+        }
+    }
 }
 
 impl Stream {
-    async fn run(&mut self) -> Result<(), End> {
+    /// The response's next chunk; `None` once it ended (the compression's end, if any,
+    /// was the last chunk).
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        while self.producer.is_some() {
+            match self.produce().await {
+                Ok(Some(chunk)) => return Some(chunk),
+                Ok(None) => {}
+                Err(end) => return self.end(end),
+            }
+        }
+        None
+    }
+
+    /// One step of the stream: the token's expiry, the next chunk of a download, else the
+    /// wait for what comes next (a keepalive, or a checkpoint to announce with the start of
+    /// its data). `None` when the step has nothing to send.
+    async fn produce(&mut self) -> Result<Option<Bytes>, End> {
+        if let Some(end) = self.closing.take() {
+            return Err(end);
+        }
+        if self.expires_at <= Instant::now() {
+            // Also right at the start, for a token still accepted thanks to the clock
+            // tolerance: the client is told to renew.
+            self.closing = Some(End::TokenExpired);
+            return self.line(&SyncLine::TokenExpiresIn(0)).map(Some);
+        }
+        if self
+            .producer
+            .as_ref()
+            .is_some_and(|p| p.session.is_downloading())
+        {
+            return self.data(Vec::new()).await;
+        }
+        if !self.due {
+            if let Some(keepalive) = self.wait().await? {
+                return Ok(Some(keepalive));
+            }
+        }
+        self.due = false;
+        let served = self.generations.borrow_and_update().clone();
+        if !Arc::ptr_eq(&served, &self.served) {
+            self.follow(served);
+            if !self.wakeups.is_of(&self.served.wakeups) {
+                self.wakeups = self.served.wakeups.register(&self.key);
+            }
+        }
+        let checkpoint = *self.served.checkpoints.borrow();
+        // Boxed: a checkpoint's reads are the largest state of the stream, and an idle
+        // stream keeps only the wait's.
+        Box::pin(self.announce(checkpoint)).await
+    }
+
+    /// Waits for a checkpoint that concerns the stream (`None`: announce it) or the next
+    /// keepalive, which it returns.
+    async fn wait(&mut self) -> Result<Option<Bytes>, End> {
         let expires_at = self.expires_at;
-        if expires_at <= Instant::now() {
-            // Still accepted thanks to the clock tolerance: tell the client to renew.
-            return self.send_line(&SyncLine::TokenExpiresIn(0)).await;
+        let wake = self
+            .next_keepalive
+            .min(if Instant::now() + EXPIRY_WARNING < expires_at {
+                expires_at - EXPIRY_WARNING
+            } else {
+                expires_at
+            });
+        enum Woke {
+            Checkpoint,
+            Keepalive,
         }
-        let mut generations = self.service.subscribe();
-        let mut wakeups = self.served.wakeups.register(&self.key);
-        let mut shutdown = self.service.shutdown.clone();
-        let mut next_keepalive = Instant::now() + jittered(KEEPALIVE);
-        loop {
-            let served = generations.borrow_and_update().clone();
-            if !Arc::ptr_eq(&served, &self.served) {
-                self.follow(served);
-                if !wakeups.is_of(&self.served.wakeups) {
-                    wakeups = self.served.wakeups.register(&self.key);
+        let woke = tokio::select! {
+            () = self.wakeups.woken() => {
+                // A generation left behind closes its channel once replaced.
+                if self.wakeups.is_closed()
+                    && Arc::ptr_eq(&self.generations.borrow(), &self.served)
+                {
+                    return Err(End::Shutdown);
                 }
+                Woke::Checkpoint
             }
-            let checkpoint = *self.served.checkpoints.borrow();
-            self.announce(checkpoint, &wakeups).await?;
-            loop {
-                let wake = next_keepalive.min(if Instant::now() + EXPIRY_WARNING < expires_at {
-                    expires_at - EXPIRY_WARNING
-                } else {
-                    expires_at
-                });
-                tokio::select! {
-                    () = wakeups.woken() => {
-                        // A generation left behind closes its channel once replaced.
-                        if wakeups.is_closed() && Arc::ptr_eq(&generations.borrow(), &self.served) {
-                            return Err(End::Shutdown);
-                        }
-                        break;
-                    }
-                    changed = generations.changed() => {
-                        if changed.is_err() {
-                            return Err(End::Shutdown);
-                        }
-                        break;
-                    }
-                    _ = tokio::time::sleep_until(wake.into()) => {
-                        let left = expires_at.saturating_duration_since(Instant::now());
-                        let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-                        let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
-                        self.send_line(&SyncLine::TokenExpiresIn(seconds)).await?;
-                        if seconds == 0 {
-                            return Err(End::TokenExpired);
-                        }
-                        next_keepalive = Instant::now() + jittered(KEEPALIVE);
-                        // A first checkpoint held for the store to catch up with the
-                        // client is decided again, in case the hold ran out.
-                        if self.producer.as_ref().is_some_and(|p| p.session.is_unannounced()) {
-                            break;
-                        }
-                    }
-                    _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
-                        return Err(End::Shutdown)
-                    }
-                    _ = self.tx.closed() => return Err(End::ClientGone),
-                }
-            }
+            changed = self.generations.changed() => match changed {
+                Ok(()) => Woke::Checkpoint,
+                Err(_) => return Err(End::Shutdown),
+            },
+            _ = tokio::time::sleep_until(wake.into()) => Woke::Keepalive,
+            _ = self.shutdown.wait_for(|s| *s) => return Err(End::Shutdown),
+        };
+        if let Woke::Checkpoint = woke {
+            return Ok(None);
         }
+        let left = expires_at.saturating_duration_since(Instant::now());
+        let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+        let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
+        if seconds == 0 {
+            self.closing = Some(End::TokenExpired);
+        }
+        self.next_keepalive = Instant::now() + jittered(KEEPALIVE);
+        // A first checkpoint held for the store to catch up with the client is decided
+        // again, in case the hold ran out.
+        self.due = self
+            .producer
+            .as_ref()
+            .is_some_and(|p| p.session.is_unannounced());
+        self.line(&SyncLine::TokenExpiresIn(seconds)).map(Some)
     }
 
     /// Moves the session to a newly served generation: its next line is a
@@ -329,21 +422,17 @@ impl Stream {
         self.served = served;
     }
 
-    /// Sends the line for `checkpoint` (if it concerns this connection) and its data, and
-    /// tells `wakeups` which later checkpoints concern it: those changing a bucket it
-    /// announced or its write-checkpoint record, or every one while its first checkpoint
-    /// is held or its write checkpoint waits for the LSN to pass.
-    async fn announce(
-        &mut self,
-        checkpoint: Checkpoint,
-        wakeups: &service::Subscription,
-    ) -> Result<(), End> {
+    /// The line for `checkpoint` (if it concerns this connection) with the first chunk of
+    /// its data, and tells the wakeups which later checkpoints concern the stream: those
+    /// changing a bucket it announced or its write-checkpoint record, or every one while
+    /// its first checkpoint is held or its write checkpoint waits for the LSN to pass.
+    async fn announce(&mut self, checkpoint: store::Checkpoint) -> Result<Option<Bytes>, End> {
         // One call per checkpoint that concerns the stream, one read: the write-checkpoint
         // request, then the line.
         let store = self.served.store.clone();
         let key = self.key.clone();
         let reported = self.reported;
-        let read_after = wakeups.dispatches();
+        let read_after = self.wakeups.dispatches();
         let small = self
             .producer
             .as_ref()
@@ -358,61 +447,45 @@ impl Stream {
                 })?)
             })
             .await?;
-        if let Some(Producer { session, .. }) = &self.producer {
-            wakeups.watch(
-                session.announced_buckets(),
-                pending || session.is_unannounced(),
-                read_after,
-            );
-        }
-        let Some(line) = line else { return Ok(()) };
+        let Some(Producer { session, .. }) = &self.producer else {
+            return Err(End::Failed("the session is gone".into()));
+        };
+        self.wakeups.watch(
+            session.announced_buckets(),
+            pending || session.is_unannounced(),
+            read_after,
+        );
+        let Some(line) = line else { return Ok(None) };
         self.reported = report;
-        if let Some(Producer { session, .. }) = &self.producer {
-            self.registration
-                .checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
+        if let Some(registration) = &self.registration {
+            registration.checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
         }
         let mut head = Vec::new();
         line.encode(self.encoding, &mut head);
-        if !self
+        // The checkpoint line opens the data's first chunk: one write for a change's
+        // checkpoint, data and completion.
+        self.data(head).await
+    }
+
+    /// The download's next chunk after the encoded lines `opening`: read, encoded and
+    /// compressed (off the runtime's threads unless small).
+    async fn data(&mut self, opening: Vec<u8>) -> Result<Option<Bytes>, End> {
+        let store = self.served.store.clone();
+        let encoding = self.encoding;
+        let small = self
             .producer
             .as_ref()
-            .is_some_and(|p| p.session.is_downloading())
-        {
-            return self.send(head).await;
-        }
-        // The data: a chunk of whole lines per call, read, encoded and compressed (off the
-        // runtime's threads unless small). The checkpoint line opens the first chunk: one
-        // write for a change's checkpoint, data and completion.
-        let mut head = Some(head);
-        while self
-            .producer
-            .as_ref()
-            .is_some_and(|p| p.session.is_downloading())
-        {
-            // Room in the queue first: a client that stops reading then holds no chunk
-            // that waits to be queued.
-            let room = self.room().await?;
-            let store = self.served.store.clone();
-            let encoding = self.encoding;
-            let small = self
-                .producer
-                .as_ref()
-                .is_some_and(|p| p.session.download_is_small());
-            let opening = head.take().unwrap_or_default();
-            let (chunk, ops, lines) = self
-                .store_work(small, move |producer| {
-                    producer.chunk(&store, encoding, opening)
-                })
-                .await?;
-            self.service
-                .ops_sent
-                .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
-            self.count_sent(lines, chunk.len());
-            if !chunk.is_empty() {
-                room.send(Box::new(Bytes::from(chunk)));
-            }
-        }
-        Ok(())
+            .is_some_and(|p| !p.session.is_downloading() || p.session.download_is_small());
+        let (chunk, ops, lines) = self
+            .store_work(small, move |producer| {
+                producer.chunk(&store, encoding, opening)
+            })
+            .await?;
+        self.service
+            .ops_sent
+            .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
+        self.count_sent(lines, chunk.len());
+        Ok((!chunk.is_empty()).then(|| Bytes::from(chunk)))
     }
 
     /// Runs store work: `small` work (a diff of a few recent ops: microseconds, from
@@ -458,58 +531,39 @@ impl Stream {
         result
     }
 
-    async fn send_line(&mut self, line: &SyncLine) -> Result<(), End> {
-        self.send(line.to_bytes(self.encoding)).await
-    }
-
-    async fn send(&mut self, bytes: Vec<u8>) -> Result<(), End> {
-        let room = self.room().await?;
-        self.queue(room, bytes)
-    }
-
-    /// Waits for room in the send queue. A client that stops reading holds the stream
-    /// here; its token still ends the stream (and the connection's write timeout ends the
-    /// connection).
-    async fn room(&self) -> Result<OwnedPermit<Chunk>, End> {
-        match tokio::time::timeout_at(self.expires_at.into(), self.tx.clone().reserve_owned()).await
-        {
-            Ok(room) => room.map_err(|_| End::ClientGone),
-            Err(_) => Err(End::TokenExpired),
-        }
-    }
-
-    /// Compresses `bytes` and queues them in the `room` made for them.
-    fn queue(&mut self, room: OwnedPermit<Chunk>, bytes: Vec<u8>) -> Result<(), End> {
+    /// `line`, encoded and compressed.
+    fn line(&mut self, line: &SyncLine) -> Result<Bytes, End> {
         let producer = self
             .producer
             .as_mut()
             .ok_or_else(|| End::Failed("the session is gone".into()))?;
+        let bytes = line.to_bytes(self.encoding);
         let lines = bytes.len();
         let compressed = producer.compress(bytes)?;
         self.count_sent(lines, compressed.len());
-        room.send(Box::new(Bytes::from(compressed)));
-        Ok(())
+        Ok(Bytes::from(compressed))
     }
 
-    /// Queues the end of the response's compression (the gzip member's last block and
-    /// trailer) if the queue has room for it now: the body ends either way, and a client
-    /// that stopped reading does not hold the stream for it (its decoder then sees the
-    /// body end without the trailer, every line before it decoded).
-    fn finish(&mut self) {
-        let Some(producer) = self.producer.take() else {
-            return;
-        };
-        let end = producer.compressor.finish();
-        if end.is_empty() {
-            return;
+    /// Ends the stream: its place and registration are given back, and the end of the
+    /// response's compression (the gzip member's last block and trailer) is its last
+    /// chunk.
+    fn end(&mut self, end: End) -> Option<Bytes> {
+        self.permit = None;
+        self.registration = None;
+        match &end {
+            End::Failed(reason) => tracing::warn!(%reason, "a sync stream failed"),
+            end => tracing::debug!(reason = ?end, "sync stream ended"),
         }
-        if let Ok(room) = self.tx.try_reserve() {
-            self.count_sent(0, end.len());
-            room.send(Box::new(Bytes::from(end)));
+        let producer = self.producer.take()?;
+        let trailer = producer.compressor.finish();
+        if trailer.is_empty() {
+            return None;
         }
+        self.count_sent(0, trailer.len());
+        Some(Bytes::from(trailer))
     }
 
-    /// Counts `lines` bytes of sync lines queued as `sent` bytes (after compression).
+    /// Counts `lines` bytes of sync lines as `sent` bytes (after compression).
     fn count_sent(&self, lines: usize, sent: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         self.service.bytes_synced.fetch_add(lines as u64, Relaxed);

@@ -1,39 +1,70 @@
-//! A connection whose writes fail once the client has taken nothing for a while.
+//! A connection whose writes fail once the client has taken nothing for a while, or once
+//! the response being written may no longer be sent.
 //!
 //! A client that stops reading fills the socket's buffers; every later write stays
 //! pending, and without a bound the connection (its descriptor, its buffers and the stream
 //! behind it) would be held until the client goes away, which it may never do. A write
-//! that stays pending for the limit fails with `TimedOut`, which ends the connection.
+//! that stays pending for the limit fails with `TimedOut`, which ends the connection. So
+//! does a write still pending at the connection's [`WriteDeadline`]: a sync stream sets it
+//! to its token's expiry, since a client that stops reading no longer asks the stream for
+//! its next chunk, and the stream could not end itself then.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// `inner` with writes bounded by `limit` of no progress.
+/// When a connection's pending writes fail whatever the write timeout: set by the
+/// response being written, shared with the connection's [`WriteTimeout`].
+#[derive(Clone, Default)]
+pub struct WriteDeadline(Arc<Mutex<Option<Instant>>>);
+
+impl WriteDeadline {
+    /// From now on (`Some`), or no longer (`None`), writes pending at `at` fail.
+    pub fn set(&self, at: Option<Instant>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+    }
+
+    fn get(&self) -> Option<Instant> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `inner` with writes bounded by `limit` of no progress and by the `deadline`.
 pub struct WriteTimeout<S> {
     inner: S,
     limit: Duration,
-    /// Armed while a write is pending: fires `limit` after the last progress.
+    deadline: WriteDeadline,
+    /// Armed while a write is pending: fires `limit` after the last progress, or at the
+    /// deadline if that comes first.
     stalled: Option<Pin<Box<Sleep>>>,
 }
 
 impl<S> WriteTimeout<S> {
     /// Wraps `inner`.
-    pub fn new(inner: S, limit: Duration) -> Self {
+    pub fn new(inner: S, limit: Duration, deadline: WriteDeadline) -> Self {
         Self {
             inner,
             limit,
+            deadline,
             stalled: None,
         }
     }
 
     /// Passes on a write-side poll of the inner stream: any progress disarms the timer;
-    /// while it stays pending, it fails once the client took nothing for `limit`.
+    /// while it stays pending, it fails once the client took nothing for `limit` or the
+    /// deadline passed.
     fn bounded<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -43,18 +74,35 @@ impl<S> WriteTimeout<S> {
             self.stalled = None;
             return poll;
         }
-        let limit = self.limit;
+        let now = Instant::now();
+        let deadline = self.deadline.get();
+        let passed = |now: Instant| deadline.is_some_and(|at| at <= now);
+        if passed(now) {
+            return Poll::Ready(Err(ended_by_deadline()));
+        }
+        let at = deadline.map_or(now + self.limit, |at| at.min(now + self.limit));
         let timer = self
             .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(Instant::now() + limit)));
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if timer.deadline() > at {
+            timer.as_mut().reset(at);
+        }
         match timer.as_mut().poll(cx) {
+            Poll::Ready(()) if passed(Instant::now()) => Poll::Ready(Err(ended_by_deadline())),
             Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("the client took no data for {} s", limit.as_secs()),
+                format!("the client took no data for {} s", self.limit.as_secs()),
             ))),
             Poll::Pending => Poll::Pending,
         }
     }
+}
+
+fn ended_by_deadline() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the response's time ran out (its token expired) while the client took no data",
+    )
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
@@ -109,9 +157,30 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_write_the_peer_never_takes_fails_after_the_limit() {
         let (client, server) = tokio::io::duplex(64);
-        let mut server = WriteTimeout::new(server, Duration::from_secs(5));
+        let mut server =
+            WriteTimeout::new(server, Duration::from_secs(5), WriteDeadline::default());
         let error = server.write_all(&[0u8; 1024]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        drop(client);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_pending_at_the_deadline_fails_before_the_limit() {
+        let (client, server) = tokio::io::duplex(64);
+        let deadline = WriteDeadline::default();
+        let mut server = WriteTimeout::new(server, Duration::from_secs(3600), deadline.clone());
+        let started = Instant::now();
+        deadline.set(Some(started + Duration::from_secs(7)));
+        let error = server.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(7));
+        // Cleared, the deadline no longer bounds the connection's writes.
+        deadline.set(None);
+        let (_client, server) = tokio::io::duplex(64);
+        let mut server = WriteTimeout::new(server, Duration::from_secs(5), deadline);
+        let started = Instant::now();
+        server.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
         drop(client);
     }
 
@@ -128,7 +197,8 @@ mod tests {
                     .unwrap();
             }
         });
-        let mut server = WriteTimeout::new(server, Duration::from_secs(5));
+        let mut server =
+            WriteTimeout::new(server, Duration::from_secs(5), WriteDeadline::default());
         server.write_all(&[0u8; 4096]).await.unwrap();
         reader.await.unwrap();
     }

@@ -193,7 +193,7 @@ impl SyncService {
         Ok(())
     }
 
-    /// Streams open now (their permits are held until the stream's task ends).
+    /// Streams open now (their permits are held until the stream ends).
     pub fn open_streams(&self) -> usize {
         self.limits
             .max_streams
