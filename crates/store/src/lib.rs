@@ -94,6 +94,8 @@ pub struct Store {
     reads: ReadTracker,
     /// What the commits since the last [`Store::take_changes`] changed.
     changes: changes::ChangeLog,
+    /// The tables' handles for read transactions (valid while `db` is open).
+    read_tables: tables::Tables<'static>,
 }
 
 /// A consistent point clients can sync to: every op up to `op_id` is committed, and the
@@ -158,7 +160,9 @@ impl Store {
                 .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
         }
         let codec = writer::packing::load_codec(&db, dir)?;
+        let read_tables = tables::Tables::permanent(&db, dir)?;
         Ok(Self {
+            read_tables,
             db,
             dir: dir.to_owned(),
             identity,
@@ -457,9 +461,8 @@ impl Store {
             .db
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
-        let tables = tables::Tables::open(&txn, &self.dir)?;
         let codec = self.codec.read().clone();
-        let view = ReadTxn::new(&txn, &tables, &self.dir, &codec);
+        let view = ReadTxn::new(&txn, &self.read_tables, &self.dir, &codec);
         read(&view)
     }
 }
