@@ -15,6 +15,12 @@
 //!   compressor ended by a sync flush (byte-aligned, not the last block), which is valid
 //!   deflate since a block need not refer back. The stream keeps the CRC-32 and length
 //!   of what it sent, and [`Compressor::finish`] gives the last block and the trailer.
+//!
+//! A chunk compressed afresh compresses the same whatever stream sends it, and a commit
+//! that many streams hold sends each of them the same small chunk (its checkpoint line,
+//! data and completion), one after another on each thread: each thread remembers its last
+//! small chunk and its compressed form, per coding, and a chunk equal to it is not
+//! compressed again (a reset of the contexts alone costs microseconds per chunk).
 
 use std::cell::RefCell;
 use std::io;
@@ -43,7 +49,21 @@ const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255];
 /// from the byte boundary the sync flush left.
 const DEFLATE_END: [u8; 2] = [0x03, 0x00];
 
+/// Chunks up to this size are remembered (see the module's documentation).
+const REMEMBERED_CHUNK_BYTES: usize = 4 << 10;
+
+/// A thread's last small chunk of one coding and its compressed form.
+#[derive(Default)]
+struct Remembered {
+    input: Vec<u8>,
+    output: Vec<u8>,
+}
+
 thread_local! {
+    /// This thread's last small zstd frame.
+    static LAST_ZSTD: RefCell<Remembered> = RefCell::default();
+    /// This thread's last small chunk of raw deflate.
+    static LAST_DEFLATE: RefCell<Remembered> = RefCell::default();
     /// This thread's zstd context, made at its first frame.
     static ZSTD: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
     /// This thread's raw deflate compressor, made at its first chunk.
@@ -154,13 +174,16 @@ impl GzipMember {
         // Room for incompressible data: stored blocks add 5 bytes per 64 KiB.
         let mut out = Vec::with_capacity(header.len() + chunk.len() + chunk.len() / 1024 + 64);
         out.extend_from_slice(header);
-        DEFLATE.with(|deflate| {
-            let mut deflate = deflate.borrow_mut();
-            let deflate = deflate
-                .get_or_insert_with(|| flate2::Compress::new(flate2::Compression::fast(), false));
-            // Afresh: the chunk refers to nothing before it.
-            deflate.reset();
-            deflate_flushed(deflate, chunk, &mut out)
+        remembered(&LAST_DEFLATE, chunk, &mut out, |chunk, out| {
+            DEFLATE.with(|deflate| {
+                let mut deflate = deflate.borrow_mut();
+                let deflate = deflate.get_or_insert_with(|| {
+                    flate2::Compress::new(flate2::Compression::fast(), false)
+                });
+                // Afresh: the chunk refers to nothing before it.
+                deflate.reset();
+                deflate_flushed(deflate, chunk, out)
+            })
         })?;
         self.crc.update(chunk);
         self.started = true;
@@ -206,15 +229,46 @@ fn deflate_flushed(
 
 /// `data` as one whole zstd frame, compressed with this thread's context.
 fn zstd_frame(data: &[u8]) -> io::Result<Vec<u8>> {
-    ZSTD.with(|context| {
-        let mut slot = context.borrow_mut();
-        let context = match &mut *slot {
-            Some(context) => context,
-            empty => empty.insert(zstd_context()?),
-        };
-        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-        context.compress_to_buffer(data, &mut out)?;
-        Ok(fitted(out))
+    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
+    remembered(&LAST_ZSTD, data, &mut out, |data, out| {
+        ZSTD.with(|context| {
+            let mut slot = context.borrow_mut();
+            let context = match &mut *slot {
+                Some(context) => context,
+                empty => empty.insert(zstd_context()?),
+            };
+            context.compress_to_buffer(data, out)?;
+            Ok(())
+        })
+    })?;
+    Ok(fitted(out))
+}
+
+/// Appends `input` compressed by `compress` to `out`, or the compressed form this thread
+/// remembers for it (`last`): chunks compressed afresh compress the same every time.
+fn remembered(
+    last: &'static std::thread::LocalKey<RefCell<Remembered>>,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    compress: impl FnOnce(&[u8], &mut Vec<u8>) -> io::Result<()>,
+) -> io::Result<()> {
+    if input.is_empty() || input.len() > REMEMBERED_CHUNK_BYTES {
+        return compress(input, out);
+    }
+    last.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.input == input {
+            out.extend_from_slice(&last.output);
+            return Ok(());
+        }
+        let start = out.len();
+        compress(input, out)?;
+        let last = &mut *last;
+        last.input.clear();
+        last.input.extend_from_slice(input);
+        last.output.clear();
+        last.output.extend_from_slice(&out[start..]);
+        Ok(())
     })
 }
 
@@ -640,6 +694,49 @@ mod tests {
                 held <= bound_kib,
                 "{coding:?}: {held} KiB, over {bound_kib}"
             );
+        }
+    }
+
+    /// A chunk the thread remembers is the same chunk in every stream that sends it: each
+    /// stream's body still decodes to exactly its own lines.
+    #[test]
+    fn a_remembered_chunk_decodes_in_every_stream_that_sends_it() {
+        let shared = lines(3, 4);
+        let own = lines(9, 2);
+        for coding in [Coding::Zstd, Coding::Gzip] {
+            let (mut a, mut b) = (coding.compressor(), coding.compressor());
+            let mut a_sent = a.chunk(shared.clone()).unwrap();
+            let b_first = b.chunk(shared.clone()).unwrap();
+            assert_eq!(
+                a_sent, b_first,
+                "{coding:?}: the same first chunk, the same bytes"
+            );
+            let mut b_sent = b_first;
+            b_sent.extend(b.chunk(own.clone()).unwrap());
+            b_sent.extend(b.chunk(shared.clone()).unwrap());
+            a_sent.extend(a.chunk(shared.clone()).unwrap());
+            a_sent.extend(a.finish());
+            b_sent.extend(b.finish());
+            for (sent, want) in [
+                (a_sent, [&shared[..], &shared[..]].concat()),
+                (b_sent, [&shared[..], &own[..], &shared[..]].concat()),
+            ] {
+                let mut decoded = Vec::new();
+                match coding {
+                    Coding::Zstd => {
+                        zstd::stream::read::Decoder::new(sent.as_slice())
+                            .unwrap()
+                            .read_to_end(&mut decoded)
+                            .unwrap();
+                    }
+                    _ => {
+                        flate2::read::GzDecoder::new(sent.as_slice())
+                            .read_to_end(&mut decoded)
+                            .unwrap();
+                    }
+                }
+                assert_eq!(decoded, want, "{coding:?}");
+            }
         }
     }
 
