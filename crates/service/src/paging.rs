@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use super::error::SyncError;
 use super::lines::{DataLine, SyncLine};
-use store::{OpKind, OpRead, Store};
+use store::{OpKind, OpRead, ReadTxn, Store, StoreError};
 
 /// Paging limits. The op counts are the official service's; the byte bounds keep what
 /// one stream holds small (`docs/operations.md` 4.5).
@@ -151,32 +151,40 @@ impl Download {
         positions: &HashMap<String, u64>,
         budgets: Budgets,
     ) -> Result<(), SyncError> {
+        Ok(store.read(|view| self.fetch_batch_in(view, positions, budgets))?)
+    }
+
+    /// [`Self::fetch_batch`] in the read `view` (the checkpoint's own, for a small
+    /// download); lines queued already stay first.
+    pub fn fetch_batch_in(
+        &mut self,
+        view: &ReadTxn<'_, '_>,
+        positions: &HashMap<String, u64>,
+        budgets: Budgets,
+    ) -> Result<(), StoreError> {
         let checkpoint = self.checkpoint;
         let Some(group) = self.groups.front_mut() else {
             return Ok(());
         };
         let mut pages: Vec<(String, u64, Vec<OpRead>, bool)> = Vec::new();
         let mut max_target = 0;
-        store.read(|view| {
-            let mut budget = budgets.batch_ops.max(1);
-            let mut bytes_left = budgets.batch_bytes.max(1);
-            for name in &group.buckets {
-                if budget == 0 || bytes_left == 0 {
-                    break;
-                }
-                let after = positions.get(name).copied().unwrap_or(0);
-                let Some(state) = view.bucket(name)? else {
-                    pages.push((name.clone(), after, Vec::new(), false));
-                    continue;
-                };
-                let page = view.ops_within(state.id, after, checkpoint, budget, bytes_left)?;
-                budget -= page.ops.len();
-                bytes_left = bytes_left.saturating_sub(page.data_bytes);
-                max_target = max_target.max(page.max_target);
-                pages.push((name.clone(), after, page.ops, page.has_more));
+        let mut budget = budgets.batch_ops.max(1);
+        let mut bytes_left = budgets.batch_bytes.max(1);
+        for name in &group.buckets {
+            if budget == 0 || bytes_left == 0 {
+                break;
             }
-            Ok(())
-        })?;
+            let after = positions.get(name).copied().unwrap_or(0);
+            let Some(state) = view.bucket(name)? else {
+                pages.push((name.clone(), after, Vec::new(), false));
+                continue;
+            };
+            let page = view.ops_within(state.id, after, checkpoint, budget, bytes_left)?;
+            budget -= page.ops.len();
+            bytes_left = bytes_left.saturating_sub(page.data_bytes);
+            max_target = max_target.max(page.max_target);
+            pages.push((name.clone(), after, page.ops, page.has_more));
+        }
         if max_target > checkpoint {
             self.invalidated = true;
         }

@@ -139,29 +139,34 @@ impl SyncSession {
 
     /// [`Self::checkpoint`] whose `write_checkpoint` is decided by `decide` in the same
     /// read (from the connection's write-checkpoint record), which also returns what else
-    /// the caller needs from it: one read transaction per checkpoint instead of two.
+    /// the caller needs from it: one read transaction per checkpoint instead of two. A
+    /// small download (a change or two) reads its first batch in that read too, so a
+    /// change reaches a stream in one read transaction.
     pub fn checkpoint_with<T>(
         &mut self,
         store: &Store,
         decide: impl FnOnce(&ReadTxn<'_, '_>) -> Result<(Option<u64>, T), StoreError>,
     ) -> Result<(Option<SyncLine>, T), SyncError> {
-        let (rules, context, max) = (&self.rules, &self.context, self.limits);
         let first = self.announced.is_none();
-        let (state, forks, (write_checkpoint, decided)) = store.read(|view| {
+        store.read(|view| {
             let forks = if first {
                 view.forks()?
             } else {
                 Forks::default()
             };
-            let decided = decide(view)?;
-            Ok((
-                CheckpointState::read(view, rules, context, max),
-                forks,
-                decided,
-            ))
-        })?;
-        let state = state?;
-        Ok((self.announce(state, &forks, write_checkpoint), decided))
+            let (write_checkpoint, decided) = decide(view)?;
+            let state = match CheckpointState::read(view, &self.rules, &self.context, self.limits) {
+                Ok(state) => state,
+                Err(e) => return Ok(Err(e)),
+            };
+            let line = self.announce(state, &forks, write_checkpoint);
+            if self.small_download {
+                if let Some(download) = self.download.as_mut() {
+                    download.fetch_batch_in(view, &self.positions, self.budgets)?;
+                }
+            }
+            Ok(Ok((line, decided)))
+        })?
     }
 
     /// The line announcing `state` (see [`Self::checkpoint`]), the download that follows it.

@@ -733,7 +733,11 @@ fn a_parameter_row_adds_and_removes_a_bucket() {
 #[test]
 fn a_move_beyond_the_checkpoint_withholds_its_completion() {
     let mut db = Db::new();
-    db.commit(vec![item("1", "cold", "a"), item("2", "cold", "b")]);
+    // More ops than a small download: its data is read after the checkpoint's own read.
+    let rows: Vec<Change> = (1..=300)
+        .map(|i| item(&i.to_string(), "cold", "a"))
+        .collect();
+    db.commit(rows);
     let mut s = db.session(&[], Budgets::default());
     let mut client = Client::default();
     let first = s.checkpoint(&db.store, None).unwrap().unwrap();
@@ -751,6 +755,26 @@ fn a_move_beyond_the_checkpoint_withholds_its_completion() {
     let kinds = step(&db, &mut s, &mut client, usize::MAX, Some(&truth));
     assert_eq!(kinds, ["checkpoint_diff", "data", "checkpoint_complete"]);
     assert_eq!(client.completions, 1);
+}
+
+#[test]
+fn a_small_download_is_read_with_its_checkpoint() {
+    let mut db = Db::new();
+    db.commit(vec![item("1", "cold", "a"), item("2", "cold", "b")]);
+    let mut s = db.session(&[], Budgets::default());
+    let mut client = Client::default();
+    let first = s.checkpoint(&db.store, None).unwrap().unwrap();
+    client.apply(&first.to_bytes(Encoding::Ndjson), None);
+    // A change after the checkpoint's read: its two ops were read in that same view, so
+    // the checkpoint completes with exactly what it announced.
+    db.commit(vec![item("1", "cold", "changed")]);
+    let kinds = drain(&db, &mut s, &mut client, usize::MAX, None);
+    assert_eq!(kinds, ["data", "checkpoint_complete"]);
+    assert_eq!(client.completions, 1);
+    let truth = db.truth();
+    let kinds = step(&db, &mut s, &mut client, usize::MAX, Some(&truth));
+    assert_eq!(kinds, ["checkpoint_diff", "data", "checkpoint_complete"]);
+    assert_eq!(client.completions, 2);
 }
 
 #[test]
