@@ -6,6 +6,7 @@
 //! checkpoint being served; [`InMemoryLookups`] serves tests and the CLI).
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use super::bucket::{bucket_name, bucket_values, cross_product};
@@ -67,62 +68,69 @@ impl RequestContext {
     }
 }
 
-/// Request values prepared once per request (and per subscription).
+/// The request's values for one resolution (of the request, or of one subscription),
+/// borrowed from its context: a stream resolves its request at every checkpoint that
+/// concerns it, so nothing is copied, and the JSON texts (`request.jwt()`,
+/// `request.parameters()`, …) are made only when the rules ask for them.
 #[derive(Debug, Clone)]
-pub struct RequestData {
-    user_id: Option<String>,
-    claims: serde_json::Value,
-    claims_text: String,
-    params: serde_json::Value,
-    params_text: String,
-    sub_params: serde_json::Value,
-    sub_text: String,
+pub struct RequestData<'a> {
+    user_id: Option<&'a str>,
+    claims: &'a serde_json::Value,
+    claims_text: OnceCell<String>,
+    params: &'a serde_json::Value,
+    params_text: OnceCell<String>,
+    sub_params: &'a serde_json::Value,
+    sub_text: OnceCell<String>,
 }
 
-impl RequestData {
-    pub(crate) fn new(ctx: &RequestContext, sub: Option<&Subscription>) -> Self {
-        let sub_params = sub
-            .map(|s| s.parameters.clone())
-            .unwrap_or(serde_json::Value::Null);
-        let obj_text = |v: &serde_json::Value| {
-            if v.is_null() {
-                "{}".to_string()
-            } else {
-                v.to_string()
-            }
-        };
+/// The parameters of a resolution without a subscription.
+static NO_PARAMETERS: serde_json::Value = serde_json::Value::Null;
+
+impl<'a> RequestData<'a> {
+    pub(crate) fn new(ctx: &'a RequestContext, sub: Option<&'a Subscription>) -> Self {
         RequestData {
-            user_id: ctx.user_id.clone(),
-            claims_text: obj_text(&ctx.claims),
-            claims: ctx.claims.clone(),
-            params_text: obj_text(&ctx.parameters),
-            params: ctx.parameters.clone(),
-            sub_text: obj_text(&sub_params),
-            sub_params,
+            user_id: ctx.user_id.as_deref(),
+            claims: &ctx.claims,
+            claims_text: OnceCell::new(),
+            params: &ctx.parameters,
+            params_text: OnceCell::new(),
+            sub_params: sub.map_or(&NO_PARAMETERS, |s| &s.parameters),
+            sub_text: OnceCell::new(),
         }
     }
 }
 
-impl RequestValues for RequestData {
+/// `v` as JSON text (`{}` for null), made once in `text`.
+fn object_text<'t>(text: &'t OnceCell<String>, v: &serde_json::Value) -> Value<'t> {
+    Value::Text(Cow::Borrowed(text.get_or_init(|| {
+        if v.is_null() {
+            "{}".to_string()
+        } else {
+            v.to_string()
+        }
+    })))
+}
+
+impl RequestValues for RequestData<'_> {
     fn value(&self, r: &RequestRef) -> Value<'_> {
         let member =
             |obj: &serde_json::Value, k: &str| obj.get(k).map(json_to_value).unwrap_or(Value::Null);
         match r {
-            RequestRef::UserId => match &self.user_id {
+            RequestRef::UserId => match self.user_id {
                 Some(u) => Value::Text(Cow::Borrowed(u)),
                 None => Value::Null,
             },
-            RequestRef::Jwt => Value::Text(Cow::Borrowed(&self.claims_text)),
-            RequestRef::Claim(k) => member(&self.claims, k),
+            RequestRef::Jwt => object_text(&self.claims_text, self.claims),
+            RequestRef::Claim(k) => member(self.claims, k),
             RequestRef::TokenParameter(k) => self
                 .claims
                 .get("parameters")
                 .map(|p| member(p, k))
                 .unwrap_or(Value::Null),
-            RequestRef::ClientParameters => Value::Text(Cow::Borrowed(&self.params_text)),
-            RequestRef::ClientParameter(k) => member(&self.params, k),
-            RequestRef::SubscriptionParameters => Value::Text(Cow::Borrowed(&self.sub_text)),
-            RequestRef::SubscriptionParameter(k) => member(&self.sub_params, k),
+            RequestRef::ClientParameters => object_text(&self.params_text, self.params),
+            RequestRef::ClientParameter(k) => member(self.params, k),
+            RequestRef::SubscriptionParameters => object_text(&self.sub_text, self.sub_params),
+            RequestRef::SubscriptionParameter(k) => member(self.sub_params, k),
         }
     }
 }
@@ -279,7 +287,7 @@ impl BucketResolver {
     /// The bucket names (with the priority override, if any) for one request.
     pub(crate) fn resolve(
         &self,
-        data: &RequestData,
+        data: &RequestData<'_>,
         reader: &dyn LookupReader,
         read: &mut Vec<LookupKey>,
         max: usize,
