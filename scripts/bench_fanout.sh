@@ -17,6 +17,9 @@
 #   PSM_FANOUT_CAP=18000         the worker's stream cap (api.parameters.max_concurrent_connections)
 #   PSM_FANOUT_OVER=500          connections opened past the cap (0: no cap run)
 #   PSM_FANOUT_LOG=<file>        where the replica's log is kept (/tmp/psm-fanout-replica.log)
+#   PSM_FANOUT_PROFILE=<prefix>  `perf record -g` of the worker around each idle run's commit,
+#                                written to <prefix>.<run> (the commit's timing then includes
+#                                perf's own cost: for profiles, not for the table)
 #
 # Every stream is its own user u<i> with a token of its own; the rules give each stream
 # the global bucket (100 rows) and its user's bucket (one row for users below
@@ -130,8 +133,12 @@ for coding in $codings; do
   name="idle_$coding"
   log "run $name: $streams streams ($coding), 5 s of quiet, one commit to the global bucket"
   pid="$(fresh_worker)"
+  cmd="$commit_cmd"
+  if [ -n "${PSM_FANOUT_PROFILE:-}" ]; then
+    cmd="perf record -q -F 2999 -g -p $pid -o ${PSM_FANOUT_PROFILE}.$name -- sleep 2 >/dev/null 2>&1 & sleep 0.5; $commit_cmd"
+  fi
   "$fanout" open "${common[@]}" --streams "$streams" --coding "$coding" --worker-pid "$pid" \
-    --commit-cmd "$commit_cmd" > "$work/$name.json"
+    --commit-cmd "$cmd" > "$work/$name.json"
   names+=("$name")
 done
 
