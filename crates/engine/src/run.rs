@@ -21,6 +21,11 @@ use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
 
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long an idle thread of the blocking pool waits for work before it exits (tokio's
+/// default: 10 s). Many streams opening at once spread their reads over a few dozen such
+/// threads, each with its stack, its allocator's pages and its compression contexts (up
+/// to 310 KiB for gzip); idle, they give it all back within a second.
+const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 pub(super) fn run(
     config: EngineConfig,
@@ -31,6 +36,7 @@ pub(super) fn run(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.runtime_threads.max(1))
         .thread_name("psm-engine-rt")
+        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
         .enable_all()
         .build()
         .map_err(EngineError::Thread)?;
