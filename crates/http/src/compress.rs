@@ -697,6 +697,21 @@ mod tests {
         }
     }
 
+    /// A finished zstd or gzip `body`, decoded.
+    fn whole_body(coding: Coding, body: &[u8]) -> Vec<u8> {
+        let mut decoded = Vec::new();
+        if coding == Coding::Zstd {
+            zstd::stream::read::Decoder::new(body)
+                .and_then(|mut d| d.read_to_end(&mut decoded))
+                .unwrap();
+        } else {
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut decoded)
+                .unwrap();
+        }
+        decoded
+    }
+
     /// A chunk the thread remembers is the same chunk in every stream that sends it: each
     /// stream's body still decodes to exactly its own lines.
     #[test]
@@ -721,21 +736,7 @@ mod tests {
                 (a_sent, [&shared[..], &shared[..]].concat()),
                 (b_sent, [&shared[..], &own[..], &shared[..]].concat()),
             ] {
-                let mut decoded = Vec::new();
-                match coding {
-                    Coding::Zstd => {
-                        zstd::stream::read::Decoder::new(sent.as_slice())
-                            .unwrap()
-                            .read_to_end(&mut decoded)
-                            .unwrap();
-                    }
-                    _ => {
-                        flate2::read::GzDecoder::new(sent.as_slice())
-                            .read_to_end(&mut decoded)
-                            .unwrap();
-                    }
-                }
-                assert_eq!(decoded, want, "{coding:?}");
+                assert_eq!(whole_body(coding, &sent), want, "{coding:?}");
             }
         }
     }

@@ -730,21 +730,30 @@ fn a_parameter_row_adds_and_removes_a_bucket() {
     assert_eq!(lines[1]["data"]["data"].as_array().unwrap().len(), 2);
 }
 
-#[test]
-fn a_move_beyond_the_checkpoint_withholds_its_completion() {
+/// `rows` rows of the `cold` bucket, a session that announced its first checkpoint, then
+/// row 1 changed before any data was handed out: the lines the rest of that checkpoint
+/// gives.
+fn change_after_the_first_checkpoint(rows: usize) -> (Db, SyncSession, Client, Vec<String>) {
     let mut db = Db::new();
-    // More ops than a small download: its data is read after the checkpoint's own read.
-    let rows: Vec<Change> = (1..=300)
-        .map(|i| item(&i.to_string(), "cold", "a"))
-        .collect();
-    db.commit(rows);
+    db.commit(
+        (1..=rows)
+            .map(|i| item(&i.to_string(), "cold", "a"))
+            .collect(),
+    );
     let mut s = db.session(&[], Budgets::default());
     let mut client = Client::default();
     let first = s.checkpoint(&db.store, None).unwrap().unwrap();
     client.apply(&first.to_bytes(Encoding::Ndjson), None);
-    // Before the data is read, row 1 changes: its PUT becomes a MOVE targeting a newer op.
     db.commit(vec![item("1", "cold", "changed")]);
     let kinds = drain(&db, &mut s, &mut client, usize::MAX, None);
+    (db, s, client, kinds)
+}
+
+#[test]
+fn a_move_beyond_the_checkpoint_withholds_its_completion() {
+    // More ops than a small download: its data is read after the checkpoint's own read,
+    // and row 1's PUT has become a MOVE targeting a newer op by then.
+    let (db, mut s, mut client, kinds) = change_after_the_first_checkpoint(300);
     assert_eq!(
         kinds,
         ["data"],
@@ -759,16 +768,9 @@ fn a_move_beyond_the_checkpoint_withholds_its_completion() {
 
 #[test]
 fn a_small_download_is_read_with_its_checkpoint() {
-    let mut db = Db::new();
-    db.commit(vec![item("1", "cold", "a"), item("2", "cold", "b")]);
-    let mut s = db.session(&[], Budgets::default());
-    let mut client = Client::default();
-    let first = s.checkpoint(&db.store, None).unwrap().unwrap();
-    client.apply(&first.to_bytes(Encoding::Ndjson), None);
-    // A change after the checkpoint's read: its two ops were read in that same view, so
-    // the checkpoint completes with exactly what it announced.
-    db.commit(vec![item("1", "cold", "changed")]);
-    let kinds = drain(&db, &mut s, &mut client, usize::MAX, None);
+    // Two ops, read in the checkpoint's own view: the checkpoint completes with exactly
+    // what it announced, whatever changed after.
+    let (db, mut s, mut client, kinds) = change_after_the_first_checkpoint(2);
     assert_eq!(kinds, ["data", "checkpoint_complete"]);
     assert_eq!(client.completions, 1);
     let truth = db.truth();
