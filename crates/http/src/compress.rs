@@ -166,15 +166,9 @@ impl Compressor {
 
 impl GzipMember {
     fn chunk(&mut self, chunk: &[u8]) -> io::Result<Vec<u8>> {
-        let header = if self.started {
-            &[][..]
-        } else {
-            &GZIP_HEADER[..]
-        };
-        // Room for incompressible data: stored blocks add 5 bytes per 64 KiB.
-        let mut out = Vec::with_capacity(header.len() + chunk.len() + chunk.len() / 1024 + 64);
-        out.extend_from_slice(header);
-        remembered(&LAST_DEFLATE, chunk, &mut out, |chunk, out| {
+        let deflated = remembered(&LAST_DEFLATE, chunk, |chunk| {
+            // Room for incompressible data: stored blocks add 5 bytes per 64 KiB.
+            let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 1024 + 64);
             DEFLATE.with(|deflate| {
                 let mut deflate = deflate.borrow_mut();
                 let deflate = deflate.get_or_insert_with(|| {
@@ -182,12 +176,16 @@ impl GzipMember {
                 });
                 // Afresh: the chunk refers to nothing before it.
                 deflate.reset();
-                deflate_flushed(deflate, chunk, out)
-            })
+                deflate_flushed(deflate, chunk, &mut out)
+            })?;
+            Ok(fitted(out))
         })?;
         self.crc.update(chunk);
+        if self.started {
+            return Ok(deflated);
+        }
         self.started = true;
-        Ok(fitted(out))
+        Ok([&GZIP_HEADER[..], &deflated].concat())
     }
 
     fn finish(self) -> Vec<u8> {
@@ -229,46 +227,41 @@ fn deflate_flushed(
 
 /// `data` as one whole zstd frame, compressed with this thread's context.
 fn zstd_frame(data: &[u8]) -> io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-    remembered(&LAST_ZSTD, data, &mut out, |data, out| {
+    remembered(&LAST_ZSTD, data, |data| {
+        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
         ZSTD.with(|context| {
             let mut slot = context.borrow_mut();
             let context = match &mut *slot {
                 Some(context) => context,
                 empty => empty.insert(zstd_context()?),
             };
-            context.compress_to_buffer(data, out)?;
-            Ok(())
-        })
-    })?;
-    Ok(fitted(out))
+            context.compress_to_buffer(data, &mut out)
+        })?;
+        Ok(fitted(out))
+    })
 }
 
-/// Appends `input` compressed by `compress` to `out`, or the compressed form this thread
-/// remembers for it (`last`): chunks compressed afresh compress the same every time.
+/// `input` compressed by `compress`, or the compressed form this thread remembers for it
+/// (`last`): a chunk compressed afresh compresses the same every time.
 fn remembered(
     last: &'static std::thread::LocalKey<RefCell<Remembered>>,
     input: &[u8],
-    out: &mut Vec<u8>,
-    compress: impl FnOnce(&[u8], &mut Vec<u8>) -> io::Result<()>,
-) -> io::Result<()> {
+    compress: impl FnOnce(&[u8]) -> io::Result<Vec<u8>>,
+) -> io::Result<Vec<u8>> {
     if input.is_empty() || input.len() > REMEMBERED_CHUNK_BYTES {
-        return compress(input, out);
+        return compress(input);
     }
     last.with(|last| {
         let mut last = last.borrow_mut();
         if last.input == input {
-            out.extend_from_slice(&last.output);
-            return Ok(());
+            return Ok(last.output.clone());
         }
-        let start = out.len();
-        compress(input, out)?;
-        let last = &mut *last;
+        let output = compress(input)?;
         last.input.clear();
         last.input.extend_from_slice(input);
         last.output.clear();
-        last.output.extend_from_slice(&out[start..]);
-        Ok(())
+        last.output.extend_from_slice(&output);
+        Ok(output)
     })
 }
 
