@@ -52,7 +52,7 @@ pub(super) struct Tables<'t> {
 impl Tables<'static> {
     /// Handles of every table valid for as long as the environment `db` is open, for its
     /// read transactions: opening nine tables by name in each read costs a name lookup
-    /// and an allocation per table, and 10,000 streams make two reads each per commit.
+    /// and an allocation per table, and 10,000 streams make a read each per commit.
     ///
     /// The handles must not outlive `db`: the store keeps them beside it and lends them
     /// only to its own transactions.
@@ -63,76 +63,19 @@ impl Tables<'static> {
         let txn = db
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(dir, "begin a read", e))?;
-        let opened = Tables::open(&txn, dir)?;
-        let dbis = opened.dbis();
-        for table in opened.into_array() {
-            txn.prime_for_permaopen(table);
-        }
-        let (_, handles) = txn
-            .commit_and_rebind_open_dbs()
+        // SAFETY: a table handle is the environment's table number, which libmdbx keeps
+        // valid until the environment closes once the transaction that opened it
+        // committed (below), and no table of the store is ever dropped. The store owns
+        // `db` and lends these handles only to transactions of `db`, which borrow it.
+        let tables =
+            unsafe { std::mem::transmute::<Tables<'_>, Tables<'static>>(Tables::open(&txn, dir)?) };
+        txn.commit()
             .map_err(|e| StoreError::mdbx(dir, "keep the tables open", e))?;
-        let mut handles: Vec<Option<Table<'_>>> = handles.into_iter().map(Some).collect();
-        let mut take = |dbi: mdbx_sys::MDBX_dbi| {
-            let handle = handles
-                .iter_mut()
-                .find(|h| h.as_ref().is_some_and(|h| h.dbi() == dbi))
-                .and_then(Option::take)
-                .ok_or_else(|| {
-                    StoreError::mdbx(dir, "keep the tables open", libmdbx::Error::BadDbi)
-                })?;
-            // SAFETY: a table handle is the environment's table number; libmdbx keeps it
-            // valid until the environment closes (the transaction that opened it
-            // committed, and no table of the store is ever dropped). The store owns `db`
-            // and lends these handles only to transactions of `db`, which borrow it.
-            Ok::<_, StoreError>(unsafe { std::mem::transmute::<Table<'_>, Table<'static>>(handle) })
-        };
-        Ok(Tables {
-            meta: take(dbis[0])?,
-            buckets: take(dbis[1])?,
-            bucket_names: take(dbis[2])?,
-            ops: take(dbis[3])?,
-            rows: take(dbis[4])?,
-            row_keys: take(dbis[5])?,
-            tombstones: take(dbis[6])?,
-            lookups: take(dbis[7])?,
-            compaction_debt: take(dbis[8])?,
-        })
+        Ok(tables)
     }
 }
 
 impl<'t> Tables<'t> {
-    fn dbis(&self) -> [mdbx_sys::MDBX_dbi; 9] {
-        self.as_array().map(Table::dbi)
-    }
-
-    fn as_array(&self) -> [&Table<'t>; 9] {
-        [
-            &self.meta,
-            &self.buckets,
-            &self.bucket_names,
-            &self.ops,
-            &self.rows,
-            &self.row_keys,
-            &self.tombstones,
-            &self.lookups,
-            &self.compaction_debt,
-        ]
-    }
-
-    fn into_array(self) -> [Table<'t>; 9] {
-        [
-            self.meta,
-            self.buckets,
-            self.bucket_names,
-            self.ops,
-            self.rows,
-            self.row_keys,
-            self.tombstones,
-            self.lookups,
-            self.compaction_debt,
-        ]
-    }
-
     /// Opens every table in `txn`.
     pub fn open<K: TransactionKind>(
         txn: &'t Transaction<'_, K, libmdbx::NoWriteMap>,
