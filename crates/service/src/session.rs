@@ -160,7 +160,8 @@ impl SyncSession {
                 Err(e) => return Ok(Err(e)),
             };
             let line = self.announce(state, &forks, write_checkpoint);
-            if self.small_download {
+            // Only a download this line starts: an earlier one goes on as it was.
+            if line.is_some() && self.download_is_small() {
                 if let Some(download) = self.download.as_mut() {
                     download.fetch_batch_in(view, &self.positions, self.budgets)?;
                 }
