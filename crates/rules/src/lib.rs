@@ -41,8 +41,8 @@ pub use lookup_bytes::{decode_lookup_outputs, encode_lookup_outputs};
 pub use options::Compatibility;
 pub use plan::{BucketRow, LookupEntry, LookupKey, RowEvaluation, RowObject, TablePlan, TableRef};
 pub use request::{
-    BucketReason, InMemoryLookups, LookupReader, RequestContext, Resolution, ResolvedBucket,
-    Subscription, SubscriptionError,
+    BucketReason, Claims, InMemoryLookups, LookupReader, RequestContext, Resolution,
+    ResolvedBucket, Subscription, SubscriptionError,
 };
 pub use row::{OwnedSourceRow, SourceColumn, SourceRow};
 pub use sync_rules::{

@@ -27,13 +27,46 @@ pub struct Subscription {
     pub override_priority: Option<u8>,
 }
 
+/// A verified token's payload, kept as its JSON text: a stream keeps its request for its
+/// whole life (a replica holds 10,000 of them) and rules rarely read more than `sub`,
+/// which the request keeps apart, so the object is parsed only when a rule reads a claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claims(Box<str>);
+
+impl Claims {
+    /// The claims of `payload` (an object; null counts as none).
+    pub fn new(payload: &serde_json::Value) -> Self {
+        if payload.is_null() {
+            return Self::default();
+        }
+        Claims(payload.to_string().into_boxed_str())
+    }
+
+    /// The payload as JSON text (`request.jwt()`).
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// The payload, parsed.
+    pub fn parse(&self) -> serde_json::Value {
+        // Made by `new` from a value, so it parses.
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Default for Claims {
+    fn default() -> Self {
+        Claims("{}".into())
+    }
+}
+
 /// Everything about a sync request the rules may read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestContext {
     /// The JWT `sub`.
     pub user_id: Option<String>,
     /// The full JWT payload (an object).
-    pub claims: serde_json::Value,
+    pub claims: Claims,
     /// The client's `parameters` (an object or null).
     pub parameters: serde_json::Value,
     /// `streams.include_defaults` (true when absent).
@@ -46,7 +79,7 @@ impl Default for RequestContext {
     fn default() -> Self {
         RequestContext {
             user_id: None,
-            claims: serde_json::Value::Object(Default::default()),
+            claims: Claims::default(),
             parameters: serde_json::Value::Object(Default::default()),
             include_defaults: true,
             subscriptions: Vec::new(),
@@ -62,7 +95,7 @@ impl RequestContext {
                 .get("sub")
                 .and_then(|s| s.as_str())
                 .map(str::to_string),
-            claims,
+            claims: Claims::new(&claims),
             ..Default::default()
         }
     }
@@ -70,13 +103,13 @@ impl RequestContext {
 
 /// The request's values for one resolution (of the request, or of one subscription),
 /// borrowed from its context: a stream resolves its request at every checkpoint that
-/// concerns it, so nothing is copied, and the JSON texts (`request.jwt()`,
-/// `request.parameters()`, …) are made only when the rules ask for them.
+/// concerns it, so nothing is copied, and the JSON texts (`request.parameters()`, …) and
+/// the parsed claims are made only when the rules ask for them.
 #[derive(Debug, Clone)]
 pub struct RequestData<'a> {
     user_id: Option<&'a str>,
-    claims: &'a serde_json::Value,
-    claims_text: OnceCell<String>,
+    claims: &'a Claims,
+    parsed_claims: OnceCell<serde_json::Value>,
     params: &'a serde_json::Value,
     params_text: OnceCell<String>,
     sub_params: &'a serde_json::Value,
@@ -91,7 +124,7 @@ impl<'a> RequestData<'a> {
         RequestData {
             user_id: ctx.user_id.as_deref(),
             claims: &ctx.claims,
-            claims_text: OnceCell::new(),
+            parsed_claims: OnceCell::new(),
             params: &ctx.parameters,
             params_text: OnceCell::new(),
             sub_params: sub.map_or(&NO_PARAMETERS, |s| &s.parameters),
@@ -111,6 +144,12 @@ fn object_text<'t>(text: &'t OnceCell<String>, v: &serde_json::Value) -> Value<'
     })))
 }
 
+impl RequestData<'_> {
+    fn parsed_claims(&self) -> &serde_json::Value {
+        self.parsed_claims.get_or_init(|| self.claims.parse())
+    }
+}
+
 impl RequestValues for RequestData<'_> {
     fn value(&self, r: &RequestRef) -> Value<'_> {
         let member =
@@ -120,10 +159,10 @@ impl RequestValues for RequestData<'_> {
                 Some(u) => Value::Text(Cow::Borrowed(u)),
                 None => Value::Null,
             },
-            RequestRef::Jwt => object_text(&self.claims_text, self.claims),
-            RequestRef::Claim(k) => member(self.claims, k),
+            RequestRef::Jwt => Value::Text(Cow::Borrowed(self.claims.text())),
+            RequestRef::Claim(k) => member(self.parsed_claims(), k),
             RequestRef::TokenParameter(k) => self
-                .claims
+                .parsed_claims()
                 .get("parameters")
                 .map(|p| member(p, k))
                 .unwrap_or(Value::Null),
