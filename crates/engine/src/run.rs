@@ -22,9 +22,8 @@ use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long an idle thread of the blocking pool waits for work before it exits (tokio's
-/// default: 10 s). Many streams opening at once spread their reads over a few dozen such
-/// threads, each with its stack, its allocator's pages and its compression contexts (up
-/// to 310 KiB for gzip); idle, they give it all back within a second.
+/// default: 10 s): its stack and its allocator's pages are given back within a second of
+/// a burst (the streams' reads have threads of their own, `service::readers`).
 const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 pub(super) fn run(
@@ -172,14 +171,17 @@ async fn serve_generations(
     let http_limits = config
         .http_limits
         .unwrap_or_else(|| http::HttpLimits::for_open_files(open_files));
-    let sync = Arc::new(SyncService::new(
-        status.clone(),
-        generations.active.served(),
-        auth,
-        PrimaryHead::new(config.service.source.clone()),
-        stop.clone(),
-        stream_limits(&config.service.api, &http_limits),
-    ));
+    let sync = Arc::new(
+        SyncService::new(
+            status.clone(),
+            generations.active.served(),
+            auth,
+            PrimaryHead::new(config.service.source.clone()),
+            stop.clone(),
+            stream_limits(&config.service.api, &http_limits),
+        )
+        .map_err(EngineError::Thread)?,
+    );
     let listeners = http::bind(&config.listen_addresses, config.service.port)
         .await
         .map_err(|(address, source)| EngineError::Listen { address, source })?;

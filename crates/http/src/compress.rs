@@ -6,7 +6,7 @@
 //! line every few seconds or minutes), and 10,000 of them cannot each keep a compressor
 //! of a few hundred KiB. Each chunk is compressed with its thread's context (one per
 //! thread and coding, reused, no lock: compression runs on the runtime's threads and on
-//! the blocking pool's), which starts afresh for it, so the chunk refers to nothing sent
+//! the service's reader threads), which starts afresh for it, so the chunk refers to nothing sent
 //! before:
 //! - zstd: each chunk is one whole frame (`ZSTD_e_end`); a zstd body may be several
 //!   frames back to back (RFC 8878 3.1).
@@ -680,7 +680,7 @@ mod tests {
     }
 
     /// What a thread's contexts hold, made at its first chunk (`docs/operations.md` 4.5):
-    /// they are per thread (the runtime's and the blocking pool's), not per stream.
+    /// they are per thread (the runtime's and the readers'), not per stream.
     #[test]
     fn a_threads_contexts_hold_a_bounded_amount_of_memory() {
         if !measuring_alone("compress::tests::a_threads_contexts_hold_a_bounded_amount_of_memory") {

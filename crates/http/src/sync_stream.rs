@@ -5,8 +5,8 @@
 //! is the response body itself, polled by the connection's task (no task or queue of its
 //! own), and a client that stops reading stops its production. Store reads run one chunk
 //! at a time: small ones (a diff of a few recent ops) on the runtime's thread, others on
-//! blocking threads under a process-wide limit; nothing holds a read transaction between
-//! chunks.
+//! the service's fixed set of reader threads (`service::readers`), in turn; nothing holds
+//! a read transaction between chunks.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -490,14 +490,14 @@ impl Stream {
 
     /// Runs store work: `small` work (a diff of a few recent ops: microseconds, from
     /// memory) here on the runtime's thread, where a commit that concerns 10,000 streams
-    /// costs no thread handoff per stream; other work on a blocking thread.
+    /// costs no thread handoff per stream; other work on a reader thread.
     async fn store_work<R: Send + 'static>(
         &mut self,
         small: bool,
         work: impl FnOnce(&mut Producer) -> Result<R, End> + Send + 'static,
     ) -> Result<R, End> {
         if !small {
-            return self.blocking(work).await;
+            return self.on_reader(work).await;
         }
         let producer = self
             .producer
@@ -506,27 +506,24 @@ impl Stream {
         work(producer)
     }
 
-    /// Runs `work` on a blocking thread (store reads), under the process-wide limit.
-    async fn blocking<R: Send + 'static>(
+    /// Runs `work` on one of the service's reader threads, in turn with every stream's.
+    async fn on_reader<R: Send + 'static>(
         &mut self,
         work: impl FnOnce(&mut Producer) -> Result<R, End> + Send + 'static,
     ) -> Result<R, End> {
-        let _permit = self
-            .service
-            .reads
-            .acquire()
-            .await
-            .map_err(|_| End::Shutdown)?;
         let mut producer = self
             .producer
             .take()
             .ok_or_else(|| End::Failed("the session is gone".into()))?;
-        let (producer, result) = tokio::task::spawn_blocking(move || {
-            let result = work(&mut producer);
-            (producer, result)
-        })
-        .await
-        .map_err(|e| End::Failed(format!("a sync read panicked: {e}")))?;
+        let (producer, result) = self
+            .service
+            .readers
+            .run(move || {
+                let result = work(&mut producer);
+                (producer, result)
+            })
+            .await
+            .map_err(|e| End::Failed(e.to_string()))?;
         self.producer = Some(producer);
         result
     }

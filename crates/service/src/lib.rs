@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod lines;
 mod lookups;
 pub mod paging;
+pub mod readers;
 mod registry;
 pub mod request;
 mod service;

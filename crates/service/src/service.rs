@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{watch, RwLock, Semaphore};
 
 use crate::checkpoint_state::RequestLimits;
+use crate::readers::Readers;
 use crate::registry::StreamRegistry;
 use crate::user_rate::UserRate;
 use crate::write_checkpoint::RECORD_PREFIX;
@@ -46,7 +47,8 @@ impl Default for StreamLimits {
         }
     }
 }
-/// Store reads running at once for all streams (each one batch of at most 1,000 ops).
+/// Store reads running at once for all streams (each one batch of at most 1,000 ops): the
+/// threads of [`Readers`].
 pub const MAX_CONCURRENT_READS: usize = 8;
 
 /// One bucket generation as the endpoints serve it. A rules deploy replaces it as a
@@ -88,8 +90,8 @@ pub struct SyncService {
     pub limits: StreamLimits,
     /// Open streams.
     pub streams: Arc<Semaphore>,
-    /// Concurrent store reads.
-    pub reads: Semaphore,
+    /// The threads that run the streams' store reads.
+    pub readers: Readers,
     /// `/sync/stream` answers by HTTP status.
     pub sync_responses: StatusCounts,
     /// Refused tokens (both sync endpoints) by error code.
@@ -122,8 +124,9 @@ impl SyncService {
         head: PrimaryHead,
         shutdown: watch::Receiver<bool>,
         limits: StreamLimits,
-    ) -> Self {
-        Self {
+    ) -> std::io::Result<Self> {
+        let readers = Readers::new(MAX_CONCURRENT_READS)?;
+        Ok(Self {
             status,
             served: watch::Sender::new(served),
             recording: RwLock::new(()),
@@ -132,7 +135,7 @@ impl SyncService {
             shutdown,
             limits,
             streams: Arc::new(Semaphore::new(limits.max_streams)),
-            reads: Semaphore::new(MAX_CONCURRENT_READS),
+            readers,
             sync_responses: StatusCounts::default(),
             auth_failures: LabelCounts::new(AuthError::CODES),
             registry: Arc::default(),
@@ -143,7 +146,7 @@ impl SyncService {
             ops_sent: std::sync::atomic::AtomicU64::new(0),
             bytes_synced: std::sync::atomic::AtomicU64::new(0),
             bytes_sent: std::sync::atomic::AtomicU64::new(0),
-        }
+        })
     }
 
     /// The generation served now.
