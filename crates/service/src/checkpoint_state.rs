@@ -170,25 +170,51 @@ pub(super) struct Announced {
     pub last_op_id: u64,
     /// Its write checkpoint.
     pub write_checkpoint: Option<u64>,
-    /// Its buckets, by name.
-    pub buckets: HashMap<String, BucketChecksum>,
+    /// Its buckets.
+    pub buckets: AnnouncedBuckets,
+}
+
+/// The buckets of a checkpoint-type line, sorted by name: a stream keeps them for its
+/// life, and most hold a few, for which a sorted vector takes a fraction of a hash map's
+/// memory (no table, no second copy of each name as its key).
+#[derive(Debug, Clone, Default)]
+pub(super) struct AnnouncedBuckets(Vec<BucketChecksum>);
+
+impl AnnouncedBuckets {
+    /// The bucket named `name`.
+    pub fn get(&self, name: &str) -> Option<&BucketChecksum> {
+        self.0
+            .binary_search_by(|b| b.bucket.as_str().cmp(name))
+            .ok()
+            .and_then(|i| self.0.get(i))
+    }
+
+    /// The names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> + Clone {
+        self.0.iter().map(|b| b.bucket.as_str())
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 impl Announced {
     /// Records `state` as announced.
     pub fn new(state: &CheckpointState, write_checkpoint: Option<u64>) -> Self {
+        let mut buckets: Vec<BucketChecksum> =
+            state.buckets.iter().map(|b| b.announced.clone()).collect();
+        buckets.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+        buckets.dedup_by(|a, b| a.bucket == b.bucket);
         Self {
             last_op_id: state.op_id,
             write_checkpoint,
-            buckets: state
-                .buckets
-                .iter()
-                .map(|b| (b.announced.bucket.clone(), b.announced.clone()))
-                .collect(),
+            buckets: AnnouncedBuckets(buckets),
         }
     }
 
-    /// Buckets that are new or changed in `state`, and buckets that left the set.
+    /// Buckets that are new or changed in `state`, and buckets that left the set (sorted).
     pub fn diff(&self, state: &CheckpointState) -> (Vec<BucketChecksum>, Vec<String>) {
         let updated: Vec<BucketChecksum> = state
             .buckets
@@ -196,13 +222,12 @@ impl Announced {
             .filter(|b| self.buckets.get(&b.announced.bucket) != Some(&b.announced))
             .map(|b| b.announced.clone())
             .collect();
-        let mut removed: Vec<String> = self
+        let removed: Vec<String> = self
             .buckets
-            .keys()
-            .filter(|name| !state.buckets.iter().any(|b| &b.announced.bucket == *name))
-            .cloned()
+            .names()
+            .filter(|name| !state.buckets.iter().any(|b| b.announced.bucket == *name))
+            .map(str::to_owned)
             .collect();
-        removed.sort();
         (updated, removed)
     }
 }

@@ -346,9 +346,7 @@ impl SyncSession {
 
     /// The names of the buckets in the set of the last checkpoint-type line.
     pub fn announced_buckets(&self) -> impl Iterator<Item = &str> + Clone {
-        self.announced
-            .iter()
-            .flat_map(|a| a.buckets.keys().map(String::as_str))
+        self.announced.iter().flat_map(|a| a.buckets.names())
     }
 
     /// Buckets in the set of the last checkpoint-type line.
