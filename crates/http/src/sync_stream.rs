@@ -157,7 +157,8 @@ pub(super) fn open(
     let served = service.current();
     let session = SyncSession::new(served.rules.clone(), context, &request.buckets)
         .with_limits(service.limits.request);
-    let key = record_key(&user.user_id, request.client_id.as_deref());
+    // Shared with the stream's wakeups entry.
+    let key: Arc<str> = record_key(&user.user_id, request.client_id.as_deref()).into();
     let expires = user
         .expires_at
         .duration_since(std::time::UNIX_EPOCH)
@@ -182,7 +183,7 @@ pub(super) fn open(
     let stream = Stream {
         deadline,
         generations: service.subscribe(),
-        wakeups: served.wakeups.register(&key),
+        wakeups: served.wakeups.register(key.clone()),
         shutdown: service.shutdown.clone(),
         service: service.clone(),
         served,
@@ -274,7 +275,7 @@ struct Stream {
     /// Taken out while a blocking call works on it, and at the end.
     producer: Option<Producer>,
     encoding: Encoding,
-    key: String,
+    key: Arc<str>,
     /// The `write_checkpoint` of the last checkpoint-type line.
     reported: Option<u64>,
     /// This stream's entry in `streams()`, and its place among the streams: both are
@@ -348,7 +349,7 @@ impl Stream {
         if !Arc::ptr_eq(&served, &self.served) {
             self.follow(served);
             if !self.wakeups.is_of(&self.served.wakeups) {
-                self.wakeups = self.served.wakeups.register(&self.key);
+                self.wakeups = self.served.wakeups.register(self.key.clone());
             }
         }
         let checkpoint = *self.served.checkpoints.borrow();

@@ -38,8 +38,55 @@ struct Registry {
     streams: HashMap<u64, Entry>,
     /// Streams that look at every checkpoint.
     every: HashSet<u64>,
-    by_bucket: HashMap<Arc<str>, HashSet<u64>>,
-    by_key: HashMap<Arc<str>, HashSet<u64>>,
+    by_bucket: HashMap<Arc<str>, Ids>,
+    by_key: HashMap<Arc<str>, Ids>,
+}
+
+/// The streams of one bucket or key. Most have one (a user's own bucket, a connection's
+/// write-checkpoint key): kept inline, without a table of its own.
+#[derive(Debug)]
+enum Ids {
+    One(u64),
+    Many(HashSet<u64>),
+}
+
+impl Ids {
+    fn insert(&mut self, id: u64) {
+        match self {
+            Self::One(one) if *one == id => {}
+            Self::One(one) => *self = Self::Many(HashSet::from([*one, id])),
+            Self::Many(ids) => {
+                ids.insert(id);
+            }
+        }
+    }
+
+    /// Removes `id`; true when none is left.
+    fn remove(&mut self, id: u64) -> bool {
+        match self {
+            Self::One(one) => *one == id,
+            Self::Many(ids) => {
+                ids.remove(&id);
+                ids.is_empty()
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            Self::One(_) => 1,
+            Self::Many(ids) => ids.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &u64> {
+        let (one, many) = match self {
+            Self::One(one) => (Some(one), None),
+            Self::Many(ids) => (None, Some(ids.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
 }
 
 struct Entry {
@@ -63,16 +110,16 @@ impl Wakeups {
     /// Registers a stream whose write-checkpoint record is `key`; it is woken at every
     /// checkpoint until it says which buckets it holds ([`Subscription::watch`]). Starts
     /// the dispatching task on first use (call it inside the runtime).
-    pub fn register(self: &Arc<Self>, key: &str) -> Subscription {
+    pub fn register(self: &Arc<Self>, key: impl Into<Arc<str>>) -> Subscription {
         if !self.started.swap(true, Ordering::AcqRel) {
             tokio::spawn(dispatch_changes(Arc::downgrade(self)));
         }
         let notify = Arc::new(Notify::new());
-        let key: Arc<str> = Arc::from(key);
+        let key: Arc<str> = key.into();
         let mut registry = self.registry.lock();
         let id = registry.next_id;
         registry.next_id += 1;
-        registry.by_key.entry(key.clone()).or_default().insert(id);
+        link(&mut registry.by_key, key.clone(), id);
         registry.every.insert(id);
         registry.streams.insert(
             id,
@@ -115,8 +162,8 @@ impl Wakeups {
                     .iter()
                     .filter_map(|key| registry.by_key.get(key.as_str())),
             )
-            .chain([&registry.every])
-            .flatten();
+            .flat_map(Ids::iter)
+            .chain(&registry.every);
         for id in concerned {
             if let Some(entry) = registry.streams.get(id) {
                 entry.notify.notify_one();
@@ -205,11 +252,7 @@ impl Subscription {
                 unlink(&mut registry.by_bucket, old, self.id);
             }
             for name in &wanted {
-                registry
-                    .by_bucket
-                    .entry(name.clone())
-                    .or_default()
-                    .insert(self.id);
+                link(&mut registry.by_bucket, name.clone(), self.id);
             }
             entry.buckets = wanted;
         }
@@ -248,12 +291,16 @@ impl Drop for Subscription {
     }
 }
 
-fn unlink(index: &mut HashMap<Arc<str>, HashSet<u64>>, name: &Arc<str>, id: u64) {
-    if let Some(ids) = index.get_mut(name) {
-        ids.remove(&id);
-        if ids.is_empty() {
-            index.remove(name);
-        }
+fn link(index: &mut HashMap<Arc<str>, Ids>, name: Arc<str>, id: u64) {
+    index
+        .entry(name)
+        .and_modify(|ids| ids.insert(id))
+        .or_insert(Ids::One(id));
+}
+
+fn unlink(index: &mut HashMap<Arc<str>, Ids>, name: &Arc<str>, id: u64) {
+    if index.get_mut(name).is_some_and(|ids| ids.remove(id)) {
+        index.remove(name);
     }
 }
 

@@ -180,3 +180,27 @@ async fn streams_see_the_channel_close_and_leave_no_trace() {
         registry.streams.is_empty() && registry.by_bucket.is_empty() && registry.by_key.is_empty()
     );
 }
+
+#[test]
+fn a_bucket_or_key_of_one_stream_keeps_it_inline_and_of_many_in_a_set() {
+    let mut index: HashMap<Arc<str>, Ids> = HashMap::new();
+    let name: Arc<str> = Arc::from("b");
+    link(&mut index, name.clone(), 1);
+    assert!(matches!(index["b"], Ids::One(1)));
+    link(&mut index, name.clone(), 1);
+    link(&mut index, name.clone(), 2);
+    assert_eq!(index["b"].len(), 2);
+    let mut ids: Vec<u64> = index["b"].iter().copied().collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2]);
+    unlink(&mut index, &name, 7);
+    unlink(&mut index, &name, 1);
+    assert_eq!(index["b"].iter().copied().collect::<Vec<_>>(), [2]);
+    unlink(&mut index, &name, 2);
+    assert!(index.is_empty());
+    link(&mut index, name.clone(), 3);
+    unlink(&mut index, &name, 4);
+    assert!(matches!(index["b"], Ids::One(3)), "another id leaves it");
+    unlink(&mut index, &name, 3);
+    assert!(index.is_empty());
+}
