@@ -24,6 +24,9 @@ pub struct Streams {
     /// Per stream, its first `checkpoint_complete` at or after [`Streams::mark`]'s moment.
     pub since_mark: Vec<Option<Instant>>,
     mark: Option<Instant>,
+    /// Streams with a `since_mark` entry: counted as they come (a fan-out waits for all
+    /// of them, event by event).
+    reached: usize,
     /// Refusals by status, and the body of the first of each.
     pub refused: BTreeMap<u16, (usize, String)>,
     /// Streams that failed before their first checkpoint, and the first reason.
@@ -83,6 +86,7 @@ impl Streams {
             first: vec![None; count],
             since_mark: vec![None; count],
             mark: None,
+            reached: 0,
             refused: BTreeMap::new(),
             failed: (0, None),
             ended: (0, None),
@@ -135,11 +139,12 @@ impl Streams {
     pub fn mark(&mut self, at: Instant) {
         self.mark = Some(at);
         self.since_mark.iter_mut().for_each(|s| *s = None);
+        self.reached = 0;
     }
 
     /// Streams that completed a checkpoint since the mark.
     pub fn reached(&self) -> usize {
-        self.since_mark.iter().filter(|s| s.is_some()).count()
+        self.reached
     }
 
     /// Applies the next event, waiting for it until `deadline`; returns it (after it was
@@ -175,8 +180,9 @@ impl Streams {
                     }
                 }
                 if self.mark.is_some_and(|mark| *at >= mark) {
-                    if let Some(since) = self.since_mark.get_mut(*stream) {
-                        since.get_or_insert(*at);
+                    if let Some(since @ None) = self.since_mark.get_mut(*stream) {
+                        *since = Some(*at);
+                        self.reached += 1;
                     }
                 }
             }
