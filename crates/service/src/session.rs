@@ -34,8 +34,9 @@ pub struct SyncSession {
     positions: HashMap<String, u64>,
     /// What the last checkpoint-type line said; `None` before the first one.
     announced: Option<Announced>,
-    /// The data download of the latest announced checkpoint.
-    download: Option<Download>,
+    /// The data download of the latest announced checkpoint (boxed: an idle stream, the
+    /// common case, keeps only the pointer).
+    download: Option<Box<Download>>,
     /// Until when the first checkpoint waits for the store to reach the client's
     /// positions.
     hold_until: Instant,
@@ -269,7 +270,9 @@ impl SyncSession {
             })
             .sum();
         self.small_download = self.resets.is_empty() && span <= SMALL_DOWNLOAD_OPS;
-        self.download = Some(Download::new(state.op_id, to_fetch).with_resets(self.resets.clone()));
+        self.download = Some(Box::new(
+            Download::new(state.op_id, to_fetch).with_resets(self.resets.clone()),
+        ));
         self.announced = Some(Announced::new(&state, write_checkpoint));
         Some(line)
     }
@@ -336,7 +339,7 @@ impl SyncSession {
     /// True when the current checkpoint was invalidated by a newer change seen while
     /// paging (its completion will not be sent).
     pub fn is_invalidated(&self) -> bool {
-        self.download.as_ref().is_some_and(Download::is_invalidated)
+        self.download.as_deref().is_some_and(Download::is_invalidated)
     }
 
     /// The `last_op_id` of the last checkpoint-type line.
