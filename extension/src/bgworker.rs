@@ -25,6 +25,7 @@ const RUNTIME_THREADS: usize = 2;
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
     disable_transparent_huge_pages();
+    engine::idle_release::set_release(release_free_memory);
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     // Attach to no database (like the logical replication launcher): the worker then has
     // a PGPROC, shows in pg_stat_activity and answers pg_terminate_backend.
@@ -149,6 +150,13 @@ fn default_storage_dir() -> PathBuf {
     let mut dir = data_dir.to_string_lossy().trim_end_matches('/').to_owned();
     dir.push_str(".powersync_mdbx");
     PathBuf::from(dir)
+}
+
+/// Gives the free pages of the calling thread's heap back to the system, and those of
+/// threads that exited (`engine::idle_release`: a runtime thread about to park).
+fn release_free_memory() {
+    // SAFETY: mi_collect only walks mimalloc's own structures; any thread may call it.
+    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 /// Turns transparent huge pages off for the worker's process. mimalloc asks for them for

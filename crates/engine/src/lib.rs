@@ -10,6 +10,7 @@ mod deploy;
 mod error;
 mod generation;
 pub mod host;
+pub mod idle_release;
 pub mod logging;
 mod run;
 mod seeding;

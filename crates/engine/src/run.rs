@@ -36,6 +36,7 @@ pub(super) fn run(
         .worker_threads(config.runtime_threads.max(1))
         .thread_name("psm-engine-rt")
         .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
+        .on_thread_park(crate::idle_release::on_park)
         .enable_all()
         .build()
         .map_err(EngineError::Thread)?;

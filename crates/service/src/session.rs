@@ -339,7 +339,9 @@ impl SyncSession {
     /// True when the current checkpoint was invalidated by a newer change seen while
     /// paging (its completion will not be sent).
     pub fn is_invalidated(&self) -> bool {
-        self.download.as_deref().is_some_and(Download::is_invalidated)
+        self.download
+            .as_deref()
+            .is_some_and(Download::is_invalidated)
     }
 
     /// The `last_op_id` of the last checkpoint-type line.
