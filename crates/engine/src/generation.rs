@@ -344,6 +344,7 @@ pub(super) fn store_status(store: &Store) -> StoreStatus {
         file_bytes: store.file_bytes(),
         used_bytes: store.used_bytes(),
         history_forks: store.history_forks(),
+        writes_through_map: store.writes_through_map(),
     }
 }
 
@@ -407,6 +408,7 @@ async fn stream(
     reporter: &Reporter,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ReplicationError> {
+    write_through_map(&context.store).await?;
     let mut backoff = RETRY_MIN;
     loop {
         reporter.streaming();
@@ -428,4 +430,28 @@ async fn stream(
             }
         }
     }
+}
+
+/// The stream writes through the store's map (`Store::write_through_map`): its large
+/// transactions spill nothing and its small ones make no file writes. The snapshot before
+/// it wrote with file writes, which are faster for its long runs of new pages.
+async fn write_through_map(store: &Arc<Store>) -> Result<(), ReplicationError> {
+    let store = store.clone();
+    let dir = store.dir().to_owned();
+    let map = tokio::task::spawn_blocking(move || store.write_through_map())
+        .await
+        .map_err(|e| {
+            let e = std::io::Error::other(e);
+            store::StoreError::io(&dir, "open the store to write through its map", e)
+        })??;
+    if map {
+        tracing::debug!(dir = %dir.display(), "the store writes through its map");
+    } else {
+        tracing::info!(
+            dir = %dir.display(),
+            "the store writes its pages with file writes: its file system is not one where \
+             the data file's space can be reserved for writes through a map (ext4, XFS)"
+        );
+    }
+    Ok(())
 }

@@ -163,6 +163,10 @@ pub struct StoreStatus {
     pub used_bytes: u64,
     /// Forks of its history (writes of this replica alone, `docs/storage.md`).
     pub history_forks: u64,
+    /// Its write transactions change the mapped file in place (the stream on ext4 or
+    /// XFS); false while they write pages with file writes (the snapshot, other file
+    /// systems).
+    pub writes_through_map: bool,
 }
 
 /// Where a rules deploy is.

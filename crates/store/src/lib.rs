@@ -12,12 +12,14 @@ pub mod checksum;
 mod codec;
 mod compress;
 mod dir;
+mod env;
 mod error;
 pub mod forks;
 mod identity;
 mod layout;
 pub mod long_keys;
 mod lookup_read;
+mod map_write;
 mod meta;
 mod op;
 mod op_blocks;
@@ -33,7 +35,10 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use libmdbx::{Database, DatabaseOptions, Mode, NoWriteMap, ReadWriteOptions, SyncMode};
+use libmdbx::{DatabaseOptions, Mode, ReadWriteOptions, SyncMode};
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+
+use env::Env;
 
 use metrics::ReadTracker;
 
@@ -63,12 +68,11 @@ const MAX_MAP_BYTES: isize = 1 << 40;
 /// File growth step: the file is at most this much larger than the pages in use (64 MiB
 /// made a 30 MB store a 64 MiB file).
 const GROWTH_STEP: isize = 16 << 20;
-/// Dirty pages a write transaction keeps in memory before libmdbx spills them to the file
-/// (32 MiB of 4 KiB pages): a transaction of millions of changes stays within it. Half
-/// the earlier 16,384 took 25–35 MiB off the peak of a 1 M-row UPDATE at about the same
-/// speed (`docs/benchmark.md`, "Streaming"). The
-/// environment writes through buffers, not a writable map: writing a shared map cost the
-/// snapshot page faults and cross-CPU TLB flushes at every writeback.
+/// Dirty pages a write transaction with file writes keeps in memory before libmdbx spills
+/// them to the file (32 MiB of 4 KiB pages): a snapshot batch stays within it. Half the
+/// earlier 16,384 took 25–35 MiB off the peak of a 1 M-row UPDATE at about the same speed
+/// (`docs/benchmark.md`, "Streaming"). Through the writable map (the stream, see
+/// [`Store::write_through_map`]) nothing is spilled: dirty pages are the file's own.
 const TXN_DIRTY_PAGES: u64 = 8192;
 
 /// Lowers libmdbx's own logging to warnings. libmdbx's fork handler logs a debug line in
@@ -83,7 +87,8 @@ pub fn quiet_library_logging() {
 
 /// An open store. Dropping it closes the environment.
 pub struct Store {
-    db: Database<NoWriteMap>,
+    /// `None` only when opening it again failed ([`Store::write_through_map`]).
+    opened: RwLock<Option<Opened>>,
     dir: PathBuf,
     identity: StoreIdentity,
     created: bool,
@@ -94,8 +99,13 @@ pub struct Store {
     reads: ReadTracker,
     /// What the commits since the last [`Store::take_changes`] changed.
     changes: changes::ChangeLog,
-    /// The tables' handles for read transactions (valid while `db` is open).
+}
+
+/// The environment as it is open now.
+struct Opened {
+    /// The tables' handles for read transactions (valid while `env` is open).
     read_tables: tables::Tables<'static>,
+    env: Env,
 }
 
 /// A consistent point clients can sync to: every op up to `op_id` is committed, and the
@@ -124,46 +134,61 @@ impl Checkpoint {
     }
 }
 
+/// How the store's environment is opened (the mode of writing aside).
+fn environment_options() -> DatabaseOptions {
+    DatabaseOptions {
+        max_tables: Some(MAX_TABLES),
+        mode: Mode::ReadWrite(ReadWriteOptions {
+            // Commits do not fsync by themselves; `write` syncs explicitly before it
+            // returns, `write_unsynced` leaves that to the next durable write.
+            sync_mode: SyncMode::SafeNoSync,
+            max_size: Some(MAX_MAP_BYTES),
+            growth_step: Some(GROWTH_STEP),
+            // Give back space beyond the last used page (the file grows in steps
+            // ahead of the pages written).
+            shrink_threshold: Some(2 * GROWTH_STEP),
+            ..Default::default()
+        }),
+        // New stores only (an existing store keeps its own): a full op block fills
+        // one large page of this size.
+        page_size: Some(libmdbx::PageSize::Set(op_blocks::PAGE_BYTES)),
+        permissions: Some(0o600),
+        txn_dp_limit: Some(TXN_DIRTY_PAGES),
+        ..Default::default()
+    }
+}
+
+impl Opened {
+    fn with(env: Env, dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            read_tables: tables::Tables::permanent(&env, dir)?,
+            env,
+        })
+    }
+}
+
 impl Store {
     /// Opens the store in `dir`, creating the directory (mode 0700) and a fresh store when
     /// they do not exist. Refuses directories with foreign content, group/world access or
-    /// another owner, and stores of another format.
+    /// another owner, and stores of another format. Its pages are written with file writes
+    /// until [`Self::write_through_map`].
     ///
     /// libmdbx starts a thread here: call it from a thread with all signals blocked.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let fresh = dir::prepare(dir)?;
-        let options = DatabaseOptions {
-            max_tables: Some(MAX_TABLES),
-            mode: Mode::ReadWrite(ReadWriteOptions {
-                // Commits do not fsync by themselves; `write` syncs explicitly before it
-                // returns, `write_unsynced` leaves that to the next durable write.
-                sync_mode: SyncMode::SafeNoSync,
-                max_size: Some(MAX_MAP_BYTES),
-                growth_step: Some(GROWTH_STEP),
-                // Give back space beyond the last used page (the file grows in steps
-                // ahead of the pages written).
-                shrink_threshold: Some(2 * GROWTH_STEP),
-                ..Default::default()
-            }),
-            // New stores only (an existing store keeps its own): a full op block fills
-            // one large page of this size.
-            page_size: Some(libmdbx::PageSize::Set(op_blocks::PAGE_BYTES)),
-            permissions: Some(0o600),
-            txn_dp_limit: Some(TXN_DIRTY_PAGES),
-            ..Default::default()
-        };
-        let db = Database::<NoWriteMap>::open_with_options(dir, options)
+        let env = Env::open(dir, environment_options(), false)
             .map_err(|e| StoreError::at_open(dir, e))?;
-        let (identity, created) = meta::load_or_init(&db, dir, fresh)?;
+        let Env::Files(db) = &env else {
+            unreachable!("opened with file writes")
+        };
+        let (identity, created) = meta::load_or_init(db, dir, fresh)?;
         if created {
             db.sync(true)
                 .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
         }
-        let codec = writer::packing::load_codec(&db, dir)?;
-        let read_tables = tables::Tables::permanent(&db, dir)?;
+        let codec = writer::packing::load_codec(db, dir)?;
         Ok(Self {
-            read_tables,
-            db,
+            opened: RwLock::new(Some(Opened::with(env, dir)?)),
             dir: dir.to_owned(),
             identity,
             created,
@@ -171,6 +196,82 @@ impl Store {
             codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
             reads: ReadTracker::default(),
             changes: changes::ChangeLog::default(),
+        })
+    }
+
+    /// From here on, write transactions change the mapped file's pages in place instead of
+    /// writing them with file writes: a transaction larger than `TXN_DIRTY_PAGES` then has
+    /// nothing to spill, and small commits make no `pwrite` calls. The engine switches when
+    /// a store's stream starts, after its snapshot, which is faster with file writes
+    /// (`docs/storage.md`, "Transactions and durability"). Returns whether the store now
+    /// writes through the map: not on a file system where a write into the map could meet
+    /// a full disk as `SIGBUS` ([`map_write::reservable`]), nor when the data file's space
+    /// cannot be reserved now. Waits for the reads and the write in progress; new ones wait
+    /// until the environment is open again, which includes reading the data file back into
+    /// the page cache ([`map_write::cache_in_pages`]: 0.2 s for a 270 MB file here).
+    pub fn write_through_map(&self) -> Result<bool, StoreError> {
+        let mut opened = self.opened.write();
+        if opened.as_ref().is_some_and(|o| o.env.is_map()) {
+            return Ok(true);
+        }
+        if !map_write::reservable(&self.dir) {
+            return Ok(false);
+        }
+        // libmdbx opens an environment once per process: the old one closes first.
+        *opened = None;
+        if let Err(e) = map_write::cache_in_pages(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), "reading the store's file into the cache again: {e}");
+        }
+        let reopened = Env::open(&self.dir, environment_options(), true)
+            .map_err(|e| StoreError::at_open(&self.dir, e))
+            .and_then(|env| {
+                // libmdbx gave back the file's space past its last page as it opened it with
+                // a writable map; taken again so that no write into the map finds none.
+                map_write::reserve(&self.dir)
+                    .map_err(|e| StoreError::io(&self.dir, "reserve the data file's space", e))?;
+                Opened::with(env, &self.dir)
+            });
+        match reopened {
+            Ok(map) => {
+                *opened = Some(map);
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!("{e}; the store goes on writing its pages with file writes");
+                let files = Env::open(&self.dir, environment_options(), false)
+                    .map_err(|e| StoreError::at_open(&self.dir, e))
+                    .and_then(|env| Opened::with(env, &self.dir));
+                match files {
+                    Ok(files) => {
+                        *opened = Some(files);
+                        Ok(false)
+                    }
+                    Err(e) => {
+                        self.poisoned.store(true, Ordering::Release);
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// True when write transactions change the mapped file in place
+    /// ([`Self::write_through_map`]).
+    pub fn writes_through_map(&self) -> bool {
+        self.opened
+            .read_recursive()
+            .as_ref()
+            .is_some_and(|o| o.env.is_map())
+    }
+
+    /// The open environment; an error once opening it again failed.
+    fn opened(&self) -> Result<MappedRwLockReadGuard<'_, Opened>, StoreError> {
+        // Recursive: a write's closure may read, and a switch waiting for the lock must
+        // not block that read.
+        RwLockReadGuard::try_map(self.opened.read_recursive(), Option::as_ref).map_err(|_| {
+            StoreError::Poisoned {
+                path: self.dir.clone(),
+            }
         })
     }
 
@@ -192,8 +293,12 @@ impl Store {
     /// Bytes of the data file in use (pages up to the last allocated one); the file itself
     /// grows in steps and may be larger.
     pub fn used_bytes(&self) -> u64 {
-        let page = self.db.stat().map_or(0, |s| u64::from(s.page_size()));
-        self.db
+        let Ok(opened) = self.opened() else {
+            return 0;
+        };
+        let page = opened.env.stat().map_or(0, |s| u64::from(s.page_size()));
+        opened
+            .env
             .info()
             .map_or(0, |i| (i.last_pgno() as u64 + 1) * page)
     }
@@ -213,10 +318,12 @@ impl Store {
     /// Per table: name, entries and bytes of its pages (for status and the benchmark).
     pub fn table_sizes(&self) -> Result<Vec<(&'static str, u64, u64)>, StoreError> {
         let _read = self.reads.start();
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let owned = opened
+            .env
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let txn = owned.borrow();
         let mut out = Vec::new();
         for (name, _) in tables::TABLES {
             let table = txn
@@ -283,14 +390,15 @@ impl Store {
             }
             .into());
         }
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let txn = opened
+            .env
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
         let codec = self.codec.read().clone();
         let (result, finished) = {
-            let tables = tables::Tables::open(&txn, &self.dir)?;
-            let mut write = WriteTxn::begin(&txn, &tables, &self.dir, &codec)?;
+            let tables = tables::Tables::open(txn.borrow(), &self.dir)?;
+            let mut write = WriteTxn::begin(txn.borrow(), &tables, &self.dir, &codec)?;
             let result = changes(&mut write)?;
             (result, write.finish(lsn)?)
         };
@@ -308,7 +416,7 @@ impl Store {
 
     /// Flushes every commit to disk; failure poisons the store.
     fn sync(&self) -> Result<(), StoreError> {
-        self.db.sync(true).map(|_| ()).map_err(|e| {
+        self.opened()?.env.sync(true).map(|_| ()).map_err(|e| {
             self.poisoned.store(true, Ordering::Release);
             StoreError::mdbx(&self.dir, "sync to disk", e)
         })
@@ -317,12 +425,14 @@ impl Store {
     /// Empties every data table and the counters, checkpoint and bootstrap record, keeping
     /// the store's identity (an interrupted bootstrap starts over with this).
     pub fn clear_data(&self) -> Result<(), StoreError> {
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let owned = opened
+            .env
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
         {
-            let t = tables::Tables::open(&txn, &self.dir)?;
+            let txn = owned.borrow();
+            let t = tables::Tables::open(txn, &self.dir)?;
             for table in [
                 &t.buckets,
                 &t.bucket_names,
@@ -341,10 +451,11 @@ impl Store {
                     .map_err(|e| StoreError::mdbx(&self.dir, "clear metadata", e))?;
             }
         }
-        txn.commit().map_err(|e| {
+        owned.commit().map_err(|e| {
             self.poisoned.store(true, Ordering::Release);
             StoreError::mdbx(&self.dir, "commit", e)
         })?;
+        drop(opened);
         *self.codec.write() = std::sync::Arc::new(compress::RecordCodec::raw());
         self.changes.record(Changes::everything());
         self.sync()
@@ -371,12 +482,14 @@ impl Store {
                 path: self.dir.clone(),
             });
         }
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let owned = opened
+            .env
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
         {
-            let tables = tables::Tables::open(&txn, &self.dir)?;
+            let txn = owned.borrow();
+            let tables = tables::Tables::open(txn, &self.dir)?;
             for (key, value) in records {
                 txn.put(
                     &tables.meta,
@@ -387,10 +500,11 @@ impl Store {
                 .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
             }
         }
-        if let Err(e) = txn.commit() {
+        if let Err(e) = owned.commit() {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e));
         }
+        drop(opened);
         self.changes.record(Changes {
             stage_keys: records.iter().map(|(key, _)| key.clone()).collect(),
             ..Changes::default()
@@ -413,13 +527,15 @@ impl Store {
         }
         let stage_key = key;
         let key = format!("stage.{key}");
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let owned = opened
+            .env
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
         let written;
         let result = {
-            let tables = tables::Tables::open(&txn, &self.dir)?;
+            let txn = owned.borrow();
+            let tables = tables::Tables::open(txn, &self.dir)?;
             let stored: Option<Vec<u8>> = txn
                 .get(&tables.meta, key.as_bytes())
                 .map_err(|e| StoreError::mdbx(&self.dir, "read a stage record", e))?;
@@ -436,10 +552,11 @@ impl Store {
             }
             result
         };
-        if let Err(e) = txn.commit() {
+        if let Err(e) = owned.commit() {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e));
         }
+        drop(opened);
         if written {
             self.changes.record(Changes {
                 stage_keys: [stage_key.to_owned()].into(),
@@ -457,12 +574,13 @@ impl Store {
     ) -> Result<R, StoreError> {
         // Declared first, dropped last: the slot is freed after the transaction ends.
         let _read = self.reads.start();
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let txn = opened
+            .env
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
         let codec = self.codec.read().clone();
-        let view = ReadTxn::new(&txn, &self.read_tables, &self.dir, &codec);
+        let view = ReadTxn::new(txn.borrow(), &opened.read_tables, &self.dir, &codec);
         read(&view)
     }
 }

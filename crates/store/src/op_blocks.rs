@@ -10,7 +10,9 @@
 use std::borrow::Cow;
 use std::path::Path;
 
-use libmdbx::{Cursor, Table, Transaction, TransactionKind, WriteFlags, RW};
+use libmdbx::{Cursor, Table, TransactionKind, WriteFlags, RW};
+
+use crate::env::Txn;
 
 use super::codec::Corrupt;
 use super::op::{StoredOp, OP_BYTES};
@@ -115,7 +117,7 @@ pub(super) struct BlockCursor<'txn, K: TransactionKind> {
 
 impl<'txn, K: TransactionKind> BlockCursor<'txn, K> {
     pub fn seek(
-        txn: &'txn Transaction<'_, K, libmdbx::NoWriteMap>,
+        txn: Txn<'txn, '_, K>,
         table: &Table<'txn>,
         bucket_id: u32,
         from: u64,
@@ -146,7 +148,7 @@ impl<'txn, K: TransactionKind> BlockCursor<'txn, K> {
 /// Appends `ops` (ascending, above every op of the bucket) to a bucket: the bucket's last
 /// block is filled up first, then full blocks follow.
 pub(super) fn append(
-    txn: &Transaction<'_, RW, libmdbx::NoWriteMap>,
+    txn: Txn<'_, '_, RW>,
     table: &Table<'_>,
     bucket_id: u32,
     ops: &[StoredOp],
@@ -185,7 +187,7 @@ pub(super) fn append(
 
 /// The bucket's last block.
 fn last_block(
-    txn: &Transaction<'_, RW, libmdbx::NoWriteMap>,
+    txn: Txn<'_, '_, RW>,
     table: &Table<'_>,
     bucket_id: u32,
 ) -> Result<Option<Block>, BlockError> {
@@ -208,7 +210,7 @@ fn last_block(
 /// a whole block's ops one row after another). `None` when the bucket lacks one of the
 /// ops (those before it may have been replaced).
 pub(super) fn rewrite(
-    txn: &Transaction<'_, RW, libmdbx::NoWriteMap>,
+    txn: Txn<'_, '_, RW>,
     table: &Table<'_>,
     bucket_id: u32,
     changes: &[(u64, u64)],
@@ -260,7 +262,7 @@ fn record_op_id(record: &[u8; OP_BYTES]) -> u64 {
 /// last one replaced and below every op kept). Blocks wholly replaced are deleted; the
 /// block holding the boundary keeps its other ops after `first`.
 pub(super) fn replace_prefix(
-    txn: &Transaction<'_, RW, libmdbx::NoWriteMap>,
+    txn: Txn<'_, '_, RW>,
     table: &Table<'_>,
     bucket_id: u32,
     count: usize,
@@ -333,7 +335,7 @@ mod tests {
     fn read_after(db: &Database<NoWriteMap>, bucket_id: u32, after: u64) -> Vec<StoredOp> {
         let txn = db.begin_ro_txn().unwrap();
         let table = txn.open_table(Some("ops")).unwrap();
-        let mut blocks = BlockCursor::seek(&txn, &table, bucket_id, after + 1).unwrap();
+        let mut blocks = BlockCursor::seek((&txn).into(), &table, bucket_id, after + 1).unwrap();
         let mut out = Vec::new();
         while let Some(block) = blocks.next_block().unwrap() {
             out.extend(block.ops.into_iter().filter(|op| op.op_id > after));
@@ -356,7 +358,7 @@ mod tests {
                     .map(|i| put(next + i))
                     .collect();
                 next += ops.len() as u64;
-                append(&txn, &table, bucket + 1, &ops).unwrap();
+                append((&txn).into(), &table, bucket + 1, &ops).unwrap();
                 expected[bucket as usize].extend(ops);
             }
             txn.commit().unwrap();
@@ -402,7 +404,7 @@ mod tests {
         let txn = db.begin_rw_txn().unwrap();
         let table = txn.create_table(Some("ops"), TableFlags::empty()).unwrap();
         let mut all: Vec<StoredOp> = (1..=500).map(put).collect();
-        append(&txn, &table, 7, &all).unwrap();
+        append((&txn).into(), &table, 7, &all).unwrap();
         // Ops in the first three blocks become MOVEs (each block put once); a missing op
         // is reported.
         let moved = |op: StoredOp, target: u64| StoredOp {
@@ -414,23 +416,27 @@ mod tests {
             .into_iter()
             .map(|id| (id, 900 + id))
             .collect();
-        assert!(rewrite(&txn, &table, 7, &changes, moved).unwrap().is_some());
+        assert!(rewrite((&txn).into(), &table, 7, &changes, moved)
+            .unwrap()
+            .is_some());
         for &(id, target) in &changes {
             let i = usize::try_from(id).unwrap() - 1;
             all[i] = moved(all[i], target);
         }
-        assert!(rewrite(&txn, &table, 7, &[(501, 1)], moved)
+        assert!(rewrite((&txn).into(), &table, 7, &[(501, 1)], moved)
             .unwrap()
             .is_none());
-        assert!(rewrite(&txn, &table, 7, &[(30, 1), (501, 1)], moved)
-            .unwrap()
-            .is_none());
+        assert!(
+            rewrite((&txn).into(), &table, 7, &[(30, 1), (501, 1)], moved)
+                .unwrap()
+                .is_none()
+        );
         all[29] = moved(all[29], 1);
-        assert!(rewrite(&txn, &table, 8, &[(20, 1)], moved)
+        assert!(rewrite((&txn).into(), &table, 8, &[(20, 1)], moved)
             .unwrap()
             .is_none());
         // An op below the bucket's last is refused.
-        assert!(append(&txn, &table, 7, &[put(400)]).is_err());
+        assert!(append((&txn).into(), &table, 7, &[put(400)]).is_err());
         // The first 200 ops (past the first block's end) become one CLEAR.
         let clear = StoredOp {
             op_id: 200,
@@ -439,7 +445,7 @@ mod tests {
             checksum: 1,
             reference: 999,
         };
-        replace_prefix(&txn, &table, 7, 200, clear).unwrap();
+        replace_prefix((&txn).into(), &table, 7, 200, clear).unwrap();
         txn.commit().unwrap();
         let mut want = vec![clear];
         want.extend_from_slice(&all[200..]);

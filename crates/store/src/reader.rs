@@ -5,7 +5,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-use libmdbx::{NoWriteMap, Transaction, RO};
+use libmdbx::RO;
+
+use crate::env::Txn;
 
 use super::compress::RecordCodec;
 use super::forks::{Forks, KEY_FORKS};
@@ -70,7 +72,7 @@ pub struct OpsPage {
 
 /// An open read. Build it with [`super::Store::read`].
 pub struct ReadTxn<'t, 'db> {
-    pub(super) txn: &'t Transaction<'db, RO, NoWriteMap>,
+    pub(super) txn: Txn<'t, 'db, RO>,
     pub(super) tables: &'t Tables<'t>,
     pub(super) dir: &'t Path,
     codec: &'t RecordCodec,
@@ -83,7 +85,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
     }
 
     pub(super) fn new(
-        txn: &'t Transaction<'db, RO, NoWriteMap>,
+        txn: Txn<'t, 'db, RO>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
         codec: &'t RecordCodec,

@@ -1,6 +1,8 @@
 //! The named tables of the environment and how each is keyed (see `docs/storage.md`).
 
-use libmdbx::{Table, TableFlags, Transaction, TransactionKind};
+use libmdbx::{Table, TableFlags, TransactionKind};
+
+use crate::env::{Env, Txn};
 
 use super::StoreError;
 
@@ -56,19 +58,17 @@ impl Tables<'static> {
     ///
     /// The handles must not outlive `db`: the store keeps them beside it and lends them
     /// only to its own transactions.
-    pub fn permanent(
-        db: &libmdbx::Database<libmdbx::NoWriteMap>,
-        dir: &std::path::Path,
-    ) -> Result<Self, StoreError> {
-        let txn = db
+    pub(crate) fn permanent(env: &Env, dir: &std::path::Path) -> Result<Self, StoreError> {
+        let txn = env
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(dir, "begin a read", e))?;
         // SAFETY: a table handle is the environment's table number, which libmdbx keeps
         // valid until the environment closes once the transaction that opened it
         // committed (below), and no table of the store is ever dropped. The store owns
         // `db` and lends these handles only to transactions of `db`, which borrow it.
-        let tables =
-            unsafe { std::mem::transmute::<Tables<'_>, Tables<'static>>(Tables::open(&txn, dir)?) };
+        let tables = unsafe {
+            std::mem::transmute::<Tables<'_>, Tables<'static>>(Tables::open(txn.borrow(), dir)?)
+        };
         txn.commit()
             .map_err(|e| StoreError::mdbx(dir, "keep the tables open", e))?;
         Ok(tables)
@@ -77,10 +77,11 @@ impl Tables<'static> {
 
 impl<'t> Tables<'t> {
     /// Opens every table in `txn`.
-    pub fn open<K: TransactionKind>(
-        txn: &'t Transaction<'_, K, libmdbx::NoWriteMap>,
+    pub(crate) fn open<'db: 't, K: TransactionKind>(
+        txn: impl Into<Txn<'t, 'db, K>>,
         dir: &std::path::Path,
     ) -> Result<Self, StoreError> {
+        let txn = txn.into();
         let open = |name: &str| {
             txn.open_table(Some(name))
                 .map_err(|e| StoreError::mdbx(dir, "open a table", e))
@@ -116,7 +117,7 @@ pub(super) fn row_key(table_id: u32, identity: &[u8]) -> Vec<u8> {
 
 /// The name of bucket `id`, as `bucket_names` holds it.
 pub(super) fn bucket_name<K: TransactionKind>(
-    txn: &Transaction<'_, K, libmdbx::NoWriteMap>,
+    txn: Txn<'_, '_, K>,
     tables: &Tables<'_>,
     dir: &std::path::Path,
     id: u32,

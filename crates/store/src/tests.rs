@@ -336,3 +336,81 @@ fn write_foreign_mdbx(dir: &std::path::Path) {
         .unwrap();
     txn.commit().unwrap();
 }
+
+/// Writes a row into `bucket` at `lsn` and reads every object id the bucket holds.
+fn write_and_list(store: &Store, lsn: u64, id: &str) -> Vec<String> {
+    let put = RowPut {
+        bucket: "1#everything[]",
+        object_type: "notes",
+        object_id: id,
+        data: "{}",
+        checksum: 1,
+    };
+    store
+        .write(lsn, |w| w.upsert_row(1, id.as_bytes(), &[put], &[]))
+        .unwrap();
+    store
+        .read(|v| {
+            let state = v.bucket("1#everything[]")?.unwrap();
+            let page = v.ops(state.id, 0, u64::MAX, 1000)?;
+            Ok(page
+                .ops
+                .into_iter()
+                .filter_map(|op| op.object.map(|o| o.object_id))
+                .collect())
+        })
+        .unwrap()
+}
+
+#[test]
+fn the_store_writes_through_its_map_only_where_the_files_space_can_be_reserved() {
+    let shm = Path::new("/dev/shm");
+    assert!(
+        shm.is_dir(),
+        "the test needs /dev/shm (a tmpfs on Linux) to open a store on tmpfs"
+    );
+    let on_tmpfs = tempfile::tempdir_in(shm).unwrap();
+    let on_disk = tempfile::tempdir().unwrap();
+    for (root, map) in [
+        (on_tmpfs.path(), false),
+        (on_disk.path(), map_write::reservable(on_disk.path())),
+    ] {
+        let dir = root.join("store");
+        let store = Store::open(&dir).unwrap();
+        assert!(!store.writes_through_map(), "opened with file writes");
+        assert_eq!(write_and_list(&store, 10, "a"), ["a"]);
+        assert_eq!(store.write_through_map().unwrap(), map, "{}", dir.display());
+        assert_eq!(store.writes_through_map(), map);
+        // What was written before is there; writes and reads go on.
+        assert_eq!(write_and_list(&store, 11, "b"), ["a", "b"]);
+        assert_eq!(store.write_through_map().unwrap(), map, "a second call");
+        drop(store);
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(store.read(|v| v.checkpoint()).unwrap().lsn, 11);
+        assert_eq!(write_and_list(&store, 12, "c"), ["a", "b", "c"]);
+    }
+}
+
+#[test]
+fn the_data_files_space_is_reserved_when_it_is_written_through_the_map() {
+    let root = tempfile::tempdir().unwrap();
+    assert!(
+        map_write::reservable(root.path()),
+        "the test needs its temporary directory on ext4 or XFS ({})",
+        root.path().display()
+    );
+    let dir = root.path().join("store");
+    let store = Store::open(&dir).unwrap();
+    write_and_list(&store, 10, "a");
+    assert!(store.write_through_map().unwrap());
+    // Every block of the file is allocated: libmdbx released those past its last page
+    // as it opened the file with a writable map, and the store took them again.
+    let meta = std::fs::metadata(dir.join(dir::DATA_FILE)).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert!(
+        meta.blocks() * 512 >= meta.len(),
+        "{} bytes allocated of {}",
+        meta.blocks() * 512,
+        meta.len()
+    );
+}

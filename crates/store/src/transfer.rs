@@ -58,14 +58,16 @@ impl Store {
     pub fn export_copy(&self, out: &mut (dyn Write + Send)) -> Result<Checkpoint, StoreError> {
         let io = |e| StoreError::io(&self.dir, "send a copy of the store", e);
         let _read = self.reads.start();
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let owned = opened
+            .env
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
+        let txn = owned.borrow();
         let checkpoint = {
-            let tables = Tables::open(&txn, &self.dir)?;
+            let tables = Tables::open(txn, &self.dir)?;
             let codec = self.codec.read().clone();
-            super::ReadTxn::new(&txn, &tables, &self.dir, &codec).checkpoint()?
+            super::ReadTxn::new(txn, &tables, &self.dir, &codec).checkpoint()?
         };
         out.write_all(MAGIC).map_err(io)?;
         out.write_all(&(FORMAT.len() as u32).to_le_bytes())
@@ -158,11 +160,13 @@ impl Store {
 
     /// The meta records naming this store ([`OWN_META_KEYS`]), which a copy keeps.
     fn own_meta(&self) -> Result<OwnMeta, StoreError> {
-        let txn = self
-            .db
+        let opened = self.opened()?;
+        let owned = opened
+            .env
             .begin_ro_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a read", e))?;
-        let tables = Tables::open(&txn, &self.dir)?;
+        let txn = owned.borrow();
+        let tables = Tables::open(txn, &self.dir)?;
         let mut own = Vec::new();
         for key in OWN_META_KEYS {
             let value: Option<Vec<u8>> = txn
@@ -282,9 +286,11 @@ fn adopt<E: From<StoreError>>(
     let checkpoint = copy.read(|view| view.checkpoint())?;
     let dir = incoming;
     let mdbx = |action| move |e| StoreError::mdbx(dir, action, e);
-    let txn = copy.db.begin_rw_txn().map_err(mdbx("begin a write"))?;
+    let opened = copy.opened()?;
+    let owned = opened.env.begin_rw_txn().map_err(mdbx("begin a write"))?;
     {
-        let tables = Tables::open(&txn, dir)?;
+        let txn = owned.borrow();
+        let tables = Tables::open(txn, dir)?;
         let mut meta = CopiedMeta::new();
         {
             let mut cursor = txn.cursor(&tables.meta).map_err(mdbx("open a cursor"))?;
@@ -307,7 +313,8 @@ fn adopt<E: From<StoreError>>(
                 .map_err(mdbx("install the copied metadata"))?;
         }
     }
-    txn.commit().map_err(mdbx("commit the copied metadata"))?;
+    owned.commit().map_err(mdbx("commit the copied metadata"))?;
+    drop(opened);
     copy.sync()?;
     Ok(checkpoint)
 }

@@ -24,7 +24,9 @@ pub(crate) use rows::RowWrite;
 
 use std::path::Path;
 
-use libmdbx::{NoWriteMap, Transaction, WriteFlags, RW};
+use libmdbx::{WriteFlags, RW};
+
+use crate::env::Txn;
 
 use super::codec::fixed;
 use super::compress::{Packer, RecordCodec};
@@ -110,7 +112,7 @@ impl Counters {
 
 /// An open write. Build it with [`super::Store::write`].
 pub struct WriteTxn<'t, 'db> {
-    txn: &'t Transaction<'db, RW, NoWriteMap>,
+    txn: Txn<'t, 'db, RW>,
     tables: &'t Tables<'t>,
     dir: &'t Path,
     counters: Counters,
@@ -166,7 +168,7 @@ const PENDING_OPS_LIMIT: usize = 65_536;
 
 impl<'t, 'db> WriteTxn<'t, 'db> {
     pub(super) fn begin(
-        txn: &'t Transaction<'db, RW, NoWriteMap>,
+        txn: Txn<'t, 'db, RW>,
         tables: &'t Tables<'t>,
         dir: &'t Path,
         codec: &'t RecordCodec,
