@@ -449,8 +449,9 @@ async fn write_through_map(store: &Arc<Store>) -> Result<(), ReplicationError> {
     } else {
         tracing::info!(
             dir = %dir.display(),
-            "the store writes its pages with file writes: its file system is not one where \
-             the data file's space can be reserved for writes through a map (ext4, XFS)"
+            "the store writes its pages with file writes: its file system is not ext4 or XFS, \
+             or its space could not be reserved for writes through a map (a warning before \
+             says why)"
         );
     }
     Ok(())

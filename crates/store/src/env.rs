@@ -52,6 +52,16 @@ macro_rules! on_txn {
     };
 }
 
+/// Runs `$call` on the database inside `$env`, bound to `$db`, whatever its kind.
+macro_rules! on_env {
+    ($env:expr, $db:ident => $call:expr) => {
+        match $env {
+            Env::Files($db) => $call,
+            Env::Map($db) => $call,
+        }
+    };
+}
+
 impl Env {
     /// Opens the environment in `dir` with `options`, writing through the map when `map`.
     pub fn open(dir: &Path, options: DatabaseOptions, map: bool) -> libmdbx::Result<Self> {
@@ -68,38 +78,23 @@ impl Env {
     }
 
     pub fn begin_ro_txn(&self) -> libmdbx::Result<OwnedTxn<'_, RO>> {
-        Ok(match self {
-            Self::Files(db) => OwnedTxn::Files(db.begin_ro_txn()?),
-            Self::Map(db) => OwnedTxn::Map(db.begin_ro_txn()?),
-        })
+        on_env!(self, db => db.begin_ro_txn().map(OwnedTxn::from))
     }
 
     pub fn begin_rw_txn(&self) -> libmdbx::Result<OwnedTxn<'_, RW>> {
-        Ok(match self {
-            Self::Files(db) => OwnedTxn::Files(db.begin_rw_txn()?),
-            Self::Map(db) => OwnedTxn::Map(db.begin_rw_txn()?),
-        })
+        on_env!(self, db => db.begin_rw_txn().map(OwnedTxn::from))
     }
 
     pub fn sync(&self, force: bool) -> libmdbx::Result<bool> {
-        match self {
-            Self::Files(db) => db.sync(force),
-            Self::Map(db) => db.sync(force),
-        }
+        on_env!(self, db => db.sync(force))
     }
 
     pub fn stat(&self) -> libmdbx::Result<Stat> {
-        match self {
-            Self::Files(db) => db.stat(),
-            Self::Map(db) => db.stat(),
-        }
+        on_env!(self, db => db.stat())
     }
 
     pub fn info(&self) -> libmdbx::Result<Info> {
-        match self {
-            Self::Files(db) => db.info(),
-            Self::Map(db) => db.info(),
-        }
+        on_env!(self, db => db.info())
     }
 }
 
@@ -117,6 +112,18 @@ impl<'db, K: TransactionKind> OwnedTxn<'db, K> {
             Self::Files(t) => t.commit(),
             Self::Map(t) => t.commit(),
         }
+    }
+}
+
+impl<'db, K: TransactionKind> From<Transaction<'db, K, NoWriteMap>> for OwnedTxn<'db, K> {
+    fn from(txn: Transaction<'db, K, NoWriteMap>) -> Self {
+        Self::Files(txn)
+    }
+}
+
+impl<'db, K: TransactionKind> From<Transaction<'db, K, WriteMap>> for OwnedTxn<'db, K> {
+    fn from(txn: Transaction<'db, K, WriteMap>) -> Self {
+        Self::Map(txn)
     }
 }
 

@@ -108,10 +108,11 @@ pub enum StoreError {
         /// The copy ended early (the peer or the connection stopped): another try may do.
         cut_short: bool,
     },
-    /// A commit failed earlier; the store refuses writes until the worker restarts.
+    /// A commit failed earlier, or opening the environment again did (then reads fail
+    /// too); the store refuses writes until the worker restarts.
     #[error(
-        "PSM_S1007 storage {path}: an earlier commit failed, writes are refused until the \
-             worker restarts"
+        "PSM_S1007 storage {path}: an earlier commit, or opening the store again, failed \
+             (see the log); writes are refused until the worker restarts"
     )]
     Poisoned {
         /// The directory.

@@ -176,19 +176,17 @@ impl Store {
     /// libmdbx starts a thread here: call it from a thread with all signals blocked.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let fresh = dir::prepare(dir)?;
-        let env = Env::open(dir, environment_options(), false)
-            .map_err(|e| StoreError::at_open(dir, e))?;
-        let Env::Files(db) = &env else {
-            unreachable!("opened with file writes")
-        };
-        let (identity, created) = meta::load_or_init(db, dir, fresh)?;
+        let db =
+            libmdbx::Database::<libmdbx::NoWriteMap>::open_with_options(dir, environment_options())
+                .map_err(|e| StoreError::at_open(dir, e))?;
+        let (identity, created) = meta::load_or_init(&db, dir, fresh)?;
         if created {
             db.sync(true)
                 .map_err(|e| StoreError::mdbx(dir, "sync the new store", e))?;
         }
-        let codec = writer::packing::load_codec(db, dir)?;
+        let codec = writer::packing::load_codec(&db, dir)?;
         Ok(Self {
-            opened: RwLock::new(Some(Opened::with(env, dir)?)),
+            opened: RwLock::new(Some(Opened::with(Env::Files(db), dir)?)),
             dir: dir.to_owned(),
             identity,
             created,
@@ -206,7 +204,7 @@ impl Store {
     /// (`docs/storage.md`, "Transactions and durability"). Returns whether the store now
     /// writes through the map: not on a file system where a write into the map could meet
     /// a full disk as `SIGBUS` ([`map_write::reservable`]), nor when the data file's space
-    /// cannot be reserved now. Waits for the reads and the write in progress; new ones wait
+    /// cannot be reserved now (checked before the environment closes). Waits for the reads and the write in progress; new ones wait
     /// until the environment is open again, which includes reading the data file back into
     /// the page cache ([`map_write::cache_in_pages`]: 0.2 s for a 270 MB file here).
     pub fn write_through_map(&self) -> Result<bool, StoreError> {
@@ -215,6 +213,16 @@ impl Store {
             return Ok(true);
         }
         if !map_write::reservable(&self.dir) {
+            return Ok(false);
+        }
+        // The space first, while the environment is still open: on a full disk the store
+        // stays as it is (closed, it might not open again: its lock file needs space too).
+        if let Err(e) = map_write::reserve(&self.dir) {
+            tracing::warn!(
+                dir = %self.dir.display(),
+                "the store goes on writing its pages with file writes: reserving its data \
+                 file's space for writes through the map failed: {e}"
+            );
             return Ok(false);
         }
         // libmdbx opens an environment once per process: the old one closes first.
