@@ -29,7 +29,8 @@
 #                                     (powersync_mdbx.seed_from): start until streaming, against
 #                                     the snapshot's readiness (0 skips)
 #   PSM_BENCH_PROFILE_SEED=<file>     perf record of the whole machine while the replica seeds
-#   PSM_BENCH_PROFILE_BULK=<file>     perf record of the worker during the bulk changes
+#   PSM_BENCH_PROFILE_BULK=<prefix>   perf record of the worker during each bulk change
+#                                     (<prefix>.update, .delete, .insert, .truncate)
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage
@@ -322,13 +323,8 @@ fi
 bulk='{}'
 if [ "${PSM_BENCH_BULK:-1}" != 0 ]; then
   log "bulk changes: single-row transactions at 2,000/s, then 1 M-row UPDATE, DELETE, INSERT, TRUNCATE"
-  if [ -n "${PSM_BENCH_PROFILE_BULK:-}" ]; then
-    perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE_BULK" >/dev/null 2>&1 &
-    bulk_perf=$!
-  fi
   bulk="$(python3 "$root/scripts/bench_bulk.py" worker "$http_port" "$secret" "$worker" \
     "${PSM_BENCH_LAG_SECONDS:-60}" "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
-  if [ -n "${bulk_perf:-}" ]; then kill -INT "$bulk_perf" 2>/dev/null; wait "$bulk_perf" 2>/dev/null || true; fi
   log "the decoding floor: the sync replica stopped, pg_recvlogical reads the same transactions"
   run_pg "$bin/pg_ctl" -w -D "$work/replica" -m fast stop >/dev/null
   floor="$(python3 "$root/scripts/bench_bulk.py" floor "${PSM_BENCH_LAG_SECONDS:-60}" \

@@ -66,6 +66,27 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Profile:
+    """`perf record` of the worker while one scenario runs, to `$PSM_BENCH_PROFILE_BULK.<name>`
+    (nothing when the variable is unset)."""
+
+    def __init__(self, pid: int, name: str):
+        prefix = os.environ.get("PSM_BENCH_PROFILE_BULK")
+        self.perf = prefix and subprocess.Popen(
+            ["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(pid),
+             "-o", f"{prefix}.{name}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        # perf needs a moment to attach before the statement starts.
+        if self.perf:
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.perf:
+            self.perf.send_signal(2)
+            self.perf.wait()
+
+
 class PeakAnon:
     """The process's peak RssAnon (bytes), sampled every 50 ms on a thread."""
 
@@ -229,6 +250,7 @@ def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv)
         write_back()
         cpu0 = cpu_seconds(worker_pid)
         peak = PeakAnon(worker_pid)
+        profile = Profile(worker_pid, name)
         db.run(statement)
         committed = time.time()
         final = int(db.run(f"SELECT coalesce(max(story_points), -1) FROM tasks WHERE id = '{SENTINEL}'")[0])
@@ -242,6 +264,7 @@ def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv)
                 break
             stream.until_complete()
         seconds = time.time() - committed
+        profile.stop()
         cpu = cpu_seconds(worker_pid) - cpu0
         out[f"bulk_{name}_seconds"] = round(seconds, 3)
         out[f"bulk_{name}_worker_cpu_us_per_row"] = round(cpu * 1e6 / total, 2)
