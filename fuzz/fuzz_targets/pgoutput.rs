@@ -1,6 +1,6 @@
 //! pgoutput change handling: a sequence of pgoutput messages (each a 2-byte little-endian
-//! length and the body) through `replication::fuzzing::pgoutput_session`: the wire parse
-//! (`pg_walstream`), the stream's decoder with its relation checks, and the applier's row
+//! length and the body) through `replication::fuzzing::pgoutput_session`: the wire read
+//! (`source::Pgoutput`), the stream's decoder with its relation checks, and the applier's row
 //! handling without a store (tuple → values, unchanged TOAST values, rule evaluation,
 //! identity, kept values). Tables and rules are the benchmark fixture's `tasks` and
 //! `user_project_access` with its sync streams.

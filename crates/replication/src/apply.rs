@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use pg_walstream::{ColumnValue, RowData, SharedLsnFeedback};
+use std::borrow::Cow;
+
+use pg_walstream::SharedLsnFeedback;
 use tokio::sync::watch;
 
 use super::expiry::Sweep;
@@ -29,7 +30,7 @@ use rules::{
     PgType, RowEvaluation, RulesError, SlotBinding, SourceColumn, SourceRow, SyncRules, TablePlan,
 };
 use smallvec::SmallVec;
-use source::ColumnMeta;
+use source::{ColumnMeta, Tuple, Value};
 use store::{identity_key, Checkpoint, Stash, Store, WriteTxn};
 
 /// Source transactions share one store commit while this few rows were applied in it.
@@ -46,18 +47,19 @@ pub(super) enum Change {
     Begin {
         commit_lsn: u64,
     },
+    /// Row changes carry their tuples with values in the table's column order.
     Insert {
         table: usize,
-        new: RowData,
+        new: Tuple,
     },
     Update {
         table: usize,
-        old: Option<RowData>,
-        new: RowData,
+        old: Option<Tuple>,
+        new: Tuple,
     },
     Delete {
         table: usize,
-        old: RowData,
+        old: Tuple,
     },
     Truncate {
         tables: Vec<usize>,
@@ -747,8 +749,8 @@ impl Applier {
         &self,
         w: &mut WriteTxn<'_, '_>,
         table: &StreamTable,
-        old: Option<&RowData>,
-        new: &RowData,
+        old: Option<&Tuple>,
+        new: &Tuple,
         rekey_from: &[String],
     ) -> Result<(Vec<u8>, Vec<u8>), ReplicationError> {
         let old_values = old.map(|old| values_of(table, old));
@@ -910,10 +912,10 @@ pub(super) fn old_identity_of(
 /// Replaces the update's unchanged TOAST values: from the FULL old tuple, else from the
 /// values kept with the stored row (`stored`, read only when needed). Returns whether a
 /// kept value was used.
-pub(super) fn fill_unchanged(
+pub(super) fn fill_unchanged<'t>(
     table: &StreamTable,
-    old_values: Option<&[Presence]>,
-    values: &mut [Presence],
+    old_values: Option<&[Presence<'t>]>,
+    values: &mut [Presence<'t>],
     stored: impl FnOnce() -> Result<Stash, ReplicationError>,
 ) -> Result<bool, ReplicationError> {
     if !values.iter().any(|v| matches!(v, Presence::Unchanged)) {
@@ -935,7 +937,7 @@ pub(super) fn fill_unchanged(
                 let kept = stash
                     .iter()
                     .find(|(name, _)| name == &column.name)
-                    .map(|(_, v)| Presence::Value(Bytes::copy_from_slice(v)));
+                    .map(|(_, v)| Presence::Value(Cow::Owned(v.clone())));
                 match kept {
                     Some(value) => {
                         used_stash = true;
@@ -995,14 +997,14 @@ pub(super) fn evaluate_row(
 
 /// One column of a decoded tuple.
 #[derive(Debug, Clone)]
-pub(super) enum Presence {
+pub(super) enum Presence<'t> {
     Null,
-    Value(Bytes),
+    Value(Cow<'t, [u8]>),
     /// pgoutput's "unchanged TOAST value" (the column is absent from the tuple).
     Unchanged,
 }
 
-impl Presence {
+impl Presence<'_> {
     fn is_known(&self) -> bool {
         !matches!(self, Self::Unchanged)
     }
@@ -1015,24 +1017,13 @@ impl Presence {
     }
 }
 
-/// The tuple's values in the table's column order. A tuple lists its columns in the
-/// order of the table's last Relation message (leaving out unchanged TOAST values), so
-/// each is looked for next in the list first, and by name only when it is not there.
-pub(super) fn values_of(table: &StreamTable, data: &RowData) -> Vec<Presence> {
-    let mut listed = data.iter().peekable();
-    table
-        .columns
-        .iter()
-        .map(|c| {
-            let value = match listed.next_if(|(name, _)| ***name == *c.name) {
-                Some((_, value)) => Some(value),
-                None => data.get(&c.name),
-            };
-            match value {
-                None => Presence::Unchanged,
-                Some(ColumnValue::Null) => Presence::Null,
-                Some(ColumnValue::Text(b) | ColumnValue::Binary(b)) => Presence::Value(b.clone()),
-            }
+/// A tuple's values (already in the table's column order, see the stream's decoder).
+pub(super) fn values_of<'t>(table: &StreamTable, tuple: &'t Tuple) -> Vec<Presence<'t>> {
+    (0..table.columns.len())
+        .map(|i| match tuple.get(i) {
+            Value::Null => Presence::Null,
+            Value::Unchanged => Presence::Unchanged,
+            Value::Bytes(b) => Presence::Value(Cow::Borrowed(b)),
         })
         .collect()
 }

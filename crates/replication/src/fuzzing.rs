@@ -1,16 +1,13 @@
 //! The stream's handling of pgoutput without a primary or a store, for the fuzz targets
 //! (`fuzz/fuzz_targets/pgoutput.rs`). Not part of the crate's API.
 //!
-//! Each message goes the way a streamed one does: the wire bytes through `pg_walstream`'s
-//! decoder (the one the stream uses, protocol version 1), the event through the stream's
-//! [`Decoder`](super::stream) (relation checks included), and each row change through the
+//! Each message goes the way a streamed one does: the wire bytes through the stream's
+//! [`Decoder`](super::stream) (`source::Pgoutput`, relation checks included), and each row change through the
 //! applier's store-independent steps: tuple → values, TOAST values filled from the old
 //! tuple or from the values kept with the row, evaluation by the rules, identity, the
 //! values kept for later. An in-memory map stands in for the rows' kept values.
 
 use std::collections::HashMap;
-
-use pg_walstream::{Lsn, PgOutputDecoder};
 
 use super::apply::{
     evaluate_row, fill_unchanged, identity_of, old_identity_of, values_of, Change, StreamTable,
@@ -38,16 +35,14 @@ pub fn pgoutput_session<'m>(
     let mut decoder = Decoder::new(&pending, tables.clone(), rules);
     // The applier's copy, rebound by Relation changes.
     let mut applied = tables;
-    let mut wire = PgOutputDecoder::with_protocol_version(1);
     let mut kept: HashMap<(usize, Vec<u8>), Stash> = HashMap::new();
     let mut handled = 0u64;
-    for (lsn, body) in (1u64..).zip(messages) {
-        let event = match wire.decode_message(body.to_vec(), Lsn::new(lsn)) {
-            Ok(Some(event)) => event,
-            // The stream stops on a message it cannot parse, and reconnects.
-            Ok(None) | Err(_) => continue,
+    for body in messages {
+        let Ok(message) = decoder.read(bytes::Bytes::copy_from_slice(body)) else {
+            // The stream stops on a message it cannot read, and reconnects.
+            continue;
         };
-        let change = match decoder.decode(event) {
+        let change = match decoder.decode_message(message) {
             Ok(Some(change)) => change,
             Ok(None) => continue,
             Err(e) => return Some(Err(e)),

@@ -10,9 +10,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pg_walstream::{
-    CancellationToken, ChangeEvent, EventType, LogicalReplicationStream, RelationColumn,
-};
+use bytes::Bytes;
+use pg_walstream::{CancellationToken, LogicalReplicationStream, RawXLogData};
 use tokio::sync::{mpsc, watch};
 
 use super::apply::{
@@ -28,7 +27,8 @@ use metrics::PendingCommits;
 use rules::SyncRules;
 use source::{
     connect, format_lsn, primary_identity, replication_error, slot_info, slot_walsender,
-    start_stream, terminate_backend, wal_sender_timeout, ColumnMeta,
+    start_stream, terminate_backend, wal_sender_timeout, ColumnMeta, Message, Pgoutput, Relation,
+    Tuple,
 };
 use store::{Checkpoint, Store};
 
@@ -292,7 +292,7 @@ pub async fn follow_slot(
             Some(Err(e)) => break Err(ReplicationError::from(replication_error(e))),
         };
         heard.now();
-        match decoder.decode(event) {
+        match decoder.decode(event.data) {
             Ok(Some(change)) => {
                 if change.is_row_change() {
                     context.progress.received.fetch_add(1, Relaxed);
@@ -379,7 +379,7 @@ fn follow_recopies(recopies: &mut Recopies, decoder: &Decoder<'_>, change: &Chan
 async fn read_events(
     mut stream: LogicalReplicationStream,
     cancel: CancellationToken,
-    events: mpsc::Sender<Result<ChangeEvent, pg_walstream::ReplicationError>>,
+    events: mpsc::Sender<Result<RawXLogData, pg_walstream::ReplicationError>>,
 ) -> LogicalReplicationStream {
     loop {
         // Report what the applier made durable (throttled to the feedback interval) before
@@ -388,7 +388,7 @@ async fn read_events(
         let next = tokio::select! {
             biased;
             () = cancel.cancelled() => return stream,
-            next = stream.next_event(&cancel) => next,
+            next = stream.next_raw_event(&cancel) => next,
         };
         let failed = next.is_err();
         if events.send(next).await.is_err() || failed {
@@ -578,8 +578,13 @@ async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
     }
 }
 
-/// pgoutput events → changes for the tables the rules read.
+/// pgoutput messages → changes for the tables the rules read.
 pub(super) struct Decoder<'a> {
+    /// The session's messages as read, with the relations they described.
+    pgoutput: Pgoutput,
+    /// Per table: for each of its columns, where the value sits in the tuples of its
+    /// relation's last Relation message (`None` until needed after a change of either).
+    layouts: Vec<Option<Vec<Option<usize>>>>,
     /// Where each transaction's Begin is noted for the lag in seconds.
     pending: &'a PendingCommits,
     /// The tables as their rows come now (the snapshot's columns, then each Relation
@@ -610,6 +615,8 @@ impl<'a> Decoder<'a> {
         rules: &'a SyncRules,
     ) -> Self {
         Self {
+            pgoutput: Pgoutput::default(),
+            layouts: vec![None; tables.len()],
             pending,
             by_oid: tables
                 .iter()
@@ -633,97 +640,134 @@ impl<'a> Decoder<'a> {
         }
     }
 
-    pub(super) fn decode(
+    /// Decodes one message (the payload of an XLogData frame).
+    pub(super) fn decode(&mut self, payload: Bytes) -> Result<Option<Change>, ReplicationError> {
+        let message = self
+            .read(payload)
+            .map_err(|e| stream_error(e.to_string()))?;
+        self.decode_message(message)
+    }
+
+    /// Reads one message (it may describe a relation).
+    pub(super) fn read(&mut self, payload: Bytes) -> Result<Message, source::PgoutputError> {
+        self.pgoutput.read(payload)
+    }
+
+    /// The change a message read makes, if any.
+    pub(super) fn decode_message(
         &mut self,
-        event: ChangeEvent,
+        message: Message,
     ) -> Result<Option<Change>, ReplicationError> {
-        Ok(match event.event_type {
-            EventType::Begin {
+        Ok(match message {
+            Message::Begin {
                 final_lsn,
-                commit_timestamp,
-                ..
+                commit_micros,
             } => {
                 self.in_transaction = true;
-                self.commit_lsn = final_lsn.value();
-                self.passed = self.passed.max(final_lsn.value());
-                self.pending
-                    .received(final_lsn.value(), commit_timestamp.timestamp_micros());
+                self.commit_lsn = final_lsn;
+                self.passed = self.passed.max(final_lsn);
+                self.pending.received(final_lsn, commit_micros);
                 Some(Change::Begin {
-                    commit_lsn: final_lsn.value(),
+                    commit_lsn: final_lsn,
                 })
             }
-            EventType::Commit { end_lsn, .. } => {
+            Message::Commit { end_lsn } => {
                 self.in_transaction = false;
-                self.passed = self.passed.max(end_lsn.value());
+                self.passed = self.passed.max(end_lsn);
                 Some(Change::Commit {
-                    end_lsn: end_lsn.value(),
+                    end_lsn,
                     received: std::time::Instant::now(),
                 })
             }
-            EventType::Relation {
-                relation_id,
-                namespace,
-                relation_name,
-                columns,
-                ..
-            } => self.check_relation(relation_id, &namespace, &relation_name, &columns)?,
-            EventType::Insert {
-                relation_oid, data, ..
+            Message::Relation(relation) => self.check_relation(&relation)?,
+            Message::Insert { relation, new } => self
+                .row_of(relation, [&new])?
+                .map(|(table, [new])| Change::Insert { table, new }),
+            Message::Update {
+                relation,
+                old: Some(old),
+                new,
             } => self
-                .by_oid
-                .get(&relation_oid)
-                .map(|&table| Change::Insert { table, new: data }),
-            EventType::Update {
-                relation_oid,
-                old_data,
-                new_data,
-                ..
-            } => self.by_oid.get(&relation_oid).map(|&table| Change::Update {
-                table,
-                old: old_data,
-                new: new_data,
-            }),
-            EventType::Delete {
-                relation_oid,
-                old_data,
-                ..
-            } => self.by_oid.get(&relation_oid).map(|&table| Change::Delete {
-                table,
-                old: old_data,
-            }),
-            EventType::Truncate { tables, .. } => {
-                let tables: Vec<usize> = tables
+                .row_of(relation, [&old, &new])?
+                .map(|(table, [old, new])| Change::Update {
+                    table,
+                    old: Some(old),
+                    new,
+                }),
+            Message::Update {
+                relation,
+                old: None,
+                new,
+            } => self
+                .row_of(relation, [&new])?
+                .map(|(table, [new])| Change::Update {
+                    table,
+                    old: None,
+                    new,
+                }),
+            Message::Delete { relation, old } => self
+                .row_of(relation, [&old])?
+                .map(|(table, [old])| Change::Delete { table, old }),
+            Message::Truncate { relations } => {
+                let tables: Vec<usize> = relations
                     .iter()
-                    .filter_map(|name| self.by_name.get(name.as_ref()).copied())
+                    .filter_map(|name| self.by_name.get(name).copied())
                     .collect();
                 (!tables.is_empty()).then_some(Change::Truncate { tables })
             }
-            EventType::Message {
-                flags,
-                message_lsn,
+            Message::Logical {
+                transactional: false,
+                lsn,
                 prefix,
                 content,
-            } if flags & 1 == 0 && !self.in_transaction => {
-                self.passed = self.passed.max(message_lsn.value());
-                let write_checkpoint = (prefix.as_ref() == "powersync")
-                    .then(|| WriteCheckpointNote::parse(&content, message_lsn.value()))
+            } if !self.in_transaction => {
+                self.passed = self.passed.max(lsn);
+                let write_checkpoint = (prefix == "powersync")
+                    .then(|| WriteCheckpointNote::parse(&content, lsn))
                     .flatten();
                 Some(Change::Advance {
-                    lsn: message_lsn.value(),
+                    lsn,
                     write_checkpoint,
                 })
             }
-            EventType::StreamStart { .. }
-            | EventType::StreamCommit { .. }
-            | EventType::BeginPrepare { .. }
-            | EventType::StreamPrepare { .. } => {
+            Message::Unexpected(name) => {
                 return Err(stream_error(format!(
-                    "unexpected pgoutput message {:?} (streaming and two-phase are off)",
-                    event.event_type
+                    "unexpected pgoutput message {name} (streaming and two-phase are off)"
                 )))
             }
-            _ => None,
+            Message::Logical { .. } | Message::Other => None,
         })
+    }
+
+    /// The covered table of relation `oid` and `tuples` with their values in that table's
+    /// column order; `None` when the rules do not read the relation.
+    fn row_of<const N: usize>(
+        &mut self,
+        oid: u32,
+        tuples: [&Tuple; N],
+    ) -> Result<Option<(usize, [Tuple; N])>, ReplicationError> {
+        let Some(&index) = self.by_oid.get(&oid) else {
+            return Ok(None);
+        };
+        let layout = match &self.layouts[index] {
+            Some(layout) => layout,
+            None => {
+                let table = &self.tables[index];
+                let relation = self.pgoutput.relation(oid).ok_or_else(|| {
+                    stream_error(format!(
+                        "a row of {} came before a Relation message described the table",
+                        table.qualified()
+                    ))
+                })?;
+                let layout = table
+                    .columns
+                    .iter()
+                    .map(|c| relation.columns.iter().position(|r| r.name == c.name))
+                    .collect();
+                self.layouts[index].insert(layout)
+            }
+        };
+        Ok(Some((index, tuples.map(|t| t.arranged(layout)))))
     }
 
     /// A Relation message for a table the rules read: it must be the table of that name.
@@ -731,30 +775,28 @@ impl<'a> Decoder<'a> {
     /// identity) to decode its rows with from here on, and whether its rows are copied
     /// again (a column the rules read added, dropped, renamed or retyped; the table
     /// created again; its replica identity changed).
-    fn check_relation(
-        &mut self,
-        oid: u32,
-        namespace: &str,
-        name: &str,
-        columns: &[RelationColumn],
-    ) -> Result<Option<Change>, ReplicationError> {
-        let qualified = format!("{namespace}.{name}");
-        let index = match (self.by_oid.get(&oid), self.by_name.get(&qualified)) {
+    fn check_relation(&mut self, relation: &Relation) -> Result<Option<Change>, ReplicationError> {
+        let qualified = relation.qualified();
+        let index = match (self.by_oid.get(&relation.oid), self.by_name.get(&qualified)) {
             (None, None) => return Ok(None),
             (Some(&i), _) | (None, Some(&i)) => i,
         };
         self.described_at[index] = self.commit_lsn;
+        // Its tuples may list the columns otherwise now.
+        self.layouts[index] = None;
         // pgoutput does not say where a column sits (0: unknown).
-        let shape: Vec<Column<'_>> = columns
+        let shape: Vec<Column<'_>> = relation
+            .columns
             .iter()
-            .map(|c| (c.name.as_ref(), c.type_id, 0))
+            .map(|c| (c.name.as_str(), c.type_oid, 0))
             .collect();
-        let identity = columns
+        let identity = relation
+            .columns
             .iter()
             .filter(|c| c.is_key)
-            .map(|c| c.name.to_string())
+            .map(|c| c.name.clone())
             .collect();
-        self.check_shape(index, oid, &qualified, &shape, identity)
+        self.check_shape(index, relation.oid, &qualified, &shape, identity)
     }
 
     /// The catalog's view of covered table `index` at LSN `lsn` (see `catalog`), applied
@@ -939,6 +981,8 @@ impl<'a> Decoder<'a> {
             why,
         };
         super::apply::rebind_to(&mut self.tables, &change, self.rules)?;
+        // Its columns (their order, say) are the new ones from here on.
+        self.layouts[index] = None;
         Ok(Some(change))
     }
 }

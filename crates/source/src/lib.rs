@@ -10,6 +10,7 @@ mod client;
 mod copy_text;
 mod error;
 mod head;
+mod pgoutput;
 mod slot;
 mod snapshot;
 mod tls;
@@ -20,6 +21,7 @@ pub use client::{connect, replication_uri};
 pub use copy_text::{CopyFields, CopyTextError, Fields};
 pub use error::SourceError;
 pub use head::{emit_marker, write_checkpoint_message, PrimaryHead};
+pub use pgoutput::{Message, Pgoutput, PgoutputError, Relation, RelationColumn, Tuple, Value};
 pub use slot::{
     create_slot, create_temporary_slot, drop_slot, format_lsn, parse_lsn, replication_error,
     slot_info, start_stream, ExportedSlot, SlotInfo,

@@ -3,8 +3,6 @@
 
 use std::time::Instant;
 
-use pg_walstream::{Lsn, PgOutputDecoder};
-
 use super::Decoder;
 use crate::apply::{Change, StreamTable};
 use crate::catalog::CatalogTable;
@@ -120,12 +118,8 @@ impl Fixture {
     }
 }
 
-fn decode(decoder: &mut Decoder<'_>, at: u64, message: Vec<u8>) -> Option<Change> {
-    let event = PgOutputDecoder::with_protocol_version(1)
-        .decode_message(message, Lsn::new(at))
-        .unwrap()
-        .unwrap();
-    decoder.decode(event).unwrap()
+fn decode(decoder: &mut Decoder<'_>, message: Vec<u8>) -> Option<Change> {
+    decoder.decode(bytes::Bytes::from(message)).unwrap()
 }
 
 fn bound_columns(decoder: &Decoder<'_>) -> Vec<String> {
@@ -144,13 +138,13 @@ fn a_catalog_reading_older_than_the_streams_relation_is_not_applied() {
     let fixture = Fixture::new();
     let mut decoder = fixture.decoder(&["id", "title"], false);
 
-    decode(&mut decoder, 190, begin(200));
-    let renamed = decode(&mut decoder, 195, relation(&["id", "heading"]));
+    decode(&mut decoder, begin(200));
+    let renamed = decode(&mut decoder, relation(&["id", "heading"]));
     assert!(
         matches!(renamed, Some(Change::Relation { recopy: true, .. })),
         "{renamed:?}"
     );
-    decode(&mut decoder, 200, commit(200));
+    decode(&mut decoder, commit(200));
     assert_eq!(bound_columns(&decoder), ["id", "heading"]);
 
     let stale = decoder
@@ -179,37 +173,29 @@ fn a_renamed_table_is_missing_then_gone_unless_its_name_comes_back() {
     let fixture = Fixture::new();
     let mut decoder = fixture.decoder(&["id", "title"], false);
 
-    decode(&mut decoder, 90, begin(100));
-    let renamed = decode(
-        &mut decoder,
-        95,
-        relation_named("todos_old", &["id", "title"]),
-    );
+    decode(&mut decoder, begin(100));
+    let renamed = decode(&mut decoder, relation_named("todos_old", &["id", "title"]));
     assert!(renamed.is_none(), "{renamed:?}");
-    decode(&mut decoder, 100, commit(100));
+    decode(&mut decoder, commit(100));
     let due = decoder.next_gone_at().expect("missing");
     assert!(decoder.due_gone(Instant::now()).is_empty());
     // Its next Relation message under the new name is not for a covered table.
-    decode(&mut decoder, 190, begin(200));
-    let again = decode(
-        &mut decoder,
-        195,
-        relation_named("todos_old", &["id", "title"]),
-    );
+    decode(&mut decoder, begin(200));
+    let again = decode(&mut decoder, relation_named("todos_old", &["id", "title"]));
     assert!(again.is_none(), "{again:?}");
-    decode(&mut decoder, 200, commit(200));
+    decode(&mut decoder, commit(200));
     // The catalog agrees: nothing more to do.
     assert!(decoder.check_catalog(0, None, 300).unwrap().is_none());
     assert_eq!(decoder.next_gone_at(), Some(due));
 
-    decode(&mut decoder, 390, begin(400));
-    let back = decode(&mut decoder, 395, relation(&["id", "title"]));
+    decode(&mut decoder, begin(400));
+    let back = decode(&mut decoder, relation(&["id", "title"]));
     assert!(
         matches!(back, Some(Change::Relation { recopy: true, .. })),
         "{back:?}"
     );
     assert_eq!(decoder.next_gone_at(), None);
-    decode(&mut decoder, 400, commit(400));
+    decode(&mut decoder, commit(400));
 
     // Dropped, as the catalog shows it: gone once the grace has passed.
     assert!(decoder.check_catalog(0, None, 500).unwrap().is_none());
@@ -229,10 +215,10 @@ fn a_column_dropped_and_added_again_is_seen_by_its_attnum() {
     let fixture = Fixture::new();
     let mut decoder = fixture.decoder(&["id", "title"], true);
 
-    decode(&mut decoder, 90, begin(100));
-    let same = decode(&mut decoder, 95, relation(&["id", "title"]));
+    decode(&mut decoder, begin(100));
+    let same = decode(&mut decoder, relation(&["id", "title"]));
     assert!(same.is_none(), "{same:?}");
-    decode(&mut decoder, 100, commit(100));
+    decode(&mut decoder, commit(100));
 
     let mut now = catalog(&["id", "title"]);
     now.columns[0].attnum = 1;
@@ -255,13 +241,13 @@ fn a_column_from_a_relation_message_learns_its_attnum() {
     let fixture = Fixture::new();
     let mut decoder = fixture.decoder(&["id", "heading"], true);
 
-    decode(&mut decoder, 90, begin(100));
-    let renamed = decode(&mut decoder, 95, relation(&["id", "title"]));
+    decode(&mut decoder, begin(100));
+    let renamed = decode(&mut decoder, relation(&["id", "title"]));
     assert!(
         matches!(renamed, Some(Change::Relation { recopy: true, .. })),
         "{renamed:?}"
     );
-    decode(&mut decoder, 100, commit(100));
+    decode(&mut decoder, commit(100));
     assert_eq!(decoder.tables[0].columns[1].attnum, 0);
 
     let mut now = catalog(&["id", "title"]);
@@ -277,54 +263,96 @@ fn a_column_from_a_relation_message_learns_its_attnum() {
     );
 }
 
-#[test]
-fn a_tuple_s_values_are_found_in_order_with_unchanged_or_reordered_columns() {
-    use crate::apply::{values_of, Presence};
-    use pg_walstream::{ColumnValue, RowData};
-    use std::sync::Arc;
-    let rules = SyncRules::parse(RULES).unwrap();
-    let table = StreamTable::from_intent(&todos(&["id", "title", "body", "done"]), &rules).unwrap();
-    let row = |columns: &[(&str, Option<&str>)]| {
-        let mut data = RowData::new();
-        for (name, value) in columns {
-            let value = value.map_or(ColumnValue::Null, |v| {
-                ColumnValue::text_bytes(bytes::Bytes::copy_from_slice(v.as_bytes()))
-            });
-            data.push(Arc::from(*name), value);
+/// An Insert (`kind` `I`) or Update (`U`, no old tuple) of todos with `values`.
+fn row_message(kind: u8, values: &[source::Value<'_>]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend(OID.to_be_bytes());
+    m.push(b'N');
+    m.extend((values.len() as u16).to_be_bytes());
+    for value in values {
+        match value {
+            source::Value::Null => m.push(b'n'),
+            source::Value::Unchanged => m.push(b'u'),
+            source::Value::Bytes(b) => {
+                m.push(b't');
+                m.extend((b.len() as u32).to_be_bytes());
+                m.extend(*b);
+            }
         }
-        data
+    }
+    m
+}
+
+/// The values of a row change as the applier takes them, in the table's column order.
+fn shown(decoder: &Decoder<'_>, change: Option<Change>) -> Vec<String> {
+    use crate::apply::{values_of, Presence};
+    let (Some(Change::Insert { new, .. }) | Some(Change::Update { new, .. })) = change else {
+        panic!("not a row change: {change:?}")
     };
-    let shown = |values: Vec<Presence>| -> Vec<String> {
-        values
-            .iter()
-            .map(|v| match v {
-                Presence::Unchanged => "unchanged".to_owned(),
-                other => other.as_deref().map_or("null".to_owned(), |b| {
-                    String::from_utf8_lossy(b).into_owned()
-                }),
-            })
-            .collect()
-    };
-    // In the table's order.
-    let listed = row(&[
-        ("id", Some("1")),
-        ("title", Some("t")),
-        ("body", None),
-        ("done", Some("f")),
-    ]);
-    assert_eq!(shown(values_of(&table, &listed)), ["1", "t", "null", "f"]);
-    // An unchanged TOAST value is left out of the tuple: the columns after it still match.
-    let toasted = row(&[("id", Some("1")), ("title", Some("t")), ("done", Some("f"))]);
-    assert_eq!(
-        shown(values_of(&table, &toasted)),
-        ["1", "t", "unchanged", "f"]
+    values_of(&decoder.tables[0], &new)
+        .iter()
+        .map(|v| match v {
+            Presence::Unchanged => "unchanged".to_owned(),
+            other => other.as_deref().map_or("null".to_owned(), |b| {
+                String::from_utf8_lossy(b).into_owned()
+            }),
+        })
+        .collect()
+}
+
+#[test]
+fn a_tuple_s_values_reach_the_applier_in_the_table_s_column_order() {
+    use source::Value::{Bytes as V, Null, Unchanged};
+    let fixture = Fixture::new();
+    let mut decoder = fixture.decoder(&["id", "title", "body", "done"], true);
+    // A row before any Relation message describes its table cannot be placed.
+    decode(&mut decoder, begin(100));
+    let early = decoder.decode(bytes::Bytes::from(row_message(b'I', &[V(b"0")])));
+    assert!(
+        early.is_err_and(|e| e.to_string().contains("before a Relation message")),
+        "a row of an undescribed table"
     );
-    // Another order (columns named by a newer shape) is found by name.
-    let reordered = row(&[("done", Some("f")), ("id", Some("1")), ("body", Some("b"))]);
-    assert_eq!(
-        shown(values_of(&table, &reordered)),
-        ["1", "unchanged", "b", "f"]
+    assert!(decode(&mut decoder, relation(&["id", "title", "body", "done"])).is_none());
+    let inserted = decode(
+        &mut decoder,
+        row_message(b'I', &[V(b"1"), V(b"t"), Null, V(b"f")]),
     );
+    assert_eq!(shown(&decoder, inserted), ["1", "t", "null", "f"]);
+    // An unchanged TOAST value is not sent: the applier fills it.
+    let updated = decode(
+        &mut decoder,
+        row_message(b'U', &[V(b"1"), V(b"t"), Unchanged, V(b"f")]),
+    );
+    assert_eq!(shown(&decoder, updated), ["1", "t", "unchanged", "f"]);
+    decode(&mut decoder, commit(100));
+    // The catalog lists the columns in another order (nothing the rules read changed):
+    // the table is rebound to it while tuples keep the Relation message's order.
+    let reordered = decoder
+        .check_catalog(0, Some(&catalog(&["done", "id", "title", "body"])), 150)
+        .unwrap();
+    assert!(
+        matches!(reordered, Some(Change::Relation { recopy: false, .. })),
+        "{reordered:?}"
+    );
+    assert_eq!(bound_columns(&decoder), ["done", "id", "title", "body"]);
+    decode(&mut decoder, begin(200));
+    let inserted = decode(
+        &mut decoder,
+        row_message(b'I', &[V(b"2"), V(b"x"), V(b"b"), V(b"t")]),
+    );
+    assert_eq!(shown(&decoder, inserted), ["t", "2", "x", "b"]);
+    // A column dropped (its Relation message): the tuples are shorter from here on.
+    let dropped = decode(&mut decoder, relation(&["id", "title", "done"]));
+    assert!(
+        matches!(dropped, Some(Change::Relation { .. })),
+        "{dropped:?}"
+    );
+    let inserted = decode(
+        &mut decoder,
+        row_message(b'I', &[V(b"3"), V(b"y"), V(b"f")]),
+    );
+    assert_eq!(shown(&decoder, inserted), ["3", "y", "f"]);
+    decode(&mut decoder, commit(200));
 }
 
 #[test]
