@@ -34,6 +34,8 @@ use store::{Checkpoint, Store};
 
 /// Events read from the connection ahead of decoding.
 const EVENT_QUEUE: usize = 256;
+/// Messages of one transaction decoded in a row from what was read ahead.
+const DRAIN: usize = 1024;
 
 /// Everything a stream run needs besides the plan.
 pub struct StreamContext {
@@ -284,29 +286,42 @@ pub async fn follow_slot(
                 Err(e) => break Err(e),
             },
         };
-        let event = match next {
-            Some(Ok(event)) => event,
-            None | Some(Err(pg_walstream::ReplicationError::Cancelled(_))) => {
-                break cancelled(&dead)
-            }
-            Some(Err(e)) => break Err(ReplicationError::from(replication_error(e))),
-        };
+        let mut next = next;
         heard.now();
-        match decoder.decode(event.data) {
-            Ok(Some(change)) => {
-                if change.is_row_change() {
-                    context.progress.received.fetch_add(1, Relaxed);
+        // The messages of a transaction already read go on without the checks and waits
+        // above (they apply between transactions): a bulk change costs no `select!` per
+        // row, and still meets one every `DRAIN` messages.
+        for drained in 1.. {
+            let event = match next {
+                Some(Ok(event)) => event,
+                None | Some(Err(pg_walstream::ReplicationError::Cancelled(_))) => {
+                    break 'stream cancelled(&dead)
                 }
-                follow_recopies(&mut recopies, &decoder, &change);
-                if input.push(change).await.is_err() {
-                    break Ok(()); // the applier stopped; its error is reported below
+                Some(Err(e)) => break 'stream Err(ReplicationError::from(replication_error(e))),
+            };
+            match decoder.decode(event.data) {
+                Ok(Some(change)) => {
+                    if change.is_row_change() {
+                        context.progress.received.fetch_add(1, Relaxed);
+                    }
+                    follow_recopies(&mut recopies, &decoder, &change);
+                    if input.push(change).await.is_err() {
+                        break 'stream Ok(()); // the applier stopped; its error is reported below
+                    }
                 }
-                // Waiting for a busy applier is not silence of the primary.
-                heard.now();
+                Ok(None) => {}
+                Err(e) => break 'stream Err(e),
             }
-            Ok(None) => {}
-            Err(e) => break Err(e),
+            if !decoder.in_transaction || drained == DRAIN {
+                break;
+            }
+            next = match next_events.try_recv() {
+                Ok(event) => Some(event),
+                Err(_) => break,
+            };
         }
+        // Waiting for a busy applier is not silence of the primary.
+        heard.now();
     };
     stopper.abort();
     watcher.abort();
