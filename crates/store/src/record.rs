@@ -237,14 +237,10 @@ pub struct Tombstone {
 }
 
 impl Tombstone {
-    /// Binary encoding.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::with_capacity(
-            self.object_type.len() + self.object_id.len() + self.subkey.len() + 6,
-        );
-        w.str(&self.object_type)
-            .str(&self.object_id)
-            .str(&self.subkey);
+    /// The binary encoding of a tombstone of these parts.
+    pub fn encode_parts(object_type: &str, object_id: &str, subkey: &str) -> Vec<u8> {
+        let mut w = Writer::with_capacity(object_type.len() + object_id.len() + subkey.len() + 6);
+        w.str(object_type).str(object_id).str(subkey);
         w.finish()
     }
 
@@ -331,6 +327,14 @@ mod tests {
             object_id: "b".into(),
             subkey: subkey(1, 2),
         };
-        assert_eq!(Tombstone::decode(&t.encode()).unwrap(), t);
+        assert_eq!(
+            Tombstone::decode(&Tombstone::encode_parts(
+                &t.object_type,
+                &t.object_id,
+                &t.subkey
+            ))
+            .unwrap(),
+            t
+        );
     }
 }

@@ -142,6 +142,9 @@ pub struct WriteTxn<'t, 'db> {
     /// is none (no row key is empty); `None` until then and after any write there that
     /// did not go through `claim_row`.
     row_keys_end: Option<Vec<u8>>,
+    /// A cursor on `rows`, opened once: an updated row's record is read through it and
+    /// rewritten where it stands, without a second search ([`Self::load_row_at`]).
+    rows_cursor: Option<libmdbx::Cursor<'t, RW>>,
     /// Ids of stored buckets looked up by name in this transaction (`recopy`).
     known_buckets: foldhash::HashMap<String, u32>,
     /// The store forks before the next op this transaction appends ([`Self::diverge`]).
@@ -199,6 +202,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             lsn: None,
             compactable: foldhash::HashMap::default(),
             row_keys_end: None,
+            rows_cursor: None,
             known_buckets: foldhash::HashMap::default(),
             diverging: false,
             forked: false,

@@ -162,30 +162,41 @@ impl WriteTxn<'_, '_> {
         Ok(())
     }
 
-    pub(super) fn remove_membership(
+    /// Ends row `row_id`'s `memberships` (of its record `old`): a REMOVE in each bucket,
+    /// with its tombstone, and the PUT it ends superseded. The REMOVEs of one row share its
+    /// subkey and so their checksum.
+    pub(super) fn remove_memberships<'m>(
         &mut self,
         old: &RowRecord,
-        membership: &Membership,
+        memberships: impl IntoIterator<Item = &'m Membership>,
         row_id: u64,
     ) -> Result<(), StoreError> {
-        let output = old.output(membership);
-        let tombstone = Tombstone {
-            object_type: output.object_type.clone(),
-            object_id: output.object_id.clone(),
-            subkey: subkey(old.table_id, row_id),
-        };
-        let name = self.bucket_name(membership.bucket_id)?;
-        let checksum = remove_checksum(&tombstone.subkey);
-        let (_, op_id) = self.append(&name, OpKind::Remove, 0, checksum, row_id)?;
-        *self.compactable.entry(membership.bucket_id).or_default() += 1;
-        self.txn
-            .put(
-                &self.tables.tombstones,
-                op_id.to_ne_bytes(),
-                tombstone.encode(),
-                WriteFlags::UPSERT,
-            )
-            .map_err(self.mdbx("write a tombstone"))?;
-        self.supersede(membership.bucket_id, membership.op_id, op_id)
+        let subkey = subkey(old.table_id, row_id);
+        let mut checksum = None;
+        for membership in memberships {
+            let output = old.output(membership);
+            let checksum = *checksum.get_or_insert_with(|| remove_checksum(&subkey));
+            let name = self.bucket_name(membership.bucket_id)?;
+            let (_, op_id) = self.append(&name, OpKind::Remove, 0, checksum, row_id)?;
+            *self.compactable.entry(membership.bucket_id).or_default() += 1;
+            let tombstone =
+                Tombstone::encode_parts(&output.object_type, &output.object_id, &subkey);
+            self.put_tombstone(op_id, &tombstone)?;
+            self.supersede(membership.bucket_id, membership.op_id, op_id)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the tombstone of REMOVE `op_id`: past the table's end, as op ids only grow, so
+    /// it is appended without a search (placed by one if it is not).
+    pub(crate) fn put_tombstone(&mut self, op_id: u64, tombstone: &[u8]) -> Result<(), StoreError> {
+        let (table, key) = (&self.tables.tombstones, op_id.to_ne_bytes());
+        match self.txn.put(table, key, tombstone, WriteFlags::APPEND) {
+            Err(libmdbx::Error::KeyMismatch) => {
+                self.txn.put(table, key, tombstone, WriteFlags::UPSERT)
+            }
+            done => done,
+        }
+        .map_err(self.mdbx("write a tombstone"))
     }
 }

@@ -53,9 +53,13 @@ impl WriteTxn<'_, '_> {
             self.samples.push(raw.into_owned());
         }
         let stored = stored_row::join(head, packed_outputs);
-        self.txn
-            .put(&self.tables.rows, row_id.to_ne_bytes(), stored, flags)
-            .map_err(self.mdbx("write a row"))
+        let key = row_id.to_ne_bytes();
+        match self.rows_cursor.as_mut() {
+            // Where `load_row_at` left the cursor; a cursor elsewhere refuses the key.
+            Some(cursor) if flags == WriteFlags::CURRENT => cursor.put(&key, &stored, flags),
+            _ => self.txn.put(&self.tables.rows, key, stored, flags),
+        }
+        .map_err(self.mdbx("write a row"))
     }
 
     /// An outputs section packed with this transaction's codec.

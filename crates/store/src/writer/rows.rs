@@ -95,8 +95,9 @@ impl WriteTxn<'_, '_> {
             return self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert);
         }
         let existing = if known_new { None } else { self.row_id(&key)? };
+        // A stored row is read through the rows cursor, which then rewrites it in place.
         let (row_id, old) = match existing {
-            Some(row_id) => (row_id, Some(self.load_row(row_id)?)),
+            Some(row_id) => (row_id, Some(self.load_row_at(row_id)?)),
             None if known_new => (self.counters.next_row - 1, None),
             None => {
                 let row_id = self.counters.next_row;
@@ -146,14 +147,13 @@ impl WriteTxn<'_, '_> {
             record.memberships.push(membership);
         }
         if let Some(old) = &old {
-            for gone in old.memberships.iter().filter(|m| {
+            let gone = old.memberships.iter().filter(|m| {
                 let o = old.output(m);
                 record
                     .membership_of(m.bucket_id, &o.object_type, &o.object_id)
                     .is_none()
-            }) {
-                self.remove_membership(old, gone, row_id)?;
-            }
+            });
+            self.remove_memberships(old, gone, row_id)?;
         }
         record.lookups = self.replace_lookups(row_id, old.as_ref(), lookups)?;
         if record.memberships.is_empty() && record.lookups.is_empty() {
@@ -163,9 +163,12 @@ impl WriteTxn<'_, '_> {
             }
             return Ok(None);
         }
-        // New rows get increasing ids: appending skips the search for their place.
+        // New rows get increasing ids: appending skips the search for their place; a
+        // stored one is where the rows cursor stands (nothing wrote `rows` since).
         let flags = if known_new {
             WriteFlags::APPEND
+        } else if existing.is_some() {
+            WriteFlags::CURRENT
         } else {
             WriteFlags::UPSERT
         };
@@ -264,9 +267,7 @@ impl WriteTxn<'_, '_> {
             return Ok(false);
         };
         let old = self.load_row(row_id)?;
-        for membership in &old.memberships {
-            self.remove_membership(&old, membership, row_id)?;
-        }
+        self.remove_memberships(&old, &old.memberships, row_id)?;
         self.remove_lookups(&old.lookups)?;
         self.forget_row(&key, row_id)?;
         Ok(true)
@@ -328,6 +329,27 @@ impl WriteTxn<'_, '_> {
         value
             .map(|v| row_id_of(&v).ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
             .transpose()
+    }
+
+    /// Reads row `row_id`'s record through the rows cursor, which stays on it: a write of
+    /// the record with [`WriteFlags::CURRENT`] next replaces it without a search.
+    fn load_row_at(&mut self, row_id: u64) -> Result<RowRecord, StoreError> {
+        if self.rows_cursor.is_none() {
+            let cursor = self
+                .txn
+                .cursor(&self.tables.rows)
+                .map_err(self.mdbx("open a cursor"))?;
+            self.rows_cursor = Some(cursor);
+        }
+        let Some(cursor) = self.rows_cursor.as_mut() else {
+            return Err(StoreError::corrupt(self.dir, "rows cursor"));
+        };
+        let found: Option<Vec<u8>> = cursor
+            .set(&row_id.to_ne_bytes())
+            .map_err(|e| StoreError::mdbx(self.dir, "read a row", e))?;
+        let bytes =
+            found.ok_or_else(|| StoreError::corrupt(self.dir, "row (key without record)"))?;
+        stored_row::decode(self.codec, &bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
     }
 
     pub(super) fn load_row(&self, row_id: u64) -> Result<RowRecord, StoreError> {
