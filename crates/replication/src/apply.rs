@@ -976,7 +976,8 @@ pub(super) fn evaluate_row(
         .iter()
         .zip(&table.columns)
         .map(|(v, c)| {
-            v.map(std::str::from_utf8)
+            // simdutf8 checks mostly-ASCII text several times faster than `std`.
+            v.map(simdutf8::basic::from_utf8)
                 .transpose()
                 .map_err(|_| RulesError::Row {
                     table: table.qualified(),

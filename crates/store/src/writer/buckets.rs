@@ -117,7 +117,13 @@ impl WriteTxn<'_, '_> {
         target: u64,
     ) -> Result<(), StoreError> {
         *self.compactable.entry(bucket_id).or_default() += 1;
-        if let Some(ops) = self.pending.get_mut(&bucket_id) {
+        // Buffered ops are this transaction's, above every op of earlier ones: those (all
+        // of a bulk change's) skip the search.
+        let buffered = self
+            .pending
+            .get_mut(&bucket_id)
+            .filter(|ops| ops.first().is_some_and(|first| first.op_id <= op_id));
+        if let Some(ops) = buffered {
             if let Ok(i) = ops.binary_search_by_key(&op_id, |op| op.op_id) {
                 if let Some(op) = ops.get_mut(i) {
                     *op = StoredOp {
