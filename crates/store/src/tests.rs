@@ -349,6 +349,11 @@ fn write_and_list(store: &Store, lsn: u64, id: &str) -> Vec<String> {
     store
         .write(lsn, |w| w.upsert_row(1, id.as_bytes(), &[put], &[]))
         .unwrap();
+    listed(store, |_| true)
+}
+
+/// The object ids of the ops of `1#everything[]` that `keep` keeps, in op order.
+fn listed(store: &Store, keep: impl Fn(&crate::op::OpKind) -> bool) -> Vec<String> {
     store
         .read(|v| {
             let state = v.bucket("1#everything[]")?.unwrap();
@@ -356,6 +361,7 @@ fn write_and_list(store: &Store, lsn: u64, id: &str) -> Vec<String> {
             Ok(page
                 .ops
                 .into_iter()
+                .filter(|op| keep(&op.kind))
                 .filter_map(|op| op.object.map(|o| o.object_id))
                 .collect())
         })
@@ -434,17 +440,6 @@ fn a_tombstone_not_past_the_tables_end_is_placed_by_a_search() {
     store
         .write(13, |w| w.delete_row(1, b"b").map(drop))
         .unwrap();
-    let removed = store
-        .read(|v| {
-            let state = v.bucket("1#everything[]")?.unwrap();
-            let page = v.ops(state.id, 0, u64::MAX, 1000)?;
-            Ok(page
-                .ops
-                .into_iter()
-                .filter(|op| op.kind == crate::op::OpKind::Remove)
-                .filter_map(|op| op.object.map(|o| o.object_id))
-                .collect::<Vec<_>>())
-        })
-        .unwrap();
+    let removed = listed(&store, |kind| *kind == crate::op::OpKind::Remove);
     assert_eq!(removed, ["a", "b"]);
 }
