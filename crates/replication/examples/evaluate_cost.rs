@@ -13,7 +13,7 @@ use common::COLUMNS;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use powersync_mdbx_replication::StoreInput;
-use rules::{SourceRow, SyncRules};
+use rules::SyncRules;
 use source::CopyFields;
 use store::{identity_key, PreparedRow, Store};
 
@@ -53,11 +53,7 @@ fn main() {
             let t0 = thread_cpu_ns();
             let fields = decoder.decode(line.as_bytes()).unwrap();
             let columns = common::source_columns(&fields, &types);
-            let row = SourceRow {
-                schema: "public",
-                table: "tasks",
-                columns: &columns,
-            };
+            let row = common::tasks_row(&columns);
             let eval = plan.evaluate_bound(&binding, &row).unwrap();
             let t1 = thread_cpu_ns();
             let identity = identity_key([fields.get(0)]);

@@ -13,7 +13,7 @@ use std::time::Instant;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use powersync_mdbx_replication::StoreInput;
-use rules::{SourceRow, SyncRules};
+use rules::SyncRules;
 use source::CopyFields;
 use store::{identity_key, Store};
 
@@ -37,11 +37,7 @@ fn main() {
         let fields = decoder.decode(line.as_bytes()).unwrap();
         decode_ns += t0.elapsed().as_nanos();
         let columns = common::source_columns(&fields, &types);
-        let row = SourceRow {
-            schema: "public",
-            table: "tasks",
-            columns: &columns,
-        };
+        let row = common::tasks_row(&columns);
         let identity = identity_key([fields.get(0)]);
         evaluated.push((identity, plan.evaluate(&row).unwrap()));
     }

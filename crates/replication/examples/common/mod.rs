@@ -63,3 +63,12 @@ pub fn source_columns<'a>(
         })
         .collect()
 }
+
+/// The `tasks` source row of `columns`.
+pub fn tasks_row<'a>(columns: &'a [rules::SourceColumn<'a>]) -> rules::SourceRow<'a> {
+    rules::SourceRow {
+        schema: "public",
+        table: "tasks",
+        columns,
+    }
+}
