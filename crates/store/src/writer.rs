@@ -145,6 +145,9 @@ pub struct WriteTxn<'t, 'db> {
     /// A cursor on `rows`, opened once: an updated row's record is read through it and
     /// rewritten where it stands, without a second search ([`Self::load_row_at`]).
     rows_cursor: Option<libmdbx::Cursor<'t, RW>>,
+    /// A cursor on `row_keys`, opened once: a deleted row's key is found and removed
+    /// through it ([`Self::row_id_at`]).
+    row_keys_cursor: Option<libmdbx::Cursor<'t, RW>>,
     /// Ids of stored buckets looked up by name in this transaction (`recopy`).
     known_buckets: foldhash::HashMap<String, u32>,
     /// The store forks before the next op this transaction appends ([`Self::diverge`]).
@@ -203,6 +206,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             compactable: foldhash::HashMap::default(),
             row_keys_end: None,
             rows_cursor: None,
+            row_keys_cursor: None,
             known_buckets: foldhash::HashMap::default(),
             diverging: false,
             forked: false,

@@ -84,6 +84,11 @@ impl WriteTxn<'_, '_> {
             checksum: 0,
             reference: 0,
         };
+        // The REMOVEs' tombstones, in op id order: one cursor finds each near the last.
+        let mut tombstones = self
+            .txn
+            .cursor(&self.tables.tombstones)
+            .map_err(self.mdbx("open a cursor"))?;
         for op in &prefix {
             clear.op_id = clear.op_id.max(op.op_id);
             clear.checksum = clear.checksum.wrapping_add(op.checksum);
@@ -93,11 +98,17 @@ impl WriteTxn<'_, '_> {
             };
             clear.reference = clear.reference.max(target);
             if op.kind == OpKind::Remove {
-                self.txn
-                    .del(&self.tables.tombstones, op.op_id.to_ne_bytes(), None)
-                    .map_err(self.mdbx("remove a tombstone"))?;
+                let found: Option<()> = tombstones
+                    .set(&op.op_id.to_ne_bytes())
+                    .map_err(self.mdbx("find a tombstone"))?;
+                if found.is_some() {
+                    tombstones
+                        .del(libmdbx::WriteFlags::empty())
+                        .map_err(self.mdbx("remove a tombstone"))?;
+                }
             }
         }
+        drop(tombstones);
         op_blocks::replace_prefix(self.txn, &self.tables.ops, bucket_id, prefix.len(), clear)
             .map_err(|e| block_error(self.dir, "compact ops", e))?;
         let name = self.bucket_name(bucket_id)?;

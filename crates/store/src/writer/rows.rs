@@ -1,9 +1,12 @@
 //! Row records: a source row's insert, update, delete, new identity and truncation,
 //! and the row ids its keys claim.
 
-use libmdbx::WriteFlags;
+use std::path::Path;
+
+use libmdbx::{Cursor, Table, WriteFlags, RW};
 
 use super::{LookupPut, RowPut, Stash, WriteTxn};
+use crate::env::Txn;
 use crate::record::{Membership, Output, RowRecord};
 use crate::stored_row;
 use crate::tables::{row_id_of, row_key};
@@ -263,13 +266,14 @@ impl WriteTxn<'_, '_> {
     pub fn delete_row(&mut self, table_id: u32, identity: &[u8]) -> Result<bool, StoreError> {
         self.flush_if_full()?;
         let key = row_key(table_id, identity);
-        let Some(row_id) = self.row_id(&key)? else {
+        let Some(row_id) = self.row_id_at(&key)? else {
             return Ok(false);
         };
-        let old = self.load_row(row_id)?;
+        let old = self.load_row_at(row_id)?;
         self.remove_memberships(&old, &old.memberships, row_id)?;
         self.remove_lookups(&old.lookups)?;
-        self.forget_row(&key, row_id)?;
+        // Both cursors still stand on the row: nothing wrote `rows` or `row_keys` since.
+        self.forget_row_at()?;
         Ok(true)
     }
 
@@ -331,19 +335,42 @@ impl WriteTxn<'_, '_> {
             .transpose()
     }
 
+    /// [`Self::row_id`] through the row keys cursor, which stays on the key: a delete
+    /// ([`Self::forget_row_at`]) next removes it without a search.
+    fn row_id_at(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+        let cursor = kept_cursor(
+            self.txn,
+            &self.tables.row_keys,
+            &mut self.row_keys_cursor,
+            self.dir,
+        )?;
+        let value: Option<Vec<u8>> = cursor
+            .set(key)
+            .map_err(|e| StoreError::mdbx(self.dir, "read a row key", e))?;
+        value
+            .map(|v| row_id_of(&v).ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
+            .transpose()
+    }
+
+    /// Removes the row where [`Self::row_id_at`] and [`Self::load_row_at`] left their
+    /// cursors: its record and its key.
+    fn forget_row_at(&mut self) -> Result<(), StoreError> {
+        let dir = self.dir;
+        let (Some(rows), Some(row_keys)) = (&mut self.rows_cursor, &mut self.row_keys_cursor)
+        else {
+            return Err(StoreError::corrupt(dir, "row cursors"));
+        };
+        rows.del(WriteFlags::empty())
+            .map_err(|e| StoreError::mdbx(dir, "remove a row", e))?;
+        row_keys
+            .del(WriteFlags::empty())
+            .map_err(|e| StoreError::mdbx(dir, "remove a row key", e))
+    }
+
     /// Reads row `row_id`'s record through the rows cursor, which stays on it: a write of
     /// the record with [`WriteFlags::CURRENT`] next replaces it without a search.
     fn load_row_at(&mut self, row_id: u64) -> Result<RowRecord, StoreError> {
-        if self.rows_cursor.is_none() {
-            let cursor = self
-                .txn
-                .cursor(&self.tables.rows)
-                .map_err(self.mdbx("open a cursor"))?;
-            self.rows_cursor = Some(cursor);
-        }
-        let Some(cursor) = self.rows_cursor.as_mut() else {
-            return Err(StoreError::corrupt(self.dir, "rows cursor"));
-        };
+        let cursor = kept_cursor(self.txn, &self.tables.rows, &mut self.rows_cursor, self.dir)?;
         let found: Option<Vec<u8>> = cursor
             .set(&row_id.to_ne_bytes())
             .map_err(|e| StoreError::mdbx(self.dir, "read a row", e))?;
@@ -370,6 +397,23 @@ impl WriteTxn<'_, '_> {
             .map_err(self.mdbx("remove a row key"))?;
         Ok(())
     }
+}
+
+/// The cursor a transaction keeps in `slot`, opened on `table` at its first use.
+fn kept_cursor<'c, 't>(
+    txn: Txn<'t, '_, RW>,
+    table: &Table<'t>,
+    slot: &'c mut Option<Cursor<'t, RW>>,
+    dir: &Path,
+) -> Result<&'c mut Cursor<'t, RW>, StoreError> {
+    if slot.is_none() {
+        let cursor = txn
+            .cursor(table)
+            .map_err(|e| StoreError::mdbx(dir, "open a cursor", e))?;
+        *slot = Some(cursor);
+    }
+    slot.as_mut()
+        .ok_or_else(|| StoreError::corrupt(dir, "a kept cursor"))
 }
 
 /// How a row is written.
