@@ -97,7 +97,11 @@ impl WriteTxn<'_, '_> {
         if known_new && self.claim_row(&key)?.is_none() {
             return self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert);
         }
-        let existing = if known_new { None } else { self.row_id(&key)? };
+        let existing = if known_new {
+            None
+        } else {
+            self.row_id_at(&key)?
+        };
         // A stored row is read through the rows cursor, which then rewrites it in place.
         let (row_id, old) = match existing {
             Some(row_id) => (row_id, Some(self.load_row_at(row_id)?)),
@@ -336,7 +340,9 @@ impl WriteTxn<'_, '_> {
     }
 
     /// [`Self::row_id`] through the row keys cursor, which stays on the key: a delete
-    /// ([`Self::forget_row_at`]) next removes it without a search.
+    /// ([`Self::forget_row_at`]) next removes it without a search, and the next key of a
+    /// change that follows the key order (a bulk change in a table clustered on its key)
+    /// is found on the cursor's page without a search from the root.
     fn row_id_at(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
         let cursor = kept_cursor(
             self.txn,
