@@ -260,18 +260,18 @@ fn set_aside_unchanged(
     rows: Vec<EvaluatedRow>,
 ) -> Result<(Vec<CopiedEvaluation>, Vec<u64>), ReplicationError> {
     let compared = store.read(|view| {
-        let mut bucket_ids = HashMap::new();
+        let mut cursors = view.row_cursors()?;
         rows.iter()
             .map(|row| {
                 let input = StoreInput::of(&row.eval);
                 let lookups = input.lookup_puts();
                 view.stored_as(
+                    &mut cursors,
                     table_id,
                     &row.identity,
                     &input.memberships,
                     &lookups,
                     &row.stash,
-                    &mut bucket_ids,
                 )
             })
             .collect::<Result<Vec<(StoredAs, Option<u64>)>, _>>()

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-use libmdbx::RO;
+use libmdbx::{Cursor, RO};
 
 use crate::env::Txn;
 
@@ -68,6 +68,14 @@ pub struct OpsPage {
     pub max_target: u64,
     /// Bytes of row data the ops carry (see [`OpRead::data_len`]).
     pub data_bytes: usize,
+}
+
+/// A read's cursors on row keys and row records, and the bucket ids looked up by name (a
+/// bucket that does not exist yet is looked up again): see [`ReadTxn::stored_as`].
+pub struct RowCursors<'t> {
+    keys: Cursor<'t, RO>,
+    rows: Cursor<'t, RO>,
+    bucket_ids: HashMap<String, u32>,
 }
 
 /// An open read. Build it with [`super::Store::read`].
@@ -197,31 +205,50 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         super::tables::bucket_name(self.txn, self.tables, self.dir, id)
     }
 
+    /// Cursors for [`Self::stored_as`], kept across its calls.
+    pub fn row_cursors(&self) -> Result<RowCursors<'t>, StoreError> {
+        let open = |table| self.txn.cursor(table).map_err(self.mdbx("open a cursor"));
+        Ok(RowCursors {
+            keys: open(&self.tables.row_keys)?,
+            rows: open(&self.tables.rows)?,
+            bucket_ids: HashMap::new(),
+        })
+    }
+
     /// [`super::WriteTxn::stored_as`] in a read: how a row's evaluation compares with its
-    /// stored record. `bucket_ids` caches bucket ids by name across calls (a bucket that
-    /// does not exist yet is looked up again).
+    /// stored record. Through `cursors` ([`Self::row_cursors`]), rows compared in key
+    /// order (a re-copy of a table clustered on its key) are found on the cursors' pages
+    /// without a search from the root.
     pub fn stored_as(
         &self,
+        cursors: &mut RowCursors<'t>,
         table_id: u32,
         identity: &[u8],
         puts: &[RowPut<'_>],
         lookups: &[LookupPut<'_>],
         stash: &Stash,
-        bucket_ids: &mut HashMap<String, u32>,
     ) -> Result<(StoredAs, Option<u64>), StoreError> {
         let key = row_key(table_id, identity);
         // Borrowed from the map: a read-only transaction's pages stay put.
-        let row_id: Option<Cow<'_, [u8]>> = self
-            .txn
-            .get(&self.tables.row_keys, &key)
+        let row_id: Option<Cow<'t, [u8]>> = cursors
+            .keys
+            .set(&key)
             .map_err(self.mdbx("read a row key"))?;
         let stored = match row_id {
             Some(bytes) => {
                 let row_id = row_id_of(&bytes).ok_or_else(|| self.corrupt("row key"))?;
-                Some((row_id, self.row_record(row_id)?))
+                let record: Cow<'t, [u8]> = cursors
+                    .rows
+                    .set(&row_id.to_ne_bytes())
+                    .map_err(self.mdbx("read a row"))?
+                    .ok_or_else(|| self.corrupt("row (key without record)"))?;
+                let record = stored_row::decode(self.codec, &record)
+                    .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
+                Some((row_id, record))
             }
             None => None,
         };
+        let bucket_ids = &mut cursors.bucket_ids;
         let verdict = compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
             if let Some(&id) = bucket_ids.get(name) {
                 return Ok(Some(id));

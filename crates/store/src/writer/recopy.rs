@@ -36,8 +36,8 @@ impl WriteTxn<'_, '_> {
         stash: &Stash,
     ) -> Result<(StoredAs, Option<u64>), StoreError> {
         let key = row_key(table_id, identity);
-        let stored = match self.row_id(&key)? {
-            Some(row_id) => Some((row_id, self.load_row(row_id)?)),
+        let stored = match self.row_id_at(&key)? {
+            Some(row_id) => Some((row_id, self.load_row_at(row_id)?)),
             None => None,
         };
         let verdict = compare_stored(stored.as_ref(), puts, lookups, stash, |name| {
@@ -55,12 +55,13 @@ impl WriteTxn<'_, '_> {
         stash: Stash,
     ) -> Result<bool, StoreError> {
         let key = row_key(table_id, identity);
-        let Some(row_id) = self.row_id(&key)? else {
+        let Some(row_id) = self.row_id_at(&key)? else {
             return Ok(false);
         };
-        let mut record = self.load_row(row_id)?;
+        let mut record = self.load_row_at(row_id)?;
         record.stash = stash;
-        self.store_record(row_id, &record, WriteFlags::UPSERT)?;
+        // Where the read left the rows cursor.
+        self.store_record(row_id, &record, WriteFlags::CURRENT)?;
         Ok(true)
     }
 

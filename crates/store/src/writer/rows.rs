@@ -343,7 +343,7 @@ impl WriteTxn<'_, '_> {
     /// ([`Self::forget_row_at`]) next removes it without a search, and the next key of a
     /// change that follows the key order (a bulk change in a table clustered on its key)
     /// is found on the cursor's page without a search from the root.
-    fn row_id_at(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
+    pub(super) fn row_id_at(&mut self, key: &[u8]) -> Result<Option<u64>, StoreError> {
         let cursor = kept_cursor(
             self.txn,
             &self.tables.row_keys,
@@ -375,7 +375,7 @@ impl WriteTxn<'_, '_> {
 
     /// Reads row `row_id`'s record through the rows cursor, which stays on it: a write of
     /// the record with [`WriteFlags::CURRENT`] next replaces it without a search.
-    fn load_row_at(&mut self, row_id: u64) -> Result<RowRecord, StoreError> {
+    pub(super) fn load_row_at(&mut self, row_id: u64) -> Result<RowRecord, StoreError> {
         let cursor = kept_cursor(self.txn, &self.tables.rows, &mut self.rows_cursor, self.dir)?;
         let found: Option<Vec<u8>> = cursor
             .set(&row_id.to_ne_bytes())
