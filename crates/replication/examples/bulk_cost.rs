@@ -4,6 +4,8 @@
 //! evaluated beforehand, compaction settled at the transaction's end, durable commit).
 //!
 //! `cargo run --release -p powersync-mdbx-replication --example bulk_cost -- [rows] [dir]`
+//! (`BULK_COST_SMALL_TX=n`: first n single-row transactions, as the benchmark's
+//! 2,000 per second before its bulk changes)
 //!
 //! `dir` (default: a temporary directory under `/tmp`) should be on ext4 or XFS for the
 //! store to write through its map, as the worker's does.
@@ -77,6 +79,30 @@ fn main() {
     );
 
     let mut lsn = 1;
+    // As the benchmark does before its bulk changes: single-row transactions (one
+    // durable commit each) spread over the table, which leave the store's free pages
+    // scattered for the bulk changes to reuse.
+    let small: usize = std::env::var("BULK_COST_SMALL_TX")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if small > 0 {
+        let started = Instant::now();
+        for i in 0..small {
+            let (identity, e) = &updated[i.wrapping_mul(7_919) % updated.len()];
+            lsn += 1;
+            store
+                .write(lsn, |w| {
+                    w.upsert_row(1, identity, &StoreInput::of(e).memberships, &[])?;
+                    w.compact_due(COMPACT_AFTER_OPS)
+                })
+                .unwrap();
+        }
+        println!(
+            "{small} single-row transactions: {:.1} µs each",
+            started.elapsed().as_secs_f64() * 1e6 / small as f64
+        );
+    }
     let mut timed = |name: &str, change: &dyn Fn(&mut store::WriteTxn) -> u64| {
         lsn += 1;
         let from = monotonic();
