@@ -82,10 +82,10 @@ fn main() {
     // As the benchmark does before its bulk changes: single-row transactions (one
     // durable commit each) spread over the table, which leave the store's free pages
     // scattered for the bulk changes to reuse.
-    let small: usize = std::env::var("BULK_COST_SMALL_TX")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let small: usize = std::env::var("BULK_COST_SMALL_TX").map_or(0, |n| {
+        n.parse()
+            .expect("BULK_COST_SMALL_TX is a number of transactions")
+    });
     if small > 0 {
         let started = Instant::now();
         for i in 0..small {

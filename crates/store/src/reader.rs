@@ -242,9 +242,7 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
                     .set(&row_id.to_ne_bytes())
                     .map_err(self.mdbx("read a row"))?
                     .ok_or_else(|| self.corrupt("row (key without record)"))?;
-                let record = stored_row::decode(self.codec, &record)
-                    .map_err(|c| StoreError::corrupt(self.dir, c.what))?;
-                Some((row_id, record))
+                Some((row_id, self.decode_record(&record)?))
             }
             None => None,
         };
@@ -269,7 +267,12 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
             .get(&self.tables.rows, row_id.to_ne_bytes())
             .map_err(self.mdbx("read a row"))?
             .ok_or_else(|| StoreError::corrupt(self.dir, "row of a lookup entry"))?;
-        stored_row::decode(self.codec, &bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
+        self.decode_record(&bytes)
+    }
+
+    /// A stored row record decoded.
+    fn decode_record(&self, bytes: &[u8]) -> Result<RowRecord, StoreError> {
+        stored_row::decode(self.codec, bytes).map_err(|c| StoreError::corrupt(self.dir, c.what))
     }
 
     /// Every bucket that ever had an op: `(id, name)` in id order (for status, support

@@ -145,8 +145,8 @@ pub struct WriteTxn<'t, 'db> {
     /// A cursor on `rows`, opened once: an updated row's record is read through it and
     /// rewritten where it stands, without a second search ([`Self::load_row_at`]).
     rows_cursor: Option<libmdbx::Cursor<'t, RW>>,
-    /// A cursor on `row_keys`, opened once: a deleted row's key is found and removed
-    /// through it ([`Self::row_id_at`]).
+    /// A cursor on `row_keys`, opened once: a changed row's key is found through it, and a
+    /// deleted row's removed where it stands ([`Self::row_id_at`]).
     row_keys_cursor: Option<libmdbx::Cursor<'t, RW>>,
     /// Ids of stored buckets looked up by name in this transaction (`recopy`).
     known_buckets: foldhash::HashMap<String, u32>,

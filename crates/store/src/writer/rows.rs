@@ -334,6 +334,11 @@ impl WriteTxn<'_, '_> {
             .txn
             .get(&self.tables.row_keys, key)
             .map_err(self.mdbx("read a row key"))?;
+        self.row_id_in(value)
+    }
+
+    /// The row id a `row_keys` value holds, `None` for no value.
+    fn row_id_in(&self, value: Option<Vec<u8>>) -> Result<Option<u64>, StoreError> {
         value
             .map(|v| row_id_of(&v).ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
             .transpose()
@@ -353,9 +358,7 @@ impl WriteTxn<'_, '_> {
         let value: Option<Vec<u8>> = cursor
             .set(key)
             .map_err(|e| StoreError::mdbx(self.dir, "read a row key", e))?;
-        value
-            .map(|v| row_id_of(&v).ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
-            .transpose()
+        self.row_id_in(value)
     }
 
     /// Removes the row where [`Self::row_id_at`] and [`Self::load_row_at`] left their
@@ -412,14 +415,13 @@ fn kept_cursor<'c, 't>(
     slot: &'c mut Option<Cursor<'t, RW>>,
     dir: &Path,
 ) -> Result<&'c mut Cursor<'t, RW>, StoreError> {
-    if slot.is_none() {
-        let cursor = txn
+    let cursor = match slot.take() {
+        Some(cursor) => cursor,
+        None => txn
             .cursor(table)
-            .map_err(|e| StoreError::mdbx(dir, "open a cursor", e))?;
-        *slot = Some(cursor);
-    }
-    slot.as_mut()
-        .ok_or_else(|| StoreError::corrupt(dir, "a kept cursor"))
+            .map_err(|e| StoreError::mdbx(dir, "open a cursor", e))?,
+    };
+    Ok(slot.insert(cursor))
 }
 
 /// How a row is written.
