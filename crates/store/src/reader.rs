@@ -63,8 +63,10 @@ pub struct OpsPage {
     pub ops: Vec<OpRead>,
     /// More ops ≤ `until` follow.
     pub has_more: bool,
-    /// The largest MOVE/CLEAR target among the ops: above the checkpoint being served,
-    /// the page reflects changes newer than it, and that checkpoint must not complete.
+    /// The largest MOVE/CLEAR target among the ops, or the op id of a CLEAR right past
+    /// `until` (a compaction since may have folded ops up to `until` into it): above the
+    /// checkpoint being served, the page reflects changes newer than it, and that
+    /// checkpoint must not complete.
     pub max_target: u64,
     /// Bytes of row data the ops carry (see [`OpRead::data_len`]).
     pub data_bytes: usize,
@@ -362,6 +364,12 @@ impl<'t, 'db> ReadTxn<'t, 'db> {
         {
             for op in block.ops.iter().filter(|op| op.op_id > after) {
                 if op.op_id > until {
+                    if op.kind == OpKind::Clear {
+                        // A CLEAR leads its bucket: one past `until` may have folded ops
+                        // up to `until` that a reader of an older checkpoint still needs
+                        // (a compaction committed after that checkpoint was read).
+                        page.max_target = page.max_target.max(op.op_id).max(op.reference);
+                    }
                     return Ok(page);
                 }
                 if page.ops.len() == limit || page.data_bytes >= data_bytes {

@@ -1,10 +1,12 @@
 //! Storage laws as properties: for random row changes across buckets (some of them
 //! written after a fork of the history, `store::forks`), a client at any
 //! earlier position that downloads the ops after it up to the current checkpoint ends
-//! with exactly the current rows and the announced checksum and count.
+//! with exactly the current rows and the announced checksum and count; one that downloads
+//! a page per read view while commits and compactions go on between its pages ends a
+//! checkpoint it completes with exactly that checkpoint's rows and checksums.
 use std::collections::BTreeMap;
 
-use store::{OpKind, RowPut, Store, StoredAs};
+use store::{OpKind, OpRead, RowPut, Store, StoredAs};
 
 const BUCKETS: [&str; 5] = ["b0", "b1", "b2[\"x\"]", "b3", "b4"];
 
@@ -46,25 +48,7 @@ impl Client {
                         assert!(page.max_target <= cp, "a single read view is consistent");
                         for op in &page.ops {
                             assert!(op.op_id > after && op.op_id <= cp);
-                            let sum = self.checksum.entry(bucket).or_default();
-                            *sum = sum.wrapping_add(op.checksum);
-                            let rows = self.rows.entry(bucket).or_default();
-                            match op.kind {
-                                OpKind::Put => {
-                                    let o = op.object.as_ref().unwrap();
-                                    rows.insert(o.object_id.clone(), o.data.clone().unwrap());
-                                }
-                                OpKind::Remove => {
-                                    rows.remove(&op.object.as_ref().unwrap().object_id);
-                                }
-                                OpKind::Move => assert!(op.object.is_none()),
-                                OpKind::Clear => {
-                                    // Everything before it is replaced: start over.
-                                    assert!(op.object.is_none());
-                                    rows.clear();
-                                    *sum = op.checksum;
-                                }
-                            }
+                            self.apply(bucket, op);
                             after = op.op_id;
                         }
                         if !page.has_more {
@@ -90,6 +74,137 @@ impl Client {
                 Ok(())
             })
             .unwrap();
+    }
+}
+
+impl Client {
+    /// Applies one downloaded op of `bucket` to the rows and checksum held.
+    fn apply(&mut self, bucket: &'static str, op: &OpRead) {
+        let sum = self.checksum.entry(bucket).or_default();
+        *sum = sum.wrapping_add(op.checksum);
+        let rows = self.rows.entry(bucket).or_default();
+        match op.kind {
+            OpKind::Put => {
+                let o = op.object.as_ref().unwrap();
+                rows.insert(o.object_id.clone(), o.data.clone().unwrap());
+            }
+            OpKind::Remove => {
+                rows.remove(&op.object.as_ref().unwrap().object_id);
+            }
+            OpKind::Move => assert!(op.object.is_none()),
+            OpKind::Clear => {
+                // Everything before it is replaced: start over.
+                assert!(op.object.is_none());
+                rows.clear();
+                *sum = op.checksum;
+            }
+        }
+    }
+}
+
+/// The checkpoint a [`Roaming`] client downloads to, as announced: its op id, each
+/// bucket's checksum and the rows it holds then.
+struct Target {
+    cp: u64,
+    checksums: BTreeMap<&'static str, u32>,
+    truth: BTreeMap<&'static str, BTreeMap<String, String>>,
+    /// The bucket being paged (an index into `BUCKETS`).
+    bucket: usize,
+    /// A page showed a MOVE/CLEAR target above `cp`: this checkpoint does not complete.
+    invalidated: bool,
+}
+
+/// A client downloading as a stream does (`service::paging`): one page per read view, each
+/// view newer than the checkpoint's, with commits and compactions between the pages. A
+/// checkpoint whose pages showed newer changes is left for the next one (positions kept);
+/// one completed must add up exactly.
+struct Roaming {
+    client: Client,
+    target: Option<Target>,
+    /// Ops per page.
+    page: usize,
+    completed: u64,
+}
+
+impl Roaming {
+    fn new(page: usize) -> Self {
+        Self {
+            client: Client::default(),
+            target: None,
+            page,
+            completed: 0,
+        }
+    }
+
+    /// Reads one page (a new checkpoint is taken when none is being downloaded).
+    fn step(&mut self, store: &Store, truth: &BTreeMap<&'static str, BTreeMap<String, String>>) {
+        if self.target.is_none() {
+            self.target = Some(
+                store
+                    .read(|view| {
+                        let mut checksums = BTreeMap::new();
+                        for bucket in BUCKETS {
+                            let sum = view.bucket(bucket)?.map_or(0, |s| s.checksum);
+                            checksums.insert(bucket, sum);
+                        }
+                        Ok(Target {
+                            cp: view.checkpoint()?.op_id,
+                            checksums,
+                            truth: truth.clone(),
+                            bucket: 0,
+                            invalidated: false,
+                        })
+                    })
+                    .unwrap(),
+            );
+            return;
+        }
+        let target = self.target.as_mut().unwrap();
+        let bucket = BUCKETS[target.bucket];
+        let after = *self.client.after.get(bucket).unwrap_or(&0);
+        let page = store
+            .read(|view| match view.bucket(bucket)? {
+                Some(state) => Ok(Some(view.ops(state.id, after, target.cp, self.page)?)),
+                None => Ok(None),
+            })
+            .unwrap();
+        let mut has_more = false;
+        if let Some(page) = page {
+            for op in &page.ops {
+                assert!(op.op_id > after && op.op_id <= target.cp);
+                self.client.apply(bucket, op);
+                self.client.after.insert(bucket, op.op_id);
+            }
+            target.invalidated |= page.max_target > target.cp;
+            has_more = page.has_more;
+        }
+        if has_more {
+            return;
+        }
+        target.bucket += 1;
+        if target.bucket < BUCKETS.len() {
+            return;
+        }
+        let target = self.target.take().unwrap();
+        if target.invalidated {
+            return;
+        }
+        for bucket in BUCKETS {
+            assert_eq!(
+                self.client.checksum.get(bucket).copied().unwrap_or(0),
+                target.checksums[bucket],
+                "checksum of {bucket} at checkpoint {}, downloaded across read views",
+                target.cp
+            );
+            let empty = BTreeMap::new();
+            assert_eq!(
+                self.client.rows.get(bucket).unwrap_or(&empty),
+                target.truth.get(bucket).unwrap_or(&empty),
+                "rows of {bucket} at checkpoint {}, downloaded across read views",
+                target.cp
+            );
+        }
+        self.completed += 1;
     }
 }
 
@@ -121,6 +236,9 @@ fn run(seed: u64, shape: &Shape) -> u64 {
     // row → (buckets, data)
     let mut model: BTreeMap<u64, (Vec<&'static str>, String)> = BTreeMap::new();
     let mut clients: Vec<Client> = vec![Client::default()];
+    // Pages small against a commit's changes, so checkpoints change under a download.
+    let page = 3 * shape.max_changes as usize;
+    let mut roaming: Vec<Roaming> = vec![Roaming::new(page)];
     let mut last_cp = 0;
     let mut compacted = 0;
     let last_commit = shape.commits - 1;
@@ -212,8 +330,14 @@ fn run(seed: u64, shape: &Shape) -> u64 {
                 client.sync(&store, &truth);
             }
         }
+        for client in roaming.iter_mut() {
+            for _ in 0..=rng.below(3) {
+                client.step(&store, &truth);
+            }
+        }
         if commit % 7 == 0 {
             clients.push(Client::default());
+            roaming.push(Roaming::new(page));
         }
         if commit == last_commit {
             for client in clients.iter_mut() {
@@ -224,6 +348,11 @@ fn run(seed: u64, shape: &Shape) -> u64 {
         }
     }
     assert!(compacted > 0, "compaction never ran on seed {seed}");
+    let completed: u64 = roaming.iter().map(|c| c.completed).sum();
+    assert!(
+        completed > 0,
+        "seed {seed}: no download across read views completed a checkpoint"
+    );
     let largest = store
         .read(|v| {
             let mut largest = 0;
