@@ -456,12 +456,17 @@ impl Applier {
         let mut merges = std::mem::take(&mut self.merges);
         let mut commit_lsn = first_commit_lsn;
         let this = &*self;
-        let ((held, commit_times, changes), checkpoint) =
+        let ((held, commit_times, changes, marked), checkpoint) =
             self.store.write_with(durable_lsn, |w| {
                 let mut changes = 0u64;
                 // When each transaction's Commit arrived.
                 let mut commit_times: Vec<Instant> = Vec::new();
+                let mut marked = false;
                 loop {
+                    if marked {
+                        // The previous transaction's compactions, before this one's changes.
+                        w.compact_marked()?;
+                    }
                     loop {
                         let change = input.blocking_recv().ok_or_else(|| {
                             stream_error("the replication stream ended inside a transaction".into())
@@ -469,7 +474,7 @@ impl Applier {
                         match change {
                             Change::Commit { end_lsn, received } => {
                                 // Decided per source transaction, whatever the grouping.
-                                w.compact_due(COMPACT_AFTER_OPS)?;
+                                marked = w.compact_due(COMPACT_AFTER_OPS)?;
                                 w.set_lsn(end_lsn);
                                 commit_times.push(received);
                                 break;
@@ -496,7 +501,7 @@ impl Applier {
                         other => other,
                     };
                     sweep.run(w, durable_lsn, &this.progress)?;
-                    return Ok((held, commit_times, changes));
+                    return Ok((held, commit_times, changes, marked));
                 }
             })?;
         self.sweep = sweep;
@@ -510,6 +515,12 @@ impl Applier {
         self.publish(checkpoint);
         for received in commit_times {
             self.progress.publish_latency.observe(received.elapsed());
+        }
+        if marked {
+            // Clients have the transactions; the compactions they made due follow in a
+            // write of their own (the store runs them first in every write).
+            let ((), checkpoint) = self.store.write(checkpoint.lsn, |_| Ok(()))?;
+            self.publish(checkpoint);
         }
         Ok(held)
     }

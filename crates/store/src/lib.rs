@@ -407,6 +407,8 @@ impl Store {
         let (result, finished) = {
             let tables = tables::Tables::open(txn.borrow(), &self.dir)?;
             let mut write = WriteTxn::begin(txn.borrow(), &tables, &self.dir, &codec)?;
+            // Compactions an earlier write's source transaction made due come first.
+            write.compact_marked()?;
             let result = changes(&mut write)?;
             (result, write.finish(lsn)?)
         };

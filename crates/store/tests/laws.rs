@@ -6,7 +6,7 @@
 //! checkpoint it completes with exactly that checkpoint's rows and checksums.
 use std::collections::BTreeMap;
 
-use store::{OpKind, OpRead, RowPut, Store, StoredAs};
+use store::{OpKind, OpRead, RowPut, Store, StoreError, StoredAs};
 
 const BUCKETS: [&str; 5] = ["b0", "b1", "b2[\"x\"]", "b3", "b4"];
 
@@ -394,27 +394,29 @@ fn every_position_syncs_across_op_blocks() {
     }
 }
 
+/// Rows `0..rows` of bucket `b0`, each with data `{"id":"r<row>","v":<version>}`.
+fn upsert_all(w: &mut store::WriteTxn<'_, '_>, rows: u64, version: u32) -> Result<(), StoreError> {
+    for row in 0..rows {
+        let data = format!("{{\"id\":\"r{row}\",\"v\":{version}}}");
+        let object_id = format!("r{row}");
+        let put = RowPut {
+            bucket: BUCKETS[0],
+            object_type: "items",
+            object_id: &object_id,
+            data: &data,
+            checksum: checksum_of(&data),
+        };
+        w.upsert_row(1, &row.to_be_bytes(), &[put], &[])?;
+    }
+    Ok(())
+}
+
 /// A bulk update supersedes ops block after block; a compaction later in the same write
 /// sees them as MOVEs, and what a client downloads adds up.
 #[test]
 fn ops_superseded_in_a_write_are_moves_for_a_compaction_in_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("store")).unwrap();
-    let upsert_all = |w: &mut store::WriteTxn<'_, '_>, rows: u64, version: u32| {
-        for row in 0..rows {
-            let data = format!("{{\"id\":\"r{row}\",\"v\":{version}}}");
-            let object_id = format!("r{row}");
-            let put = RowPut {
-                bucket: BUCKETS[0],
-                object_type: "items",
-                object_id: &object_id,
-                data: &data,
-                checksum: checksum_of(&data),
-            };
-            w.upsert_row(1, &row.to_be_bytes(), &[put], &[])?;
-        }
-        Ok(())
-    };
     let truth_at = |updated: u64| {
         let rows: BTreeMap<String, String> = (0..1000)
             .map(|row| {
@@ -444,6 +446,49 @@ fn ops_superseded_in_a_write_are_moves_for_a_compaction_in_it() {
     // A new client and the one synced before both end with the rows and checksums.
     Client::default().sync(&store, &truth_at(700));
     behind.sync(&store, &truth_at(700));
+}
+
+/// A full-table update of a table larger than one compaction step (100,000 ops): the
+/// compaction due at its end folds all of the superseded prefix, not one step of it, so
+/// repeated bulk updates leave `CLEAR, live PUTs` and storage stays bounded. The
+/// compaction runs at the start of the next write, also after a restart in between.
+#[test]
+fn a_prefix_longer_than_one_compaction_step_is_folded_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("store")).unwrap();
+    const ROWS: u64 = 120_000;
+    store.write(1, |w| upsert_all(w, ROWS, 1)).unwrap();
+    for version in 2..=3 {
+        let (marked, _) = store
+            .write(u64::from(version), |w| {
+                upsert_all(w, ROWS, version)?;
+                w.compact_due(1024)
+            })
+            .unwrap();
+        assert!(marked, "the update made its bucket due");
+        if version == 3 {
+            // Marked, then stopped before compacting: the mark was committed with the ops.
+            drop(store);
+            store = Store::open(&dir.path().join("store")).unwrap();
+        }
+        // The next write compacts it first.
+        store.write(u64::from(version), |_| Ok(())).unwrap();
+        let (count, first) = store
+            .read(|v| {
+                let state = v.bucket(BUCKETS[0])?.unwrap();
+                let first = v.ops(state.id, 0, u64::MAX, 2)?.ops;
+                Ok((
+                    state.count,
+                    first.iter().map(|op| op.kind).collect::<Vec<_>>(),
+                ))
+            })
+            .unwrap();
+        assert_eq!(
+            (count, first),
+            (ROWS + 1, vec![OpKind::Clear, OpKind::Put]),
+            "after update {version}: one CLEAR, then the live PUTs"
+        );
+    }
 }
 
 #[test]

@@ -5,18 +5,30 @@ use crate::op::{OpKind, StoredOp};
 use crate::op_blocks::{self, block_error, BlockCursor};
 use crate::StoreError;
 
-/// Ops folded into one CLEAR per compaction step (bounds the memory of one step).
+/// Most ops one compaction step reads and folds (bounds the memory of one step); a longer
+/// prefix is folded in several steps, each starting from the CLEAR of the one before.
 const CLEAR_BATCH: usize = 100_000;
+
+/// Meta key of the buckets a source transaction's end made due for compaction, not yet
+/// compacted: u32 bucket ids, little endian.
+pub(crate) const KEY_COMPACTION_DUE: &[u8] = b"compaction_due";
 
 impl WriteTxn<'_, '_> {
     /// Settles the compaction debt at the end of one source transaction: adds the ops it
-    /// made compactable (superseded PUTs, REMOVEs) to each bucket's debt and
-    /// CLEAR-compacts the buckets that owe `after_ops` or more. The debt is stored with
-    /// the ops, so when a bucket is compacted depends only on the source transactions
-    /// applied, never on how they were grouped into commits or on restarts.
-    pub fn compact_due(&mut self, after_ops: u64) -> Result<(), StoreError> {
+    /// made compactable (superseded PUTs, REMOVEs) to each bucket's debt, and marks the
+    /// buckets that owe `after_ops` or more as due. Their CLEAR compaction runs before
+    /// anything else is written ([`Self::compact_marked`]: at the start of every write,
+    /// and between source transactions grouped in one), so it sees exactly the ops of the
+    /// transactions up to this one, as if it ran here; run in a later write, it frees
+    /// pages that earlier commits wrote, which libmdbx does far more cheaply than pages
+    /// this transaction wrote. The debt and the marks are stored with the ops, so when a
+    /// bucket is compacted depends only on the source transactions applied, never on how
+    /// they were grouped into commits or on restarts. Returns whether a bucket was marked.
+    pub fn compact_due(&mut self, after_ops: u64) -> Result<bool, StoreError> {
         let mut made: Vec<(u32, u64)> = std::mem::take(&mut self.compactable).into_iter().collect();
         made.sort_unstable();
+        let mut due = self.marked()?;
+        let already = due.len();
         for (bucket_id, ops) in made {
             let key = bucket_id.to_ne_bytes();
             let stored: Option<Vec<u8>> = self
@@ -32,7 +44,10 @@ impl WriteTxn<'_, '_> {
                 ),
             } + ops;
             if owed >= after_ops {
-                self.compact_bucket(bucket_id)?;
+                // `made` holds each bucket once; only earlier marks can repeat it.
+                if !due[..already].contains(&bucket_id) {
+                    due.push(bucket_id);
+                }
                 match self.txn.del(&self.tables.compaction_debt, key, None) {
                     Ok(_) | Err(libmdbx::Error::NotFound) => {}
                     Err(e) => return Err(self.mdbx("clear a compaction debt")(e)),
@@ -48,7 +63,53 @@ impl WriteTxn<'_, '_> {
                     .map_err(self.mdbx("write a compaction debt"))?;
             }
         }
-        Ok(())
+        if due.len() > already {
+            let bytes: Vec<u8> = due.iter().flat_map(|id| id.to_le_bytes()).collect();
+            self.txn
+                .put(
+                    &self.tables.meta,
+                    KEY_COMPACTION_DUE,
+                    bytes,
+                    libmdbx::WriteFlags::UPSERT,
+                )
+                .map_err(self.mdbx("mark buckets due for compaction"))?;
+        }
+        Ok(!due.is_empty())
+    }
+
+    /// CLEAR-compacts the buckets [`Self::compact_due`] marked, in the order marked, and
+    /// clears the marks. Returns the number of ops removed.
+    pub fn compact_marked(&mut self) -> Result<u64, StoreError> {
+        let due = self.marked()?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let mut removed = 0;
+        for bucket_id in due {
+            removed += self.compact_bucket(bucket_id)?;
+        }
+        self.txn
+            .del(&self.tables.meta, KEY_COMPACTION_DUE, None)
+            .map_err(self.mdbx("clear the buckets due for compaction"))?;
+        Ok(removed)
+    }
+
+    /// The buckets marked due for compaction.
+    fn marked(&self) -> Result<Vec<u32>, StoreError> {
+        let stored: Option<Vec<u8>> = self
+            .txn
+            .get(&self.tables.meta, KEY_COMPACTION_DUE)
+            .map_err(self.mdbx("read the buckets due for compaction"))?;
+        let Some(bytes) = stored else {
+            return Ok(Vec::new());
+        };
+        if !bytes.len().is_multiple_of(4) {
+            return Err(self.corrupt("buckets due for compaction"));
+        }
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     /// CLEAR compaction (spec §4.5): the longest prefix of a bucket's ops made only of
@@ -58,7 +119,22 @@ impl WriteTxn<'_, '_> {
     /// the live ones from the PUTs after it. Returns the number of ops removed.
     pub fn compact_bucket(&mut self, bucket_id: u32) -> Result<u64, StoreError> {
         self.write_pending()?;
+        let mut removed = 0;
+        loop {
+            let (folded, whole) = self.compact_step(bucket_id)?;
+            removed += folded;
+            if whole {
+                return Ok(removed);
+            }
+        }
+    }
+
+    /// Folds up to [`CLEAR_BATCH`] ops of the bucket's prefix into one CLEAR. Returns the
+    /// ops removed and whether the prefix ended within the step (a PUT or the bucket's
+    /// end was reached), so nothing is left to fold.
+    fn compact_step(&mut self, bucket_id: u32) -> Result<(u64, bool), StoreError> {
         let mut prefix = Vec::new();
+        let mut whole = true;
         {
             let mut blocks = BlockCursor::seek(self.txn, &self.tables.ops, bucket_id, 0)
                 .map_err(|e| block_error(self.dir, "find a bucket's ops", e))?;
@@ -67,7 +143,11 @@ impl WriteTxn<'_, '_> {
                 .map_err(|e| block_error(self.dir, "read ops", e))?
             {
                 for op in block.ops {
-                    if op.kind == OpKind::Put || prefix.len() == CLEAR_BATCH {
+                    if op.kind == OpKind::Put {
+                        break 'blocks;
+                    }
+                    if prefix.len() == CLEAR_BATCH {
+                        whole = false;
                         break 'blocks;
                     }
                     prefix.push(op);
@@ -75,7 +155,7 @@ impl WriteTxn<'_, '_> {
             }
         }
         if prefix.len() < 2 {
-            return Ok(0);
+            return Ok((0, true));
         }
         let mut clear = StoredOp {
             op_id: 0,
@@ -115,6 +195,6 @@ impl WriteTxn<'_, '_> {
         let state = self.bucket(&name)?;
         let removed = prefix.len() as u64 - 1;
         state.count = state.count.saturating_sub(removed);
-        Ok(removed)
+        Ok((removed, whole))
     }
 }
