@@ -11,7 +11,7 @@ const CLEAR_BATCH: usize = 100_000;
 
 /// Meta key of the buckets a source transaction's end made due for compaction, not yet
 /// compacted: u32 bucket ids, little endian.
-pub(crate) const KEY_COMPACTION_DUE: &[u8] = b"compaction_due";
+const KEY_COMPACTION_DUE: &[u8] = b"compaction_due";
 
 impl WriteTxn<'_, '_> {
     /// Settles the compaction debt at the end of one source transaction: adds the ops it
@@ -19,9 +19,9 @@ impl WriteTxn<'_, '_> {
     /// buckets that owe `after_ops` or more as due. Their CLEAR compaction runs before
     /// anything else is written ([`Self::compact_marked`]: at the start of every write,
     /// and between source transactions grouped in one), so it sees exactly the ops of the
-    /// transactions up to this one, as if it ran here; run in a later write, it frees
-    /// pages that earlier commits wrote, which libmdbx does far more cheaply than pages
-    /// this transaction wrote. The debt and the marks are stored with the ops, so when a
+    /// transactions up to this one, as if it ran here, and a transaction is committed
+    /// (and published) before the compaction it made due. The debt and the marks are
+    /// stored with the ops, so when a
     /// bucket is compacted depends only on the source transactions applied, never on how
     /// they were grouped into commits or on restarts. Returns whether a bucket was marked.
     pub fn compact_due(&mut self, after_ops: u64) -> Result<bool, StoreError> {
