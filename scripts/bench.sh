@@ -31,6 +31,7 @@
 #   PSM_BENCH_PROFILE_SEED=<file>     perf record of the whole machine while the replica seeds
 #   PSM_BENCH_PROFILE_BULK=<prefix>   perf record of the worker during each bulk change
 #                                     (<prefix>.update, .delete, .insert, .truncate)
+#   PSM_BENCH_PROFILE_BULK_DWARF=1    ... with DWARF call graphs (500 samples/s)
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
 # Readiness is the fixture's probe (fixture/README.md): process start on empty storage

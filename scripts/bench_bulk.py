@@ -66,14 +66,53 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def context_switches(pid: int) -> dict:
+    """Voluntary and involuntary context switches of the process's threads by name (those
+    that exist now: a thread that ended took its counts with it)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except FileNotFoundError:
+            continue
+        name = ""
+        for line in status.splitlines():
+            if line.startswith("Name:"):
+                name = line.split("\t", 1)[1]
+            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                out[name] = out.get(name, 0) + int(line.split()[1])
+    return out
+
+
+def cpu_by_thread(pid: int) -> dict:
+    """CPU seconds of the process's threads by name (those that exist now)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+        except FileNotFoundError:
+            continue
+        name = head.split("(", 1)[1]
+        fields = rest.split()
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[name] = out.get(name, 0.0) + seconds
+    return out
+
+
 class Profile:
     """`perf record` of the worker while one scenario runs, to `$PSM_BENCH_PROFILE_BULK.<name>`
-    (nothing when the variable is unset)."""
+    (nothing when the variable is unset); `PSM_BENCH_PROFILE_BULK_DWARF=1` records call
+    graphs by DWARF (release builds keep no frame pointers), at 500 samples a second."""
 
     def __init__(self, pid: int, name: str):
         prefix = os.environ.get("PSM_BENCH_PROFILE_BULK")
+        graph = ["-F", "2000", "-g"]
+        if os.environ.get("PSM_BENCH_PROFILE_BULK_DWARF") == "1":
+            graph = ["-F", "500", "--call-graph", "dwarf,16384"]
         self.perf = prefix and subprocess.Popen(
-            ["perf", "record", "-q", "-e", "cpu-clock", "-F", "2000", "-g", "-p", str(pid),
+            ["perf", "record", "-q", "-e", "cpu-clock", *graph, "-p", str(pid),
              "-o", f"{prefix}.{name}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -261,7 +300,8 @@ def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv)
     out["bulk_rows"] = total
     for name, statement, holds in SCENARIOS:
         write_back()
-        cpu0 = cpu_seconds(worker_pid)
+        cpu0, switches0 = cpu_seconds(worker_pid), context_switches(worker_pid)
+        threads0 = cpu_by_thread(worker_pid)
         peak = PeakAnon(worker_pid)
         profile = Profile(worker_pid, name)
         db.run(statement)
@@ -286,6 +326,21 @@ def worker(port: int, secret: str, worker_pid: int, lag_seconds: int, psql_argv)
         out[f"bulk_{name}_seconds"] = round(seconds, 3)
         out[f"bulk_{name}_settled_seconds"] = round(settled, 3)
         out[f"bulk_{name}_worker_cpu_us_per_row"] = round(cpu * 1e6 / total, 2)
+        switches = {
+            thread: count - switches0.get(thread, 0)
+            for thread, count in sorted(context_switches(worker_pid).items())
+        }
+        out[f"bulk_{name}_context_switches_per_1k_rows"] = round(
+            sum(switches.values()) * 1000 / total, 1
+        )
+        out[f"bulk_{name}_context_switches_per_1k_rows_by_thread"] = {
+            thread: round(count * 1000 / total, 1) for thread, count in switches.items() if count
+        }
+        out[f"bulk_{name}_cpu_us_per_row_by_thread"] = {
+            thread: round((seconds - threads0.get(thread, 0.0)) * 1e6 / total, 2)
+            for thread, seconds in sorted(cpu_by_thread(worker_pid).items())
+            if seconds - threads0.get(thread, 0.0) > 0
+        }
         out[f"bulk_{name}_peak_anon_rss_bytes"] = peak.stop()
     db.close()
     print(json.dumps(out))

@@ -21,6 +21,7 @@ use super::expiry::Sweep;
 use super::handoff::ChangeReceiver;
 use super::intent::{BootstrapIntent, IntentTable};
 use super::merge::{Merge, RebuildProgress, RecopyProgress};
+use super::prepare::PreparedRow;
 use super::recopy::{Handover, RecopyEvent};
 use super::toast::stash_for;
 use super::ReplicationError;
@@ -47,15 +48,18 @@ pub(super) enum Change {
     Begin {
         commit_lsn: u64,
     },
-    /// Row changes carry their tuples with values in the table's column order.
+    /// Row changes carry their tuples with values in the table's column order, and the
+    /// new row evaluated and packed when the stream's task could (`prepare`).
     Insert {
         table: usize,
         new: Tuple,
+        prepared: Option<Box<PreparedRow>>,
     },
     Update {
         table: usize,
         old: Option<Tuple>,
         new: Tuple,
+        prepared: Option<Box<PreparedRow>>,
     },
     Delete {
         table: usize,
@@ -578,11 +582,21 @@ impl Applier {
             }
         };
         match change {
-            Change::Insert { table: index, new } => {
+            Change::Insert {
+                table: index,
+                new,
+                prepared,
+            } => {
                 let table = table_at(tables, index)?;
-                let values = values_of(table, &new);
-                let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
-                let identity = self.write_row(w, table, &filled, false)?;
+                let identity = match prepared {
+                    Some(prepared) => write_prepared(w, table, *prepared)?,
+                    None => {
+                        let values = values_of(table, &new);
+                        let filled: Vec<Option<&[u8]>> =
+                            values.iter().map(|v| v.as_deref()).collect();
+                        self.write_row(w, table, &filled, false)?
+                    }
+                };
                 touch(merges, index, &identity);
                 Ok(1)
             }
@@ -590,11 +604,12 @@ impl Applier {
                 table: index,
                 old,
                 new,
+                prepared,
             } => {
                 let table = table_at(tables, index)?;
                 let rekey_from = merges.get(&index).map_or(&[][..], |m| m.rekey_from());
                 let (old_identity, new_identity) =
-                    self.update(w, table, old.as_ref(), &new, rekey_from)?;
+                    self.update(w, table, old.as_ref(), &new, prepared, rekey_from)?;
                 touch(merges, index, &old_identity);
                 touch(merges, index, &new_identity);
                 Ok(1)
@@ -762,6 +777,7 @@ impl Applier {
         table: &StreamTable,
         old: Option<&Tuple>,
         new: &Tuple,
+        prepared: Option<Box<PreparedRow>>,
         rekey_from: &[String],
     ) -> Result<(Vec<u8>, Vec<u8>), ReplicationError> {
         let old_values = old.map(|old| values_of(table, old));
@@ -780,8 +796,16 @@ impl Applier {
         if new_identity != old_identity {
             w.rekey_row(table.store_id, &old_identity, &new_identity)?;
         }
-        let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
-        self.write_row(w, table, &filled, used_stash)?;
+        match prepared {
+            // Prepared from a complete new tuple: nothing was filled in above.
+            Some(prepared) => {
+                write_prepared(w, table, *prepared)?;
+            }
+            None => {
+                let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
+                self.write_row(w, table, &filled, used_stash)?;
+            }
+        }
         Ok((old_identity, new_identity))
     }
 
@@ -804,6 +828,26 @@ impl Applier {
         )?;
         Ok(row.identity)
     }
+}
+
+/// Stores a row the stream's task evaluated and packed (`prepare`) under its identity,
+/// which it returns.
+fn write_prepared(
+    w: &mut WriteTxn<'_, '_>,
+    table: &StreamTable,
+    prepared: PreparedRow,
+) -> Result<Vec<u8>, ReplicationError> {
+    let PreparedRow { row, packed } = prepared;
+    let input = StoreInput::of(&row.eval);
+    w.upsert_row_packed(
+        table.store_id,
+        &row.identity,
+        &input.memberships,
+        &input.lookup_puts(),
+        row.stash,
+        &packed,
+    )?;
+    Ok(row.identity)
 }
 
 /// During a re-copy after the replica identity changed (the stored rows keyed by

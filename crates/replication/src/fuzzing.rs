@@ -68,8 +68,10 @@ fn apply(
         })
     };
     let (index, old, new) = match change {
-        Change::Insert { table, new } => (table, None, new),
-        Change::Update { table, old, new } => (table, old, new),
+        Change::Insert { table, new, .. } => (table, None, new),
+        Change::Update {
+            table, old, new, ..
+        } => (table, old, new),
         Change::Delete { table, old } => {
             let values = values_of(table_of(table)?, &old);
             kept.remove(&(table, identity_of(table_of(table)?, &values)));

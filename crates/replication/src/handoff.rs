@@ -33,7 +33,7 @@ pub(super) struct Closed;
 
 /// The stream's end: changes are collected into a batch, sent when it is full, when a
 /// transaction's commit ends it (a commit is never held back behind later changes), or
-/// on [`ChangeSender::flush`], which the stream calls before it waits for anything.
+/// on [`ChangeSender::flush`], which the stream calls before it waits between transactions.
 pub(super) struct ChangeSender {
     sender: mpsc::Sender<Vec<Change>>,
     batch: Vec<Change>,

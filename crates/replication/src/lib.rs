@@ -16,6 +16,7 @@ mod intent;
 mod liveness;
 mod merge;
 mod pipeline;
+mod prepare;
 mod progress;
 mod recopy;
 mod release;

@@ -207,6 +207,8 @@ pub async fn follow_slot(
     ));
     // The catalog's last reading, until the stream has passed its position.
     let mut catalog_seen: Option<Arc<CatalogState>> = None;
+    // Rows are evaluated and packed here, beside the applier that writes them.
+    let mut preparer = super::prepare::Preparer::new(context.store.clone());
     let (events, mut next_events) = mpsc::channel(EVENT_QUEUE);
     let reader = tokio::spawn(read_events(stream, cancel.clone(), events));
     let received = 'stream: loop {
@@ -266,8 +268,11 @@ pub async fn follow_slot(
         // not at the next change the primary happens to send: an idle source would leave a
         // dead applier unnoticed, and nothing applied, indefinitely.
         let gone_at = decoder.next_gone_at();
-        // Changes go to the applier in batches; what is collected goes before any wait.
-        if next_events.is_empty() && input.flush().await.is_err() {
+        // Changes go to the applier in batches; what is collected goes before any wait
+        // between transactions. Inside one, the applier cannot commit before its Commit
+        // anyway: a batch goes when full, so a transaction arriving no faster than the
+        // applier takes it costs a wake-up of each side per batch, not per few rows.
+        if next_events.is_empty() && !decoder.in_transaction && input.flush().await.is_err() {
             break Ok(()); // the applier stopped; its error is reported below
         }
         let next = tokio::select! {
@@ -300,7 +305,8 @@ pub async fn follow_slot(
                 Some(Err(e)) => break 'stream Err(ReplicationError::from(replication_error(e))),
             };
             match decoder.decode(event.data) {
-                Ok(Some(change)) => {
+                Ok(Some(mut change)) => {
+                    preparer.prepare(&decoder.tables, &mut change);
                     if change.is_row_change() {
                         context.progress.received.fetch_add(1, Relaxed);
                     }
@@ -695,9 +701,14 @@ impl<'a> Decoder<'a> {
                 })
             }
             Message::Relation(relation) => self.check_relation(&relation)?,
-            Message::Insert { relation, new } => self
-                .row_of(relation, [&new])?
-                .map(|(table, [new])| Change::Insert { table, new }),
+            Message::Insert { relation, new } => {
+                self.row_of(relation, [&new])?
+                    .map(|(table, [new])| Change::Insert {
+                        table,
+                        new,
+                        prepared: None,
+                    })
+            }
             Message::Update {
                 relation,
                 old: Some(old),
@@ -708,6 +719,7 @@ impl<'a> Decoder<'a> {
                     table,
                     old: Some(old),
                     new,
+                    prepared: None,
                 }),
             Message::Update {
                 relation,
@@ -719,6 +731,7 @@ impl<'a> Decoder<'a> {
                     table,
                     old: None,
                     new,
+                    prepared: None,
                 }),
             Message::Delete { relation, old } => self
                 .row_of(relation, [&old])?

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::ffi::{c_char, c_int};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use lz4_sys::LZ4StreamEncode;
 
@@ -59,6 +60,10 @@ impl Lz4Stream {
         }))
     }
 }
+
+// SAFETY: an LZ4 state is plain memory that only its owner touches; it has no tie to the
+// thread that made it.
+unsafe impl Send for Lz4Stream {}
 
 impl Drop for Lz4Stream {
     fn drop(&mut self) {
@@ -125,43 +130,80 @@ impl Packer<'_> {
 
     /// Appends the stored form of an encoded record to `out`.
     pub fn pack_into(&mut self, raw: &[u8], out: &mut Vec<u8>) {
-        let (Some((dictionary, working)), Ok(len)) = (&self.compressor, c_int::try_from(raw.len()))
-        else {
-            return stored_raw(out, raw);
-        };
-        let base = out.len();
-        // Header, raw length (at most 5 bytes), then the block: room for the raw form too.
-        let bound = len.saturating_add(len / 255 + 16);
-        out.reserve(6 + bound as usize);
-        let mut head = Writer::over(std::mem::take(out));
-        head.raw(&[LZ4_DICT]).varint(raw.len() as u64);
-        *out = head.finish();
-        let start = out.len();
-        // SAFETY: `working` is this packer's own state, reset and attached to the
-        // dictionary's read-only state before each block; the block is written into the
-        // spare capacity reserved above (at most `bound` bytes, LZ4's bound).
-        let written = unsafe {
-            LZ4_resetStream_fast(working.0.as_ptr());
-            LZ4_attach_dictionary(working.0.as_ptr(), dictionary.indexed.0.as_ptr());
-            LZ4_compress_fast_continue(
-                working.0.as_ptr(),
-                raw.as_ptr().cast(),
-                out.as_mut_ptr().add(start).cast(),
-                len,
-                bound,
-                ACCELERATION,
-            )
-        };
-        let packed_len = start - base + usize::try_from(written).unwrap_or(usize::MAX);
-        if written > 0 && packed_len + 4 < raw.len() {
-            // SAFETY: LZ4 initialised `written` bytes after `start`.
-            unsafe { out.set_len(base + packed_len) };
-            return;
+        match &mut self.compressor {
+            Some((dictionary, working)) => compress_into(dictionary, working, raw, out),
+            None => stored_raw(out, raw),
         }
-        // Not worth it: the raw form, in the same allocation.
-        out.truncate(base);
-        stored_raw(out, raw);
     }
+}
+
+/// A packer that holds its codec: one a task keeps across waits, whatever the store's
+/// codec becomes meanwhile.
+pub(super) struct SharedPacker {
+    codec: Arc<RecordCodec>,
+    working: Lz4Stream,
+}
+
+impl SharedPacker {
+    pub fn new(codec: Arc<RecordCodec>) -> Self {
+        Self {
+            codec,
+            working: Lz4Stream::new(),
+        }
+    }
+
+    /// The codec it packs with.
+    pub fn codec(&self) -> &Arc<RecordCodec> {
+        &self.codec
+    }
+
+    /// Appends the stored form of an encoded record to `out`.
+    pub fn pack_into(&mut self, raw: &[u8], out: &mut Vec<u8>) {
+        match &self.codec.dictionary {
+            Some(dictionary) => compress_into(dictionary, &mut self.working, raw, out),
+            None => stored_raw(out, raw),
+        }
+    }
+}
+
+/// Appends `raw` compressed against `dictionary` with the state `working`, or raw when
+/// that is not smaller.
+fn compress_into(dictionary: &Dictionary, working: &mut Lz4Stream, raw: &[u8], out: &mut Vec<u8>) {
+    let Ok(len) = c_int::try_from(raw.len()) else {
+        return stored_raw(out, raw);
+    };
+    let base = out.len();
+    // Header, raw length (at most 5 bytes), then the block: room for the raw form too.
+    let bound = len.saturating_add(len / 255 + 16);
+    out.reserve(6 + bound as usize);
+    let mut head = Writer::over(std::mem::take(out));
+    head.raw(&[LZ4_DICT]).varint(raw.len() as u64);
+    *out = head.finish();
+    let start = out.len();
+    // SAFETY: `working` is the caller's own state, reset and attached to the dictionary's
+    // read-only state before each block; the block is written into the spare capacity
+    // reserved above (at most `bound` bytes, LZ4's bound).
+    let written = unsafe {
+        LZ4_resetStream_fast(working.0.as_ptr());
+        LZ4_attach_dictionary(working.0.as_ptr(), dictionary.indexed.0.as_ptr());
+        LZ4_compress_fast_continue(
+            working.0.as_ptr(),
+            raw.as_ptr().cast(),
+            out.as_mut_ptr().add(start).cast(),
+            len,
+            bound,
+            ACCELERATION,
+        )
+    };
+    let packed_len = start - base + usize::try_from(written).unwrap_or(usize::MAX);
+    if written > 0 && packed_len + 4 < raw.len() {
+        // SAFETY: LZ4 initialised `written` bytes after `start`.
+        unsafe { out.set_len(base + packed_len) };
+        return;
+    }
+    // Not worth it: the raw form, in the same allocation.
+    out.truncate(base);
+    stored_raw(out, raw);
 }
 
 /// Appends the raw stored form of `raw` to `out`.

@@ -55,7 +55,7 @@ pub use layout::{
 };
 pub use meta::{inspect_data_file, stage_record_of_any_format, DataFile, StoreIdentity, FORMAT};
 pub use op::{BucketState, OpKind};
-pub use prepared::{PreparedRow, RowCodec, RowPacker};
+pub use prepared::{OutputPacker, PackedOutputs, PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn, RowCursors};
 pub use transfer::CopiedMeta;
 pub use write_checkpoints::{Expiry, ExpiryPass, WriteCheckpointRecord, WRITE_CHECKPOINT_PREFIX};

@@ -5,13 +5,17 @@
 //! evaluator side: its distinct outputs found, encoded and compressed
 //! ([`RowPacker`]). The writer then only assigns ids, appends ops and writes the
 //! record ([`WriteTxn::insert_prepared`]).
+//!
+//! The stream does the same for the rows it upserts: the stream's task packs a row's
+//! outputs ([`OutputPacker`]) while the applier writes earlier ones, which then only
+//! assigns ids, supersedes and writes the record ([`WriteTxn::upsert_row_packed`]).
 
 use std::sync::Arc;
 
 use libmdbx::WriteFlags;
 use smallvec::SmallVec;
 
-use super::compress::{Packer, RecordCodec};
+use super::compress::{Packer, RecordCodec, SharedPacker};
 use super::record::{decode_outputs, encode_head, encode_outputs_into};
 use super::tables::row_key;
 use super::writer::{LookupPut, RowPut, Stash, WriteTxn};
@@ -62,13 +66,7 @@ impl PreparedRow {
         let identity_end = u32::try_from(bytes.len()).ok()?;
         let mut puts = SmallVec::with_capacity(memberships.len());
         for m in memberships {
-            let index = match distinct.iter().position(|o| same_output(o, m)) {
-                Some(i) => i,
-                None => {
-                    distinct.push(m);
-                    distinct.len() - 1
-                }
-            };
+            let index = output_index(&mut distinct, m);
             bytes.extend_from_slice(m.bucket.as_bytes());
             puts.push(PreparedPut {
                 name_end: u32::try_from(bytes.len()).ok()?,
@@ -126,6 +124,20 @@ impl PreparedRow {
             Some((name, put.output, put.checksum))
         })
     }
+}
+
+/// The index of `put`'s output among a row's `distinct` ones so far, added if new.
+fn output_index<'a, 'p>(
+    distinct: &mut SmallVec<[&'a RowPut<'p>; 2]>,
+    put: &'a RowPut<'p>,
+) -> usize {
+    distinct
+        .iter()
+        .position(|o| same_output(o, put))
+        .unwrap_or_else(|| {
+            distinct.push(put);
+            distinct.len() - 1
+        })
 }
 
 /// Whether two memberships show the same output (the same data in the same place first).
@@ -251,6 +263,106 @@ impl WriteTxn<'_, '_> {
     }
 }
 
+/// A row's outputs packed ahead of the writer ([`OutputPacker::pack`]): which of them
+/// each PUT shows, and the packed outputs section, as the writer would have made them.
+pub struct PackedOutputs {
+    /// Per PUT, in order: the index of the output it shows.
+    indices: SmallVec<[u8; 4]>,
+    bytes: Vec<u8>,
+    /// What packed `bytes` (the writer's own may differ: see `upsert_row_packed`).
+    codec: Arc<RecordCodec>,
+}
+
+impl std::fmt::Debug for PackedOutputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedOutputs")
+            .field("indices", &self.indices)
+            .field("bytes", &self.bytes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Packs the outputs of rows a stream upserts, on the stream's task: holds its codec and
+/// compression state across waits.
+pub struct OutputPacker {
+    packer: SharedPacker,
+    /// The last row's encoded outputs (reused).
+    raw: Vec<u8>,
+}
+
+impl Store {
+    /// A packer with the store's codec of this moment.
+    pub fn output_packer(&self) -> OutputPacker {
+        OutputPacker {
+            packer: SharedPacker::new(self.codec.read().clone()),
+            raw: Vec::new(),
+        }
+    }
+}
+
+impl OutputPacker {
+    /// True once the store packs differently (it trained its dictionary): take a new one.
+    pub fn is_stale(&self, store: &Store) -> bool {
+        !Arc::ptr_eq(self.packer.codec(), &store.codec.read())
+    }
+
+    /// The packed outputs of a row with these PUTs (its distinct outputs in the order the
+    /// PUTs first show them, as the writer finds them); `None` beyond 255 distinct ones.
+    pub fn pack(&mut self, puts: &[RowPut<'_>]) -> Option<PackedOutputs> {
+        let mut distinct: SmallVec<[&RowPut<'_>; 2]> = SmallVec::new();
+        let mut indices = SmallVec::with_capacity(puts.len());
+        for put in puts {
+            indices.push(u8::try_from(output_index(&mut distinct, put)).ok()?);
+        }
+        encode_outputs_into(
+            distinct
+                .iter()
+                .map(|o| (o.object_type, o.object_id, o.data)),
+            &mut self.raw,
+        );
+        let mut bytes = Vec::with_capacity(self.raw.len() + self.raw.len() / 255 + 24);
+        self.packer.pack_into(&self.raw, &mut bytes);
+        Some(PackedOutputs {
+            indices,
+            bytes,
+            codec: self.packer.codec().clone(),
+        })
+    }
+}
+
+impl WriteTxn<'_, '_> {
+    /// [`Self::upsert_row_stashed`] with the row's outputs packed already from exactly
+    /// these `puts` ([`OutputPacker::pack`]).
+    pub fn upsert_row_packed(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+        packed: &PackedOutputs,
+    ) -> Result<(), StoreError> {
+        if packed.indices.len() != puts.len() {
+            return Err(self.corrupt("packed outputs of other puts (a bug)"));
+        }
+        let repacked = self.repack_from(&packed.codec, &packed.bytes)?;
+        let outputs = super::writer::Outputs::Packed {
+            indices: &packed.indices,
+            bytes: repacked.as_deref().unwrap_or(&packed.bytes),
+        };
+        self.apply_row_with(
+            table_id,
+            identity,
+            puts,
+            lookups,
+            stash,
+            super::writer::RowWrite::Upsert,
+            outputs,
+        )
+        .map(drop)
+    }
+}
+
 /// What a prepared row whose bucket name does not read back is reported as.
 const NAME: &str = "prepared row bucket name";
 
@@ -362,6 +474,97 @@ mod tests {
             );
         }
         assert!(prepared.used_bytes() < direct.used_bytes() * 2);
+    }
+
+    /// Rows upserted with their outputs packed ahead read back exactly like rows the
+    /// writer packs: new rows, updates that change an output or leave a bucket, with a
+    /// packer whose codec is the transaction's, an older one (raw, from before the store
+    /// trained its dictionary) or another store's.
+    #[test]
+    fn rows_packed_ahead_equal_rows_packed_by_the_writer() {
+        let root = tempfile::tempdir().unwrap();
+        let open = |name: &str| Store::open(&root.path().join(name)).unwrap();
+        let (direct, ahead, other) = (open("direct"), open("ahead"), open("other"));
+        other
+            .write(0, |w| {
+                for i in 0..3000 {
+                    let (id, data) = (format!("o{i}"), format!("{{\"other\":{i}}}"));
+                    w.upsert_row(1, id.as_bytes(), &[put("x[]", &id, &data)], &[])?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert!(other.codec.read().has_dictionary());
+        // Round 1 inserts, later rounds update: new data for some rows, bucket b left by others.
+        let puts_of = |round: usize, i: usize, id: &'static str, data: &'static str| {
+            let mut puts = vec![put("a[]", id, data)];
+            if round == 0 || !i.is_multiple_of(5) {
+                puts.push(put("b[]", id, data));
+            }
+            if i.is_multiple_of(2) {
+                puts.push(put("c[]", id, "{\"short\":true}"));
+            }
+            puts
+        };
+        let stale = ahead.output_packer();
+        for (round, packer) in [
+            (0, None),
+            (1, Some(stale)),
+            (2, Some(other.output_packer())),
+        ] {
+            let rows: Vec<(&'static str, &'static str)> = (0..5000usize)
+                .map(|i| {
+                    let data = if round > 0 && i.is_multiple_of(3) {
+                        format!("{{\"id\":\"t{i}\",\"round\":{round}}}")
+                    } else {
+                        format!("{{\"id\":\"t{i}\",\"title\":\"Task {i}\"}}")
+                    };
+                    (&*format!("t{i}").leak(), &*data.leak())
+                })
+                .collect();
+            let mut packer = packer.unwrap_or_else(|| ahead.output_packer());
+            for chunk in rows
+                .chunks(2500)
+                .enumerate()
+                .map(|(c, rows)| (c * 2500, rows))
+            {
+                let (start, chunk) = chunk;
+                direct
+                    .write(0, |w| {
+                        for (n, (id, data)) in chunk.iter().enumerate() {
+                            let puts = puts_of(round, start + n, id, data);
+                            w.upsert_row(1, id.as_bytes(), &puts, &[])?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+                let packed: Vec<_> = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(n, (id, data))| {
+                        let puts = puts_of(round, start + n, id, data);
+                        (puts.clone(), packer.pack(&puts).unwrap())
+                    })
+                    .collect();
+                ahead
+                    .write(0, |w| {
+                        for (puts, packed) in &packed {
+                            let id = puts[0].object_id;
+                            w.upsert_row_packed(1, id.as_bytes(), puts, &[], Stash::new(), packed)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+        }
+        assert!(ahead.codec.read().has_dictionary());
+        for bucket in ["a[]", "b[]", "c[]"] {
+            let (expected, got) = (ops_of(&direct, bucket), ops_of(&ahead, bucket));
+            assert_eq!(got, expected, "{bucket}");
+        }
+        let (_, _, ops) = ops_of(&ahead, "b[]");
+        assert!(ops.iter().any(|(kind, _)| *kind == OpKind::Remove));
+        assert!(ahead.used_bytes() < direct.used_bytes() * 2);
     }
 
     /// Row keys claimed past the tree's end are appended, others placed by search; either

@@ -20,7 +20,7 @@ mod recopy;
 pub(crate) use recopy::compare_stored;
 pub use recopy::StoredAs;
 mod rows;
-pub(crate) use rows::RowWrite;
+pub(crate) use rows::{Outputs, RowWrite};
 
 use std::path::Path;
 

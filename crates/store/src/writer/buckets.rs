@@ -177,16 +177,20 @@ impl WriteTxn<'_, '_> {
         memberships: impl IntoIterator<Item = &'m Membership>,
         row_id: u64,
     ) -> Result<(), StoreError> {
-        let subkey = subkey(old.table_id, row_id);
-        let mut checksum = None;
+        // Made once a membership ends (an update usually ends none).
+        let mut subkey_and_checksum: Option<(String, u32)> = None;
         for membership in memberships {
             let output = old.output(membership);
-            let checksum = *checksum.get_or_insert_with(|| remove_checksum(&subkey));
+            let (subkey, checksum) = subkey_and_checksum.get_or_insert_with(|| {
+                let subkey = subkey(old.table_id, row_id);
+                let checksum = remove_checksum(&subkey);
+                (subkey, checksum)
+            });
+            let (subkey, checksum) = (&**subkey, *checksum);
             let name = self.bucket_name(membership.bucket_id)?;
             let (_, op_id) = self.append(&name, OpKind::Remove, 0, checksum, row_id)?;
             *self.compactable.entry(membership.bucket_id).or_default() += 1;
-            let tombstone =
-                Tombstone::encode_parts(&output.object_type, &output.object_id, &subkey);
+            let tombstone = Tombstone::encode_parts(&output.object_type, &output.object_id, subkey);
             self.put_tombstone(op_id, &tombstone)?;
             self.supersede(membership.bucket_id, membership.op_id, op_id)?;
         }

@@ -67,6 +67,21 @@ impl WriteTxn<'_, '_> {
         self.packer.pack(raw)
     }
 
+    /// Outputs `codec` packed (on another thread) in this transaction's form; `None` when
+    /// they are in it already. Another codec than this transaction's: the store trained
+    /// its dictionary, or was replaced, since.
+    pub(crate) fn repack_from(
+        &mut self,
+        codec: &RecordCodec,
+        packed: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        if std::ptr::eq(codec, self.codec) {
+            return Ok(self.repack(packed));
+        }
+        let raw = codec.unpack(packed).map_err(|c| self.corrupt(c.what))?;
+        Ok(Some(self.pack_outputs(&raw)))
+    }
+
     /// Raw packed outputs compressed with this transaction's dictionary; `None` when
     /// they are compressed already or there is no dictionary yet.
     pub(crate) fn repack(&mut self, packed: &[u8]) -> Option<Vec<u8>> {

@@ -91,11 +91,28 @@ impl WriteTxn<'_, '_> {
         stash: Stash,
         mode: RowWrite,
     ) -> Result<Option<u64>, StoreError> {
+        let outputs = Outputs::Encode;
+        self.apply_row_with(table_id, identity, puts, lookups, stash, mode, outputs)
+    }
+
+    /// [`Self::apply_row`] with the record's outputs made as `outputs` says.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_row_with(
+        &mut self,
+        table_id: u32,
+        identity: &[u8],
+        puts: &[RowPut<'_>],
+        lookups: &[LookupPut<'_>],
+        stash: Stash,
+        mode: RowWrite,
+        outputs: Outputs<'_>,
+    ) -> Result<Option<u64>, StoreError> {
         self.flush_if_full()?;
         let key = row_key(table_id, identity);
         let known_new = mode == RowWrite::Insert;
         if known_new && self.claim_row(&key)?.is_none() {
-            return self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert);
+            let mode = RowWrite::Upsert;
+            return self.apply_row_with(table_id, identity, puts, lookups, stash, mode, outputs);
         }
         let existing = if known_new {
             None
@@ -123,6 +140,10 @@ impl WriteTxn<'_, '_> {
         // Per put, the membership a merge keeps (empty unless merging: no allocation on
         // the ordinary paths).
         let mut kept: Vec<Option<Membership>> = Vec::new();
+        let packed = match outputs {
+            Outputs::Packed { indices, bytes } if mode != RowWrite::Merge => Some((indices, bytes)),
+            _ => None,
+        };
         if let Some(old) = old
             .as_ref()
             .filter(|old| mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX)
@@ -142,7 +163,11 @@ impl WriteTxn<'_, '_> {
                 record.memberships.push(kept);
                 continue;
             }
-            let output = record.output_index(put).ok_or_else(|| {
+            let output = match packed {
+                Some((indices, _)) => indices.get(i).copied(),
+                None => record.output_index(put),
+            }
+            .ok_or_else(|| {
                 StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
             })?;
             let membership = self.put_op(put.bucket, output, put.checksum, row_id)?;
@@ -154,11 +179,14 @@ impl WriteTxn<'_, '_> {
             record.memberships.push(membership);
         }
         if let Some(old) = &old {
+            // The row's memberships are its puts', in order (kept or new).
             let gone = old.memberships.iter().filter(|m| {
                 let o = old.output(m);
-                record
-                    .membership_of(m.bucket_id, &o.object_type, &o.object_id)
-                    .is_none()
+                !record.memberships.iter().zip(puts).any(|(now, put)| {
+                    now.bucket_id == m.bucket_id
+                        && put.object_type == o.object_type
+                        && put.object_id == o.object_id
+                })
             });
             self.remove_memberships(old, gone, row_id)?;
         }
@@ -179,7 +207,10 @@ impl WriteTxn<'_, '_> {
         } else {
             WriteFlags::UPSERT
         };
-        self.store_record(row_id, &record, flags)?;
+        match packed {
+            Some((_, bytes)) => self.store_packed(row_id, &record.encode_head(), bytes, flags)?,
+            None => self.store_record(row_id, &record, flags)?,
+        }
         if existing.is_none() && !known_new {
             self.row_keys_end = None;
             self.txn
@@ -422,6 +453,16 @@ fn kept_cursor<'c, 't>(
             .map_err(|e| StoreError::mdbx(dir, "open a cursor", e))?,
     };
     Ok(slot.insert(cursor))
+}
+
+/// Where a written row's outputs section comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outputs<'p> {
+    /// Found among the puts, encoded and packed by the writer.
+    Encode,
+    /// Packed ahead from exactly the puts (`indices`: per put, its output); a merge,
+    /// which may keep old outputs, encodes its own.
+    Packed { indices: &'p [u8], bytes: &'p [u8] },
 }
 
 /// How a row is written.

@@ -1,0 +1,79 @@
+//! Rows made ready for the applier on the stream's task, as the snapshot's evaluators make
+//! them for its writer: an insert or update whose new tuple is complete (no unchanged
+//! TOAST value to fill in from the store) is evaluated and its outputs packed as soon as it
+//! is decoded, while the applier writes the rows before it. The applier then only writes
+//! it ([`store::WriteTxn::upsert_row_packed`]), so a bulk change's rule evaluation,
+//! checksums and compression run beside the single writer instead of on it.
+//!
+//! A change this cannot prepare (an unchanged TOAST value, a value the rules reject, more
+//! than 255 distinct outputs) goes on as decoded: the applier evaluates it as before and
+//! reports any error in order. The decoder's copy of the tables follows the same Relation
+//! changes as the applier's (`apply::rebind`), so a row is evaluated with the binding the
+//! applier would use for it.
+
+use std::sync::Arc;
+
+use source::Tuple;
+use store::{OutputPacker, PackedOutputs, Store};
+
+use super::apply::StreamTable;
+use super::apply::{evaluate_row, table_at, values_of, Change, EvaluatedRow, Presence};
+use crate::store_input::StoreInput;
+
+/// A row change's new row, evaluated and packed.
+#[derive(Debug)]
+pub(super) struct PreparedRow {
+    pub row: EvaluatedRow,
+    pub packed: PackedOutputs,
+}
+
+/// Prepares the rows of decoded changes (one per stream, on its task).
+pub(super) struct Preparer {
+    store: Arc<Store>,
+    packer: OutputPacker,
+}
+
+impl Preparer {
+    pub fn new(store: Arc<Store>) -> Self {
+        let packer = store.output_packer();
+        Self { store, packer }
+    }
+
+    /// Attaches the prepared new row to an insert or update of `tables` (as the decoder
+    /// holds them at this change); other changes, and rows it cannot prepare, stay as
+    /// they are.
+    pub fn prepare(&mut self, tables: &[StreamTable], change: &mut Change) {
+        let (table, new, prepared) = match change {
+            Change::Insert {
+                table,
+                new,
+                prepared,
+            }
+            | Change::Update {
+                table,
+                new,
+                prepared,
+                ..
+            } => (*table, &*new, prepared),
+            _ => return,
+        };
+        let Ok(table) = table_at(tables, table) else {
+            return;
+        };
+        if self.packer.is_stale(&self.store) {
+            self.packer = self.store.output_packer();
+        }
+        *prepared = self.prepare_row(table, new).map(Box::new);
+    }
+
+    fn prepare_row(&mut self, table: &StreamTable, new: &Tuple) -> Option<PreparedRow> {
+        let values = values_of(table, new);
+        if values.iter().any(|v| matches!(v, Presence::Unchanged)) {
+            return None;
+        }
+        let filled: Vec<Option<&[u8]>> = values.iter().map(Presence::as_deref).collect();
+        let row = evaluate_row(table, &filled, false).ok()?;
+        let packed = self.packer.pack(&StoreInput::of(&row.eval).memberships)?;
+        Some(PreparedRow { row, packed })
+    }
+}
