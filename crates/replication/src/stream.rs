@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use pg_walstream::{CancellationToken, LogicalReplicationStream, RawXLogData};
-use tokio::sync::{mpsc, watch};
+use pg_walstream::CancellationToken;
+use tokio::sync::watch;
 
 use super::apply::{
     stream_error, Applier, Change, StreamProgress, StreamTable, WriteCheckpointNote,
@@ -24,6 +24,7 @@ use super::recopy::{Applied, Handover, Recopies, RecopyEvent};
 use super::resync::rebuild;
 use super::{ReplicationError, SourcePlan};
 use metrics::PendingCommits;
+use read::{Event, Reader};
 use rules::SyncRules;
 use source::{
     connect, format_lsn, primary_identity, replication_error, slot_info, slot_walsender,
@@ -32,9 +33,7 @@ use source::{
 };
 use store::{Checkpoint, Store};
 
-/// Events read from the connection ahead of decoding.
-const EVENT_QUEUE: usize = 256;
-/// Messages of one transaction decoded in a row from what was read ahead.
+/// Messages of one transaction decoded in a row, as long as they are read without waiting.
 const DRAIN: usize = 1024;
 
 /// Everything a stream run needs besides the plan.
@@ -209,8 +208,9 @@ pub async fn follow_slot(
     let mut catalog_seen: Option<Arc<CatalogState>> = None;
     // Rows are evaluated and packed here, beside the applier that writes them.
     let mut preparer = super::prepare::Preparer::new(context.store.clone());
-    let (events, mut next_events) = mpsc::channel(EVENT_QUEUE);
-    let reader = tokio::spawn(read_events(stream, cancel.clone(), events));
+    let mut reader = Reader::new(stream, cancel.clone());
+    // An event read without waiting, not handled yet.
+    let mut lookahead: Option<Event> = None;
     let received = 'stream: loop {
         // What the catalog showed applies between transactions, once every transaction
         // committed before it was decoded.
@@ -272,7 +272,10 @@ pub async fn follow_slot(
         // between transactions. Inside one, the applier cannot commit before its Commit
         // anyway: a batch goes when full, so a transaction arriving no faster than the
         // applier takes it costs a wake-up of each side per batch, not per few rows.
-        if next_events.is_empty() && !decoder.in_transaction && input.flush().await.is_err() {
+        if lookahead.is_none() {
+            lookahead = reader.ready().await;
+        }
+        if lookahead.is_none() && !decoder.in_transaction && input.flush().await.is_err() {
             break Ok(()); // the applier stopped; its error is reported below
         }
         let next = tokio::select! {
@@ -280,7 +283,11 @@ pub async fn follow_slot(
             () = cancel.cancelled() => break cancelled(&dead),
             () = sleep_until(gone_at), if gone_at.is_some() => continue,
             () = input.closed() => break Ok(()), // its error is reported below
-            next = next_events.recv() => next,
+            () = std::future::ready(()), if lookahead.is_some() => match lookahead.take() {
+                Some(next) => next,
+                None => continue,
+            },
+            next = reader.next() => next,
             () = handover.freed() => continue,
             Ok(()) = catalog.changed() => {
                 catalog_seen = catalog.borrow_and_update().clone();
@@ -298,11 +305,11 @@ pub async fn follow_slot(
         // row, and still meets one every `DRAIN` messages.
         for drained in 1.. {
             let event = match next {
-                Some(Ok(event)) => event,
-                None | Some(Err(pg_walstream::ReplicationError::Cancelled(_))) => {
+                Ok(event) => event,
+                Err(pg_walstream::ReplicationError::Cancelled(_)) => {
                     break 'stream cancelled(&dead)
                 }
-                Some(Err(e)) => break 'stream Err(ReplicationError::from(replication_error(e))),
+                Err(e) => break 'stream Err(ReplicationError::from(replication_error(e))),
             };
             match decoder.decode(event.data) {
                 Ok(Some(mut change)) => {
@@ -321,9 +328,9 @@ pub async fn follow_slot(
             if !decoder.in_transaction || drained == DRAIN {
                 break;
             }
-            next = match next_events.try_recv() {
-                Ok(event) => Some(event),
-                Err(_) => break,
+            next = match reader.ready().await {
+                Some(event) => event,
+                None => break,
             };
         }
         // Waiting for a busy applier is not silence of the primary.
@@ -335,12 +342,10 @@ pub async fn follow_slot(
     monitor.abort();
     recopies.abort();
     cancel.cancel();
-    drop(next_events);
     drop(input);
-    if let Ok(mut stream) = reader.await {
-        // Ending the replication politely waits for the server; never for long.
-        let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
-    }
+    let mut stream = reader.into_stream().await;
+    // Ending the replication politely waits for the server; never for long.
+    let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
     let applied = tokio::task::spawn_blocking(move || applying.join())
         .await
         .map_err(|e| stream_error(format!("apply thread: {e}")))?
@@ -388,33 +393,6 @@ fn follow_recopies(recopies: &mut Recopies, decoder: &Decoder<'_>, change: &Chan
         } => recopies.start(*table, &decoder.tables[*table], rekey_from),
         Change::Gone { table } => recopies.stop(*table),
         _ => {}
-    }
-}
-
-/// Reads the replication stream into `events` until `cancel`, an error, or the receiver
-/// closes; returns the stream (to be stopped). The library's read must not be dropped
-/// midway (a message would be lost), so it runs alone here and is raced only by `cancel`
-/// (the library checks it only between messages, and over TLS the next message can be the
-/// primary's next keepalive, half of wal_sender_timeout away). A message cut off by the
-/// stop is never applied.
-async fn read_events(
-    mut stream: LogicalReplicationStream,
-    cancel: CancellationToken,
-    events: mpsc::Sender<Result<RawXLogData, pg_walstream::ReplicationError>>,
-) -> LogicalReplicationStream {
-    loop {
-        // Report what the applier made durable (throttled to the feedback interval) before
-        // waiting: without it the primary learns only at its next keepalive request.
-        stream.maybe_send_feedback().await;
-        let next = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return stream,
-            next = stream.next_raw_event(&cancel) => next,
-        };
-        let failed = next.is_err();
-        if events.send(next).await.is_err() || failed {
-            return stream;
-        }
     }
 }
 
@@ -1109,3 +1087,5 @@ fn describe(columns: &[Column<'_>]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+mod read;

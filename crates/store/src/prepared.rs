@@ -258,6 +258,7 @@ impl WriteTxn<'_, '_> {
             &lookups,
             row.stash.clone(),
             super::writer::RowWrite::Upsert,
+            super::writer::Outputs::Encode,
         )
         .map(drop)
     }
@@ -350,7 +351,7 @@ impl WriteTxn<'_, '_> {
             indices: &packed.indices,
             bytes: repacked.as_deref().unwrap_or(&packed.bytes),
         };
-        self.apply_row_with(
+        self.apply_row(
             table_id,
             identity,
             puts,

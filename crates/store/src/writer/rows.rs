@@ -29,6 +29,7 @@ impl WriteTxn<'_, '_> {
             lookups,
             Stash::new(),
             RowWrite::Upsert,
+            Outputs::Encode,
         )
         .map(drop)
     }
@@ -42,8 +43,16 @@ impl WriteTxn<'_, '_> {
         lookups: &[LookupPut<'_>],
         stash: Stash,
     ) -> Result<(), StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Upsert)
-            .map(drop)
+        self.apply_row(
+            table_id,
+            identity,
+            puts,
+            lookups,
+            stash,
+            RowWrite::Upsert,
+            Outputs::Encode,
+        )
+        .map(drop)
     }
 
     /// Writes a row as a table's re-copy found it: like [`Self::upsert_row_stashed`], but a
@@ -58,7 +67,15 @@ impl WriteTxn<'_, '_> {
         lookups: &[LookupPut<'_>],
         stash: Stash,
     ) -> Result<Option<u64>, StoreError> {
-        self.apply_row(table_id, identity, puts, lookups, stash, RowWrite::Merge)
+        self.apply_row(
+            table_id,
+            identity,
+            puts,
+            lookups,
+            stash,
+            RowWrite::Merge,
+            Outputs::Encode,
+        )
     }
 
     /// Adds a row known not to be stored yet (the initial snapshot into an empty store):
@@ -77,27 +94,15 @@ impl WriteTxn<'_, '_> {
             lookups,
             Stash::new(),
             RowWrite::Insert,
+            Outputs::Encode,
         )
         .map(drop)
     }
 
-    /// Writes a row; returns its row id (`None`: it feeds nothing and is not stored).
-    pub(crate) fn apply_row(
-        &mut self,
-        table_id: u32,
-        identity: &[u8],
-        puts: &[RowPut<'_>],
-        lookups: &[LookupPut<'_>],
-        stash: Stash,
-        mode: RowWrite,
-    ) -> Result<Option<u64>, StoreError> {
-        let outputs = Outputs::Encode;
-        self.apply_row_with(table_id, identity, puts, lookups, stash, mode, outputs)
-    }
-
-    /// [`Self::apply_row`] with the record's outputs made as `outputs` says.
+    /// Writes a row, its outputs section made as `outputs` says; returns its row id
+    /// (`None`: it feeds nothing and is not stored).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn apply_row_with(
+    pub(crate) fn apply_row(
         &mut self,
         table_id: u32,
         identity: &[u8],
@@ -112,7 +117,7 @@ impl WriteTxn<'_, '_> {
         let known_new = mode == RowWrite::Insert;
         if known_new && self.claim_row(&key)?.is_none() {
             let mode = RowWrite::Upsert;
-            return self.apply_row_with(table_id, identity, puts, lookups, stash, mode, outputs);
+            return self.apply_row(table_id, identity, puts, lookups, stash, mode, outputs);
         }
         let existing = if known_new {
             None
