@@ -343,9 +343,12 @@ pub async fn follow_slot(
     recopies.abort();
     cancel.cancel();
     drop(input);
-    let mut stream = reader.into_stream().await;
-    // Ending the replication politely waits for the server; never for long.
-    let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
+    // The read in progress ends at once after `cancel`, its throttled feedback first: a
+    // write the socket holds (a peer that stopped reading) must not hold the stop.
+    if let Ok(mut stream) = tokio::time::timeout(STOP_WAIT, reader.into_stream()).await {
+        // Ending the replication politely waits for the server; never for long.
+        let _ = tokio::time::timeout(STOP_WAIT, stream.stop()).await;
+    }
     let applied = tokio::task::spawn_blocking(move || applying.join())
         .await
         .map_err(|e| stream_error(format!("apply thread: {e}")))?
