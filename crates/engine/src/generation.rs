@@ -413,7 +413,7 @@ async fn stream(
     loop {
         reporter.streaming();
         let started = std::time::Instant::now();
-        match follow_slot(plan, context, stop.clone()).await {
+        match follow_slot_alone(plan, context, stop.clone()).await {
             Ok(()) => return Ok(()),
             Err(e) if e.needs_operator() || e.needs_restart() => return Err(e),
             Err(e) => {
@@ -430,6 +430,27 @@ async fn stream(
             }
         }
     }
+}
+
+/// [`follow_slot`] on a runtime of its own with one worker thread (`psm-stream`, see
+/// `own_runtime`): the stream's reads, decoding and hand-offs to the applier stay on one
+/// thread. A runtime that cannot be started is an error that may pass.
+async fn follow_slot_alone(
+    plan: &SourcePlan,
+    context: &StreamContext,
+    stop: watch::Receiver<bool>,
+) -> Result<(), ReplicationError> {
+    let (plan, context) = (plan.clone(), context.clone());
+    let followed = crate::own_runtime::run("psm-stream", async move {
+        follow_slot(&plan, &context, stop).await
+    });
+    followed.await.unwrap_or_else(|e| {
+        Err(ReplicationError::Stream {
+            code: "PSM_R2010",
+            message: format!("cannot run the stream on a thread of its own: {e}; retrying"),
+            operator: false,
+        })
+    })
 }
 
 /// The stream writes through the store's map (`Store::write_through_map`): its large

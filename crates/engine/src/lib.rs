@@ -12,6 +12,7 @@ mod generation;
 pub mod host;
 pub mod idle_release;
 pub mod logging;
+mod own_runtime;
 mod run;
 mod seeding;
 

@@ -24,7 +24,7 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How long an idle thread of the blocking pool waits for work before it exits (tokio's
 /// default: 10 s): its stack and its allocator's pages are given back within a second of
 /// a burst (the streams' reads have threads of their own, `service::readers`).
-const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
+pub(crate) const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 pub(super) fn run(
     config: EngineConfig,

@@ -37,6 +37,7 @@ use store::{Checkpoint, Store};
 const DRAIN: usize = 1024;
 
 /// Everything a stream run needs besides the plan.
+#[derive(Clone)]
 pub struct StreamContext {
     /// The compiled rules.
     pub rules: Arc<SyncRules>,
