@@ -611,7 +611,9 @@ impl Applier {
                 let (old_identity, new_identity) =
                     self.update(w, table, old.as_ref(), &new, prepared, rekey_from)?;
                 touch(merges, index, &old_identity);
-                touch(merges, index, &new_identity);
+                if let Some(new_identity) = new_identity {
+                    touch(merges, index, &new_identity);
+                }
                 Ok(1)
             }
             Change::Delete { table: index, old } => {
@@ -770,7 +772,7 @@ impl Applier {
         Ok(())
     }
 
-    /// Applies an update; returns the row's old and new identities.
+    /// Applies an update; returns the row's old identity and its new one when it changed.
     fn update(
         &self,
         w: &mut WriteTxn<'_, '_>,
@@ -779,7 +781,16 @@ impl Applier {
         new: &Tuple,
         prepared: Option<Box<PreparedRow>>,
         rekey_from: &[String],
-    ) -> Result<(Vec<u8>, Vec<u8>), ReplicationError> {
+    ) -> Result<(Vec<u8>, Option<Vec<u8>>), ReplicationError> {
+        let prepared = match (old, prepared) {
+            // The key did not change (no old tuple) and the new tuple was complete: the
+            // prepared row's identity is the row's, nothing is filled in, and outside a
+            // re-keying re-copy nothing is carried over (most rows of a bulk UPDATE).
+            (None, Some(prepared)) if rekey_from.is_empty() => {
+                return Ok((write_prepared(w, table, *prepared)?, None));
+            }
+            (_, prepared) => prepared,
+        };
         let old_values = old.map(|old| values_of(table, old));
         let mut values = values_of(table, new);
         let old_identity = old_identity_of(table, old_values.as_deref(), &values)?;
@@ -806,7 +817,8 @@ impl Applier {
                 self.write_row(w, table, &filled, used_stash)?;
             }
         }
-        Ok((old_identity, new_identity))
+        let changed = (new_identity != old_identity).then_some(new_identity);
+        Ok((old_identity, changed))
     }
 
     /// Evaluates a complete row and stores it under its identity, which it returns.

@@ -13,11 +13,12 @@
 
 use std::sync::Arc;
 
-use source::Tuple;
+use smallvec::SmallVec;
+use source::{Tuple, Value};
 use store::{OutputPacker, PackedOutputs, Store};
 
 use super::apply::StreamTable;
-use super::apply::{evaluate_row, table_at, values_of, Change, EvaluatedRow, Presence};
+use super::apply::{evaluate_row, table_at, Change, EvaluatedRow};
 use crate::store_input::StoreInput;
 
 /// A row change's new row, evaluated and packed.
@@ -67,11 +68,14 @@ impl Preparer {
     }
 
     fn prepare_row(&mut self, table: &StreamTable, new: &Tuple) -> Option<PreparedRow> {
-        let values = values_of(table, new);
-        if values.iter().any(|v| matches!(v, Presence::Unchanged)) {
-            return None;
-        }
-        let filled: Vec<Option<&[u8]>> = values.iter().map(Presence::as_deref).collect();
+        // The tuple's values as the applier would fill them (`values_of`); none to fill.
+        let filled = (0..table.columns.len())
+            .map(|i| match new.get(i) {
+                Value::Bytes(bytes) => Some(Some(bytes)),
+                Value::Null => Some(None),
+                Value::Unchanged => None,
+            })
+            .collect::<Option<SmallVec<[Option<&[u8]>; 16]>>>()?;
         let row = evaluate_row(table, &filled, false).ok()?;
         let packed = self.packer.pack(&StoreInput::of(&row.eval).memberships)?;
         Some(PreparedRow { row, packed })
