@@ -19,6 +19,21 @@ use testkit::{
 pub const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
 pub const AUDIENCE: &str = "powersync-mdbx-test";
 
+/// One table of 3,000 todos, published.
+pub const TODOS_SCHEMA: &str = "
+CREATE TABLE todos (id text PRIMARY KEY, title text);
+CREATE PUBLICATION powersync FOR TABLE todos;
+INSERT INTO todos SELECT 't' || g, 'todo ' || g FROM generate_series(1, 3000) g;
+";
+
+/// Every todo in one global bucket.
+pub const TODOS_RULES: &str = "
+bucket_definitions:
+  everything:
+    data:
+      - SELECT * FROM todos
+";
+
 pub struct EngineRig {
     _dir: TestDir,
     pub primary: Cluster,

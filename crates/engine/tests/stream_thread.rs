@@ -9,21 +9,8 @@ extern crate powersync_mdbx_engine as engine;
 #[path = "engine_rig.rs"]
 mod engine_rig;
 
-use engine_rig::EngineRig;
+use engine_rig::{EngineRig, TODOS_RULES, TODOS_SCHEMA};
 use testkit::wait_for;
-
-const SCHEMA: &str = "
-CREATE TABLE todos (id text PRIMARY KEY, title text);
-CREATE PUBLICATION powersync FOR TABLE todos;
-INSERT INTO todos SELECT 't' || g, 'todo ' || g FROM generate_series(1, 100) g;
-";
-
-const RULES: &str = "
-bucket_definitions:
-  everything:
-    data:
-      - SELECT * FROM todos
-";
 
 /// This process's threads named `name` (a thread's name is cut to 15 bytes).
 fn threads_named(name: &str) -> usize {
@@ -46,13 +33,13 @@ fn wait_for_stream_threads(count: usize) {
 
 #[test]
 fn the_stream_has_one_thread_of_its_own_while_it_streams() {
-    let mut rig = EngineRig::start(SCHEMA, RULES, "psm_stream_thread");
+    let mut rig = EngineRig::start(TODOS_SCHEMA, TODOS_RULES, "psm_stream_thread");
     rig.primary
         .sql("UPDATE todos SET title = title || '!' WHERE id = 't1'");
     wait_for_stream_threads(1);
     rig.stop();
     wait_for_stream_threads(0);
-    rig.start_with_rules(RULES);
+    rig.start_with_rules(TODOS_RULES);
     rig.wait_phase(status::Phase::Streaming);
     wait_for_stream_threads(1);
 }

@@ -10,20 +10,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use engine_rig::{token, EngineRig};
-
-const SCHEMA: &str = "
-CREATE TABLE todos (id text PRIMARY KEY, title text);
-CREATE PUBLICATION powersync FOR TABLE todos;
-INSERT INTO todos SELECT 't' || g, 'todo ' || g FROM generate_series(1, 3000) g;
-";
-
-const RULES: &str = "
-bucket_definitions:
-  everything:
-    data:
-      - SELECT * FROM todos
-";
+use engine_rig::{token, EngineRig, TODOS_RULES as RULES, TODOS_SCHEMA as SCHEMA};
 
 type Socket = WebSocketStream<TcpStream>;
 
