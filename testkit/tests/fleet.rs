@@ -268,6 +268,8 @@ fn a_replica_seeds_from_a_peer_over_tls_and_refuses_an_untrusted_certificate() {
 struct Announced {
     at: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, (i64, u64)>>,
     compacted: bool,
+    /// Buckets whose announced count fell (a compaction landed in them).
+    count_fell: std::collections::BTreeSet<String>,
 }
 
 /// Reads `stream` until `stop`, keeping what it announced; `latest` follows the last
@@ -312,8 +314,11 @@ fn watch_announcements(
                     .iter()
                     .map(entry)
                 {
-                    let before = current.insert(name, (checksum, count));
-                    seen.compacted |= before.is_some_and(|(_, c)| c > count);
+                    let before = current.insert(name.clone(), (checksum, count));
+                    if before.is_some_and(|(_, c)| c > count) {
+                        seen.compacted = true;
+                        seen.count_fell.insert(name);
+                    }
                 }
                 &diff["last_op_id"]
             } else {
@@ -415,11 +420,11 @@ fn three_replicas_of_one_history_announce_equal_checksums_throughout_a_churn() {
     let seen: Vec<Announced> = watchers.into_iter().map(|w| w.join().unwrap()).collect();
 
     // Wherever two replicas announced the same op id, they announced the same buckets
-    // with the same checksums. Not always the same counts: a CLEAR compaction commits
-    // after the transaction that made it due and makes no new op id, so a replica that
-    // announced the checkpoint before its compaction counts the folded ops and one that
-    // announced it after counts one CLEAR (a count is "used only for progress", and drops
-    // at the same checkpoint when a compaction lands, as with the official service).
+    // with the same checksums and counts, but for the count of a bucket where a compaction
+    // landed: a CLEAR compaction commits after the transaction that made it due and makes
+    // no new op id, so a replica that announced the checkpoint before it counts the folded
+    // ops and one that announced it after counts one CLEAR (a count is "used only for
+    // progress", and drops at the same checkpoint when a compaction lands).
     let checksums = |buckets: &std::collections::BTreeMap<String, (i64, u64)>| {
         buckets
             .iter()
@@ -441,6 +446,15 @@ fn three_replicas_of_one_history_announce_equal_checksums_throughout_a_churn() {
                         checksums(other),
                         "announced at op id {op_id}: {buckets:?} against {other:?}"
                     );
+                    for (name, (_, count)) in buckets {
+                        let compacted = x.count_fell.contains(name) || y.count_fell.contains(name);
+                        assert!(
+                            compacted || other.get(name).map(|(_, c)| c) == Some(count),
+                            "announced at op id {op_id}: {name} counts {count} against {:?}, \
+                             no compaction seen in it",
+                            other.get(name)
+                        );
+                    }
                     common_during += usize::from(*op_id < head);
                 }
             }
