@@ -108,6 +108,16 @@ pub(super) fn row_id_of(value: &[u8]) -> Option<u64> {
         .map(u64::from_le_bytes)
 }
 
+/// A `row_keys` value read in place (no copy of it made): the row id it holds, `None` when
+/// it holds none.
+pub(crate) struct RowIdValue(pub Option<u64>);
+
+impl libmdbx::Decodable<'_> for RowIdValue {
+    fn decode(value: &[u8]) -> Result<Self, libmdbx::Error> {
+        Ok(Self(row_id_of(value)))
+    }
+}
+
 pub(super) fn row_key(table_id: u32, identity: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(4 + identity.len());
     key.extend_from_slice(&table_id.to_be_bytes());

@@ -9,7 +9,7 @@ use super::{LookupPut, RowPut, Stash, WriteTxn};
 use crate::env::Txn;
 use crate::record::{Membership, Output, RowRecord};
 use crate::stored_row;
-use crate::tables::{row_id_of, row_key};
+use crate::tables::{row_key, RowIdValue};
 use crate::StoreError;
 
 impl WriteTxn<'_, '_> {
@@ -366,7 +366,7 @@ impl WriteTxn<'_, '_> {
     }
 
     pub(super) fn row_id(&self, key: &[u8]) -> Result<Option<u64>, StoreError> {
-        let value: Option<Vec<u8>> = self
+        let value: Option<RowIdValue> = self
             .txn
             .get(&self.tables.row_keys, key)
             .map_err(self.mdbx("read a row key"))?;
@@ -374,9 +374,9 @@ impl WriteTxn<'_, '_> {
     }
 
     /// The row id a `row_keys` value holds, `None` for no value.
-    fn row_id_in(&self, value: Option<Vec<u8>>) -> Result<Option<u64>, StoreError> {
+    fn row_id_in(&self, value: Option<RowIdValue>) -> Result<Option<u64>, StoreError> {
         value
-            .map(|v| row_id_of(&v).ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
+            .map(|v| v.0.ok_or_else(|| StoreError::corrupt(self.dir, "row key")))
             .transpose()
     }
 
@@ -391,7 +391,7 @@ impl WriteTxn<'_, '_> {
             &mut self.row_keys_cursor,
             self.dir,
         )?;
-        let value: Option<Vec<u8>> = cursor
+        let value: Option<RowIdValue> = cursor
             .set(key)
             .map_err(|e| StoreError::mdbx(self.dir, "read a row key", e))?;
         self.row_id_in(value)
