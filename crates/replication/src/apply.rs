@@ -426,12 +426,12 @@ impl Applier {
                     self.progress.pending.published(self.durable.lsn);
                 }
                 Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
-                relation @ (Change::Relation { .. } | Change::Gone { .. }) => {
+                mut relation @ (Change::Relation { .. } | Change::Gone { .. }) => {
                     let lsn = self.durable.lsn;
                     let mut tables = std::mem::take(&mut self.tables);
                     let mut merges = std::mem::take(&mut self.merges);
                     let written = self.store.write_with(lsn, |w| {
-                        self.apply(w, &mut tables, &mut merges, lsn, relation)
+                        self.apply(w, &mut tables, &mut merges, lsn, &mut relation)
                     });
                     (self.tables, self.merges) = (tables, merges);
                     self.publish(written?.1);
@@ -488,9 +488,15 @@ impl Applier {
                                     "the replication stream nested a transaction".into(),
                                 ))
                             }
-                            change => {
-                                changes +=
-                                    this.apply(w, &mut tables, &mut merges, commit_lsn, change)?;
+                            mut change => {
+                                changes += this.apply(
+                                    w,
+                                    &mut tables,
+                                    &mut merges,
+                                    commit_lsn,
+                                    &mut change,
+                                )?;
+                                input.spent(change);
                                 this.progress.uncommitted.store(changes, Relaxed);
                             }
                         }
@@ -568,13 +574,15 @@ impl Applier {
 
     /// Applies one change of the transaction committing at `commit_lsn`; returns the rows
     /// it touched. A table being re-copied has its changed rows noted (see `merge`).
+    /// The change is left to be dropped by the caller (the stream's thread, which made its
+    /// buffers: `handoff`).
     fn apply(
         &self,
         w: &mut WriteTxn<'_, '_>,
         tables: &mut [StreamTable],
         merges: &mut HashMap<usize, Merge>,
         commit_lsn: u64,
-        change: Change,
+        change: &mut Change,
     ) -> Result<u64, ReplicationError> {
         let touch = |merges: &mut HashMap<usize, Merge>, index: usize, identity: &[u8]| {
             if let Some(merge) = merges.get_mut(&index) {
@@ -587,11 +595,12 @@ impl Applier {
                 new,
                 prepared,
             } => {
+                let index = *index;
                 let table = table_at(tables, index)?;
                 let identity = match prepared {
-                    Some(prepared) => write_prepared(w, table, *prepared)?,
+                    Some(prepared) => write_prepared(w, table, prepared)?,
                     None => {
-                        let values = values_of(table, &new);
+                        let values = values_of(table, new);
                         let filled: Vec<Option<&[u8]>> =
                             values.iter().map(|v| v.as_deref()).collect();
                         self.write_row(w, table, &filled, false)?
@@ -606,10 +615,17 @@ impl Applier {
                 new,
                 prepared,
             } => {
+                let index = *index;
                 let table = table_at(tables, index)?;
                 let rekey_from = merges.get(&index).map_or(&[][..], |m| m.rekey_from());
-                let (old_identity, new_identity) =
-                    self.update(w, table, old.as_ref(), &new, prepared, rekey_from)?;
+                let (old_identity, new_identity) = self.update(
+                    w,
+                    table,
+                    old.as_ref(),
+                    new,
+                    prepared.as_deref_mut(),
+                    rekey_from,
+                )?;
                 touch(merges, index, &old_identity);
                 if let Some(new_identity) = new_identity {
                     touch(merges, index, &new_identity);
@@ -617,8 +633,9 @@ impl Applier {
                 Ok(1)
             }
             Change::Delete { table: index, old } => {
+                let index = *index;
                 let table = table_at(tables, index)?;
-                let values = values_of(table, &old);
+                let values = values_of(table, old);
                 let identity = identity_of(table, &values);
                 let rekey_from = merges.get(&index).map_or(&[][..], |m| m.rekey_from());
                 carry_over(w, table, rekey_from, &[&values], &identity)?;
@@ -628,7 +645,7 @@ impl Applier {
             }
             Change::Truncate { tables: truncated } => {
                 let mut rows = 0;
-                for index in truncated {
+                for &mut index in truncated {
                     rows += w.truncate_table(table_at(tables, index)?.store_id)?;
                     if let Some(merge) = merges.get_mut(&index) {
                         merge.truncate(commit_lsn);
@@ -645,6 +662,9 @@ impl Applier {
                 rekey_from,
                 why,
             } => {
+                let (index, oid, recopy) = (*index, *oid, *recopy);
+                let (identity, columns) = (std::mem::take(identity), std::mem::take(columns));
+                let (rekey_from, why) = (std::mem::take(rekey_from), std::mem::take(why));
                 rebind(tables, index, oid, identity, columns, &self.rules)?;
                 if recopy {
                     // Any re-copy in progress read the old columns: it starts over (rows
@@ -670,6 +690,7 @@ impl Applier {
                 Ok(0)
             }
             Change::Gone { table: index } => {
+                let index = *index;
                 merges.remove(&index);
                 let table = table_at(tables, index)?;
                 // When the grace period ended is this replica's own (see `forks`).
@@ -779,7 +800,7 @@ impl Applier {
         table: &StreamTable,
         old: Option<&Tuple>,
         new: &Tuple,
-        prepared: Option<Box<PreparedRow>>,
+        prepared: Option<&mut PreparedRow>,
         rekey_from: &[String],
     ) -> Result<(Vec<u8>, Option<Vec<u8>>), ReplicationError> {
         let prepared = match (old, prepared) {
@@ -787,7 +808,7 @@ impl Applier {
             // prepared row's identity is the row's, nothing is filled in, and outside a
             // re-keying re-copy nothing is carried over (most rows of a bulk UPDATE).
             (None, Some(prepared)) if rekey_from.is_empty() => {
-                return Ok((write_prepared(w, table, *prepared)?, None));
+                return Ok((write_prepared(w, table, prepared)?, None));
             }
             (_, prepared) => prepared,
         };
@@ -810,7 +831,7 @@ impl Applier {
         match prepared {
             // Prepared from a complete new tuple: nothing was filled in above.
             Some(prepared) => {
-                write_prepared(w, table, *prepared)?;
+                write_prepared(w, table, prepared)?;
             }
             None => {
                 let filled: Vec<Option<&[u8]>> = values.iter().map(|v| v.as_deref()).collect();
@@ -843,11 +864,11 @@ impl Applier {
 }
 
 /// Stores a row the stream's task evaluated and packed (`prepare`) under its identity,
-/// which it returns.
+/// which it returns (taken out of it, as its stash; the rest is dropped with the change).
 fn write_prepared(
     w: &mut WriteTxn<'_, '_>,
     table: &StreamTable,
-    prepared: PreparedRow,
+    prepared: &mut PreparedRow,
 ) -> Result<Vec<u8>, ReplicationError> {
     let PreparedRow { row, packed } = prepared;
     let input = StoreInput::of(&row.eval);
@@ -856,10 +877,10 @@ fn write_prepared(
         &row.identity,
         &input.memberships,
         &input.lookup_puts(),
-        row.stash,
-        &packed,
+        std::mem::take(&mut row.stash),
+        packed,
     )?;
-    Ok(row.identity)
+    Ok(std::mem::take(&mut row.identity))
 }
 
 /// During a re-copy after the replica identity changed (the stored rows keyed by

@@ -2,6 +2,15 @@
 //! batches: one channel message (and at most one wake-up of the other side) per batch,
 //! not per change. A bulk transaction otherwise cost two thread switches per row, as
 //! the applier freed one slot at a time for a decoder waiting on a full queue.
+//!
+//! A batch's buffer is made once with room for a full batch and goes back to the stream
+//! when the applier has taken its changes out, with the changes the applier is done with
+//! ([`ChangeReceiver::spent`]): a batch is not grown change by change, and what the stream
+//! allocated (a change's rows, their evaluation and packed outputs) is freed on the
+//! stream's thread, where the allocator takes it back at once, instead of on the applier's
+//! (a free across threads, which the allocator collects later at a cost to the stream).
+
+use std::collections::VecDeque;
 
 use tokio::sync::mpsc;
 
@@ -11,18 +20,24 @@ use super::apply::Change;
 const BATCH: usize = 256;
 /// Batches queued between the two sides at most (with [`BATCH`]: 2,048 changes).
 const QUEUED_BATCHES: usize = 8;
+/// Emptied batch buffers kept for the stream at most (more are freed).
+const SPARE_BATCHES: usize = 2;
 
 /// A pair of ends.
 pub(super) fn channel() -> (ChangeSender, ChangeReceiver) {
     let (sender, receiver) = mpsc::channel(QUEUED_BATCHES);
+    let (spare_sender, spares) = mpsc::channel(SPARE_BATCHES);
     (
         ChangeSender {
             sender,
-            batch: Vec::new(),
+            batch: Vec::with_capacity(BATCH),
+            spares,
         },
         ChangeReceiver {
             receiver,
-            batch: Vec::new().into_iter(),
+            batch: VecDeque::with_capacity(BATCH),
+            spent: Vec::with_capacity(BATCH),
+            spares: spare_sender,
         },
     )
 }
@@ -37,6 +52,8 @@ pub(super) struct Closed;
 pub(super) struct ChangeSender {
     sender: mpsc::Sender<Vec<Change>>,
     batch: Vec<Change>,
+    /// Buffers of batches the applier emptied.
+    spares: mpsc::Receiver<Vec<Change>>,
 }
 
 impl ChangeSender {
@@ -53,7 +70,7 @@ impl ChangeSender {
         if commit {
             // Room first: a full queue leaves the batch where it is, untouched.
             match self.sender.try_reserve() {
-                Ok(permit) => permit.send(std::mem::take(&mut self.batch)),
+                Ok(permit) => permit.send(take_batch(&mut self.batch, &mut self.spares)),
                 Err(mpsc::error::TrySendError::Full(())) => {}
                 Err(mpsc::error::TrySendError::Closed(())) => return Err(Closed),
             }
@@ -66,7 +83,7 @@ impl ChangeSender {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let batch = std::mem::take(&mut self.batch);
+        let batch = take_batch(&mut self.batch, &mut self.spares);
         self.sender.send(batch).await.map_err(|_| Closed)
     }
 
@@ -76,10 +93,28 @@ impl ChangeSender {
     }
 }
 
+/// The collected `batch`, replaced by a buffer of `spares` (the changes the applier left in
+/// it dropped here) or a new one when none came back.
+fn take_batch(batch: &mut Vec<Change>, spares: &mut mpsc::Receiver<Vec<Change>>) -> Vec<Change> {
+    let empty = match spares.try_recv() {
+        Ok(mut spent) => {
+            spent.clear();
+            spent
+        }
+        Err(_) => Vec::with_capacity(BATCH),
+    };
+    std::mem::replace(batch, empty)
+}
+
 /// The applier's end: one change at a time, as sent.
 pub(super) struct ChangeReceiver {
     receiver: mpsc::Receiver<Vec<Change>>,
-    batch: std::vec::IntoIter<Change>,
+    /// The batch being taken apart (a `Vec` turned into a deque and back keeps its buffer).
+    batch: VecDeque<Change>,
+    /// Changes applied since the batch before this one ended, in the buffer that batch came
+    /// in: sent back to the stream with the next batch.
+    spent: Vec<Change>,
+    spares: mpsc::Sender<Vec<Change>>,
 }
 
 impl ChangeReceiver {
@@ -87,20 +122,41 @@ impl ChangeReceiver {
     /// change sent was received.
     pub fn blocking_recv(&mut self) -> Option<Change> {
         loop {
-            if let Some(change) = self.batch.next() {
+            if let Some(change) = self.batch.pop_front() {
                 return Some(change);
             }
-            self.batch = self.receiver.blocking_recv()?.into_iter();
+            let next = self.receiver.blocking_recv()?;
+            self.replace_batch(next);
         }
     }
 
     /// The next change if one was sent already.
     pub fn try_recv(&mut self) -> Option<Change> {
         loop {
-            if let Some(change) = self.batch.next() {
+            if let Some(change) = self.batch.pop_front() {
                 return Some(change);
             }
-            self.batch = self.receiver.try_recv().ok()?.into_iter();
+            let next = self.receiver.try_recv().ok()?;
+            self.replace_batch(next);
+        }
+    }
+
+    /// Hands back a change the applier is done with, to be dropped on the stream's thread
+    /// (see the module's note). Held until the next batch arrives: at most a batch of them.
+    pub fn spent(&mut self, change: Change) {
+        if self.spent.len() < self.spent.capacity() {
+            self.spent.push(change);
+        }
+    }
+
+    /// Takes `next` apart from here on. The changes spent so far go back to the stream in
+    /// their buffer (dropped here if the stream has enough buffers, or is gone); the
+    /// emptied batch's buffer collects the next ones.
+    fn replace_batch(&mut self, next: Vec<Change>) {
+        let emptied = std::mem::replace(&mut self.batch, VecDeque::from(next));
+        let spent = std::mem::replace(&mut self.spent, Vec::from(emptied));
+        if spent.capacity() > 0 {
+            let _ = self.spares.try_send(spent);
         }
     }
 }
@@ -117,8 +173,12 @@ mod tests {
     }
 
     fn lsn_of(change: Option<Change>) -> Option<u64> {
+        lsn_of_ref(change.as_ref())
+    }
+
+    fn lsn_of_ref(change: Option<&Change>) -> Option<u64> {
         match change {
-            Some(Change::Advance { lsn, .. }) => Some(lsn),
+            Some(Change::Advance { lsn, .. }) => Some(*lsn),
             _ => None,
         }
     }
@@ -194,6 +254,35 @@ mod tests {
             let got = receiver.try_recv();
             assert!(matches!(got, Some(Change::Commit { end_lsn, .. }) if end_lsn == lsn));
         }
+    }
+
+    #[tokio::test]
+    async fn batch_buffers_go_back_to_the_stream_with_the_changes_spent() {
+        let (mut sender, mut receiver) = channel();
+        assert!(
+            sender.batch.capacity() >= BATCH,
+            "made with room for a batch"
+        );
+        let first = sender.batch.as_ptr();
+        for lsn in 1..=3 {
+            sender.push(advance(lsn)).await.unwrap();
+            sender.flush().await.unwrap();
+            let change = receiver.try_recv();
+            assert_eq!(lsn_of_ref(change.as_ref()), Some(lsn));
+            receiver.spent(change.unwrap());
+        }
+        // The buffer the first batch came in collected the changes applied from the second
+        // batch on, and went back when the third arrived; the stream drops them when it
+        // takes the buffer up for a batch of its own.
+        let back = sender.spares.try_recv().expect("a buffer came back");
+        assert_eq!(back.as_ptr(), first);
+        let spent: Vec<_> = back.iter().map(|c| lsn_of_ref(Some(c))).collect();
+        assert_eq!(spent, [Some(2)]);
+        receiver.spares.try_send(back).unwrap();
+        sender.push(advance(4)).await.unwrap();
+        sender.flush().await.unwrap();
+        assert_eq!(sender.batch.as_ptr(), first, "the buffer taken up again");
+        assert!(sender.batch.is_empty(), "its spent changes dropped");
     }
 
     #[tokio::test]
