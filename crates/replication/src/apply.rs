@@ -41,8 +41,6 @@ const COMPACT_AFTER_OPS: u64 = 1024;
 
 /// A decoded source change, addressed to a table by its index in the applier's list.
 #[derive(Debug)]
-// Rows travel by value through a bounded queue; boxing would add an allocation per change.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Change {
     /// A source transaction starts; `commit_lsn` is where it commits.
     Begin {
@@ -57,7 +55,9 @@ pub(super) enum Change {
     },
     Update {
         table: usize,
-        old: Option<Tuple>,
+        /// Boxed: most updates have none (their key did not change), and a change is moved
+        /// several times on its way to the store.
+        old: Option<Box<Tuple>>,
         new: Tuple,
         prepared: Option<Box<PreparedRow>>,
     },
@@ -621,7 +621,7 @@ impl Applier {
                 let (old_identity, new_identity) = self.update(
                     w,
                     table,
-                    old.as_ref(),
+                    old.as_deref(),
                     new,
                     prepared.as_deref_mut(),
                     rekey_from,

@@ -71,7 +71,7 @@ fn apply(
         Change::Insert { table, new, .. } => (table, None, new),
         Change::Update {
             table, old, new, ..
-        } => (table, old, new),
+        } => (table, old.map(|old| *old), new),
         Change::Delete { table, old } => {
             let values = values_of(table_of(table)?, &old);
             kept.remove(&(table, identity_of(table_of(table)?, &values)));

@@ -699,7 +699,7 @@ impl<'a> Decoder<'a> {
                 .row_of(relation, [&old, &new])?
                 .map(|(table, [old, new])| Change::Update {
                     table,
-                    old: Some(old),
+                    old: Some(Box::new(old)),
                     new,
                     prepared: None,
                 }),
