@@ -443,3 +443,64 @@ fn a_tombstone_not_past_the_tables_end_is_placed_by_a_search() {
     let removed = listed(&store, |kind| *kind == crate::op::OpKind::Remove);
     assert_eq!(removed, ["a", "b"]);
 }
+
+/// A deleted row's REMOVEs show, in each bucket, the output the row showed there: a row
+/// whose buckets show different outputs (the tombstone is made once per output, the bucket
+/// found by id once the transaction wrote to it, by name before).
+#[test]
+fn each_remove_of_a_row_shows_the_output_of_its_bucket() {
+    let root = tempfile::tempdir().unwrap();
+    let store = Store::open(&root.path().join("store")).unwrap();
+    let put = |bucket, object_type, id| RowPut {
+        bucket,
+        object_type,
+        object_id: id,
+        data: "{}",
+        checksum: 1,
+    };
+    let buckets = ["1#a[]", "1#b[]", "1#c[]"];
+    let row = |id| {
+        [
+            put(buckets[0], "notes", id),
+            put(buckets[1], "tasks", id),
+            put(buckets[2], "notes", id),
+        ]
+    };
+    store
+        .write(10, |w| {
+            w.upsert_row(1, b"x", &row("x"), &[])?;
+            w.upsert_row(1, b"y", &row("y"), &[])
+        })
+        .unwrap();
+    // `x` deleted first in its transaction (its buckets not written yet), `y` after it.
+    store
+        .write(11, |w| {
+            assert!(w.delete_row(1, b"x")?);
+            w.delete_row(1, b"y").map(drop)
+        })
+        .unwrap();
+    let removes = |bucket: &str| -> Vec<(String, String, String)> {
+        store
+            .read(|v| {
+                let state = v.bucket(bucket)?.unwrap();
+                let page = v.ops(state.id, 0, u64::MAX, 1000)?;
+                Ok(page
+                    .ops
+                    .into_iter()
+                    .filter(|op| op.kind == crate::op::OpKind::Remove)
+                    .filter_map(|op| op.object)
+                    .map(|o| (o.object_type, o.object_id, o.subkey))
+                    .collect())
+            })
+            .unwrap()
+    };
+    let shown = |object_type: &str| {
+        vec![
+            (object_type.to_owned(), "x".to_owned(), "1/1".to_owned()),
+            (object_type.to_owned(), "y".to_owned(), "1/2".to_owned()),
+        ]
+    };
+    assert_eq!(removes(buckets[0]), shown("notes"));
+    assert_eq!(removes(buckets[1]), shown("tasks"));
+    assert_eq!(removes(buckets[2]), shown("notes"));
+}

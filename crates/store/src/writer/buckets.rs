@@ -96,17 +96,56 @@ impl WriteTxn<'_, '_> {
         };
         bucket.add(op_id, checksum);
         let bucket_id = bucket.id;
-        self.counters.next_op += 1;
+        self.buffer_op(bucket_id, kind, output, checksum, reference);
+        Ok((bucket_id, op_id))
+    }
+
+    /// [`Self::append`] to the bucket with id `bucket_id` (a REMOVE's, which its row's
+    /// record names by id). Returns the op id.
+    fn append_to(
+        &mut self,
+        bucket_id: u32,
+        kind: OpKind,
+        output: u8,
+        checksum: u32,
+        reference: u64,
+    ) -> Result<u64, StoreError> {
+        if self.diverging || !self.dirty_names.contains_key(&bucket_id) {
+            // Not written in this transaction yet: found by its name once.
+            let name = self.bucket_name(bucket_id)?;
+            return Ok(self.append(&name, kind, output, checksum, reference)?.1);
+        }
+        let op_id = self.counters.next_op;
+        let bucket = self
+            .dirty_names
+            .get(&bucket_id)
+            .and_then(|name| self.dirty.get_mut(name.as_str()))
+            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"))?;
+        bucket.add(op_id, checksum);
+        self.buffer_op(bucket_id, kind, output, checksum, reference);
+        Ok(op_id)
+    }
+
+    /// Buffers the op with the next op id for bucket `bucket_id`, whose accumulators
+    /// already count it.
+    fn buffer_op(
+        &mut self,
+        bucket_id: u32,
+        kind: OpKind,
+        output: u8,
+        checksum: u32,
+        reference: u64,
+    ) {
         let op = StoredOp {
-            op_id,
+            op_id: self.counters.next_op,
             kind,
             output,
             checksum,
             reference,
         };
+        self.counters.next_op += 1;
         self.pending.entry(bucket_id).or_default().push(op);
         self.pending_ops += 1;
-        Ok((bucket_id, op_id))
     }
 
     /// Turns op `op_id` of a bucket into a MOVE that points at `target`.
@@ -179,19 +218,28 @@ impl WriteTxn<'_, '_> {
     ) -> Result<(), StoreError> {
         // Made once a membership ends (an update usually ends none).
         let mut subkey_and_checksum: Option<(String, u32)> = None;
+        // The tombstone of the output last removed: a row mostly shows one output in all
+        // its buckets, whose REMOVEs then store the same bytes.
+        let mut tombstone: Option<(u8, Vec<u8>)> = None;
         for membership in memberships {
-            let output = old.output(membership);
             let (subkey, checksum) = subkey_and_checksum.get_or_insert_with(|| {
                 let subkey = subkey(old.table_id, row_id);
                 let checksum = remove_checksum(&subkey);
                 (subkey, checksum)
             });
-            let (subkey, checksum) = (&**subkey, *checksum);
-            let name = self.bucket_name(membership.bucket_id)?;
-            let (_, op_id) = self.append(&name, OpKind::Remove, 0, checksum, row_id)?;
+            let checksum = *checksum;
+            let bytes = match tombstone.take() {
+                Some((output, bytes)) if output == membership.output => bytes,
+                _ => {
+                    let output = old.output(membership);
+                    Tombstone::encode_parts(&output.object_type, &output.object_id, subkey)
+                }
+            };
+            let op_id =
+                self.append_to(membership.bucket_id, OpKind::Remove, 0, checksum, row_id)?;
             *self.compactable.entry(membership.bucket_id).or_default() += 1;
-            let tombstone = Tombstone::encode_parts(&output.object_type, &output.object_id, subkey);
-            self.put_tombstone(op_id, &tombstone)?;
+            self.put_tombstone(op_id, &bytes)?;
+            tombstone = Some((membership.output, bytes));
             self.supersede(membership.bucket_id, membership.op_id, op_id)?;
         }
         Ok(())
