@@ -96,53 +96,51 @@ impl WriteTxn<'_, '_> {
         };
         bucket.add(op_id, checksum);
         let bucket_id = bucket.id;
-        self.buffer_op(bucket_id, kind, output, checksum, reference);
+        self.buffer_op(
+            bucket_id,
+            StoredOp {
+                op_id,
+                kind,
+                output,
+                checksum,
+                reference,
+            },
+        );
         Ok((bucket_id, op_id))
     }
 
-    /// [`Self::append`] to the bucket with id `bucket_id` (a REMOVE's, which its row's
-    /// record names by id). Returns the op id.
-    fn append_to(
+    /// Appends a REMOVE of row `row_id` to the bucket with id `bucket_id` (a row's record
+    /// names its buckets by id). Returns the op id.
+    fn append_remove(
         &mut self,
         bucket_id: u32,
-        kind: OpKind,
-        output: u8,
         checksum: u32,
-        reference: u64,
+        row_id: u64,
     ) -> Result<u64, StoreError> {
         if self.diverging || !self.dirty_names.contains_key(&bucket_id) {
             // Not written in this transaction yet: found by its name once.
             let name = self.bucket_name(bucket_id)?;
-            return Ok(self.append(&name, kind, output, checksum, reference)?.1);
+            return Ok(self.append(&name, OpKind::Remove, 0, checksum, row_id)?.1);
         }
         let op_id = self.counters.next_op;
-        let bucket = self
-            .dirty_names
+        self.dirty_names
             .get(&bucket_id)
             .and_then(|name| self.dirty.get_mut(name.as_str()))
-            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"))?;
-        bucket.add(op_id, checksum);
-        self.buffer_op(bucket_id, kind, output, checksum, reference);
+            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"))?
+            .add(op_id, checksum);
+        let remove = StoredOp {
+            op_id,
+            kind: OpKind::Remove,
+            output: 0,
+            checksum,
+            reference: row_id,
+        };
+        self.buffer_op(bucket_id, remove);
         Ok(op_id)
     }
 
-    /// Buffers the op with the next op id for bucket `bucket_id`, whose accumulators
-    /// already count it.
-    fn buffer_op(
-        &mut self,
-        bucket_id: u32,
-        kind: OpKind,
-        output: u8,
-        checksum: u32,
-        reference: u64,
-    ) {
-        let op = StoredOp {
-            op_id: self.counters.next_op,
-            kind,
-            output,
-            checksum,
-            reference,
-        };
+    /// Buffers `op` (the next op id) for bucket `bucket_id`, whose accumulators count it.
+    fn buffer_op(&mut self, bucket_id: u32, op: StoredOp) {
         self.counters.next_op += 1;
         self.pending.entry(bucket_id).or_default().push(op);
         self.pending_ops += 1;
@@ -235,8 +233,7 @@ impl WriteTxn<'_, '_> {
                     Tombstone::encode_parts(&output.object_type, &output.object_id, subkey)
                 }
             };
-            let op_id =
-                self.append_to(membership.bucket_id, OpKind::Remove, 0, checksum, row_id)?;
+            let op_id = self.append_remove(membership.bucket_id, checksum, row_id)?;
             *self.compactable.entry(membership.bucket_id).or_default() += 1;
             self.put_tombstone(op_id, &bytes)?;
             tombstone = Some((membership.output, bytes));
