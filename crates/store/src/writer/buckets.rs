@@ -117,17 +117,14 @@ impl WriteTxn<'_, '_> {
         checksum: u32,
         row_id: u64,
     ) -> Result<u64, StoreError> {
-        if self.diverging || !self.dirty_names.contains_key(&bucket_id) {
-            // Not written in this transaction yet: found by its name once.
+        let written = self.dirty_names.get(&bucket_id).filter(|_| !self.diverging);
+        let Some(bucket) = written.and_then(|name| self.dirty.get_mut(name.as_str())) else {
+            // Not written in this transaction yet (or forking first): found by its name.
             let name = self.bucket_name(bucket_id)?;
             return Ok(self.append(&name, OpKind::Remove, 0, checksum, row_id)?.1);
-        }
+        };
         let op_id = self.counters.next_op;
-        self.dirty_names
-            .get(&bucket_id)
-            .and_then(|name| self.dirty.get_mut(name.as_str()))
-            .ok_or_else(|| StoreError::corrupt(self.dir, "bucket state"))?
-            .add(op_id, checksum);
+        bucket.add(op_id, checksum);
         let remove = StoredOp {
             op_id,
             kind: OpKind::Remove,
