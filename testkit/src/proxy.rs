@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 /// A proxy from a free loopback port to `127.0.0.1:<target>`.
@@ -21,6 +21,10 @@ struct Shared {
     /// Connections accepted while this is set pass the server's first answer (a
     /// PostgreSQL handshake) and nothing after it.
     handshake_only: AtomicBool,
+    /// A connection whose client sends these bytes stops forwarding from then on.
+    stall_on: Mutex<Option<Vec<u8>>>,
+    /// Connections stalled by `stall_on`.
+    stalled_on_sending: AtomicUsize,
     epoch: AtomicU64,
     closing: AtomicBool,
     /// Every socket, so that dropping the proxy ends every pump.
@@ -36,6 +40,8 @@ impl TcpProxy {
             target: AtomicU16::new(target_port),
             stalled_before: AtomicU64::new(0),
             handshake_only: AtomicBool::new(false),
+            stall_on: Mutex::new(None),
+            stalled_on_sending: AtomicUsize::new(0),
             epoch: AtomicU64::new(1),
             closing: AtomicBool::new(false),
             sockets: Mutex::new(Vec::new()),
@@ -60,8 +66,18 @@ impl TcpProxy {
                         .expect("proxy sockets")
                         .extend([c, s]);
                 }
-                pump(&accepting, &client, &server, epoch, None);
-                pump(&accepting, &server, &client, epoch, answers);
+                let link = Arc::new(Link {
+                    epoch,
+                    stalled: AtomicBool::new(false),
+                });
+                pump(&accepting, &client, &server, &link, Direction::ToServer);
+                pump(
+                    &accepting,
+                    &server,
+                    &client,
+                    &link,
+                    Direction::ToClient(answers),
+                );
             }
         });
         Self { port, shared }
@@ -87,20 +103,64 @@ impl TcpProxy {
         self.shared.handshake_only.store(on, SeqCst);
     }
 
+    /// While `Some`, a connection whose client sends `pattern` (within one read, as a
+    /// short query arrives) stops forwarding from that moment, both directions: a network
+    /// that fails exactly while that request is on its way. Counted by
+    /// [`stalled_on_sending`](Self::stalled_on_sending).
+    pub fn stall_when_client_sends(&self, pattern: Option<&str>) {
+        *self.shared.stall_on.lock().expect("proxy pattern") =
+            pattern.map(|p| p.as_bytes().to_vec());
+    }
+
+    /// How many connections [`stall_when_client_sends`](Self::stall_when_client_sends)
+    /// has stalled.
+    pub fn stalled_on_sending(&self) -> usize {
+        self.shared.stalled_on_sending.load(SeqCst)
+    }
+
     /// New connections go to `target_port` from now on.
     pub fn retarget(&self, target_port: u16) {
         self.shared.target.store(target_port, SeqCst);
     }
 }
 
+/// One proxied connection.
+struct Link {
+    /// When it was accepted: stalled by `stall_open_connections` after it.
+    epoch: u64,
+    /// Stalled by `stall_when_client_sends`.
+    stalled: AtomicBool,
+}
+
+impl Link {
+    fn stalled(&self, shared: &Shared) -> bool {
+        self.epoch < shared.stalled_before.load(SeqCst) || self.stalled.load(SeqCst)
+    }
+}
+
+/// Which way a pump copies.
+#[derive(Clone, Copy)]
+enum Direction {
+    /// The client's requests (watched for `stall_on`).
+    ToServer,
+    /// The server's answers, only this many reads of them when given.
+    ToClient(Option<usize>),
+}
+
 /// Copies `from` → `to` on a thread of its own until either side closes, swallowing
-/// instead once the connection (accepted at `epoch`) is stalled, or after `reads` reads
-/// when given.
-fn pump(shared: &Arc<Shared>, from: &TcpStream, to: &TcpStream, epoch: u64, reads: Option<usize>) {
+/// instead once the connection is stalled, or after the reads `direction` allows.
+fn pump(
+    shared: &Arc<Shared>,
+    from: &TcpStream,
+    to: &TcpStream,
+    link: &Arc<Link>,
+    direction: Direction,
+) {
     let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
         return;
     };
     let shared = shared.clone();
+    let link = link.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 << 10];
         let mut forwarded = 0usize;
@@ -109,7 +169,21 @@ fn pump(shared: &Arc<Shared>, from: &TcpStream, to: &TcpStream, epoch: u64, read
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
-            if epoch < shared.stalled_before.load(SeqCst) || reads.is_some_and(|r| forwarded >= r) {
+            if let Direction::ToServer = direction {
+                let stall_on = shared.stall_on.lock().expect("proxy pattern");
+                if let Some(pattern) = stall_on.as_deref() {
+                    if buf[..n].windows(pattern.len()).any(|w| w == pattern)
+                        && !link.stalled.swap(true, SeqCst)
+                    {
+                        shared.stalled_on_sending.fetch_add(1, SeqCst);
+                    }
+                }
+            }
+            let answers = match direction {
+                Direction::ToClient(answers) => answers,
+                Direction::ToServer => None,
+            };
+            if link.stalled(&shared) || answers.is_some_and(|r| forwarded >= r) {
                 continue; // a network that stopped forwarding: nothing arrives
             }
             forwarded += 1;
@@ -117,7 +191,7 @@ fn pump(shared: &Arc<Shared>, from: &TcpStream, to: &TcpStream, epoch: u64, read
                 break;
             }
         }
-        if epoch >= shared.stalled_before.load(SeqCst) {
+        if !link.stalled(&shared) {
             let _ = to.shutdown(Shutdown::Write);
         }
     });

@@ -137,13 +137,23 @@ pub(super) async fn watch_liveness(
                     Some(_) => Some(format!(
                         "{unheard}; a logical message sent through it did not arrive"
                     )),
-                    // Perhaps only idle: test it with a message through the primary.
+                    // Perhaps only idle: test it with a message through the primary. Its
+                    // answer is bounded like a question: a network that stops while it is
+                    // on its way must not hold the check.
                     None => match &client {
-                        Some(c) if emit_marker(c, "liveness").await.is_ok() => {
+                        Some(c)
+                            if matches!(
+                                tokio::time::timeout(ASK_TIMEOUT, emit_marker(c, "liveness")).await,
+                                Ok(Ok(()))
+                            ) =>
+                        {
                             probe = Some(Instant::now());
                             None
                         }
-                        _ => Some(unheard),
+                        _ => Some(format!(
+                            "{unheard}; a logical message to test it got no answer within {} s",
+                            ASK_TIMEOUT.as_secs()
+                        )),
                     },
                 }
             }

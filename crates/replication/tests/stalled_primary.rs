@@ -266,6 +266,39 @@ async fn an_idle_stream_is_not_taken_for_a_dead_one() {
     following.task.abort();
 }
 
+/// The network stops forwarding just as the liveness check tests an idle stream with a
+/// message through the primary: the check's wait for that message's answer is bounded
+/// like its questions, so the stream's own stall that follows is still noticed (before,
+/// the check waited for the answer forever and nothing was ever applied again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_that_stalls_while_the_liveness_check_sends_its_message_is_left_in_time() {
+    let rig = rig().await;
+    let mut following = follow(&rig);
+    let p = &rig.primary;
+    p.sql("INSERT INTO notes VALUES ('a1', 'u1', 'before the quiet')");
+    following.sync_point(p).await;
+
+    // The check's message (the catalog watcher sends one of its own, without a parameter).
+    rig.proxy
+        .stall_when_client_sends(Some("pg_logical_emit_message(false, 'powersync', $1)"));
+    testkit::wait_until("the liveness check to test the idle stream", || {
+        (rig.proxy.stalled_on_sending() > 0).then_some(())
+    });
+    rig.proxy.stall_when_client_sends(None);
+    rig.proxy.stall_open_connections();
+    p.sql("INSERT INTO notes VALUES ('a2', 'u2', 'after the stall')");
+    following.sync_point(p).await;
+    assert_matches_primary(&rig, "a stall while the liveness check sent its message").await;
+    let retried = following.retried.lock().clone();
+    assert!(
+        retried
+            .iter()
+            .any(|e| e.contains("a logical message to test it got no answer")),
+        "the liveness check gave up on its message: {retried:?}"
+    );
+    following.task.abort();
+}
+
 /// The network stops forwarding while a stream is set up (its connections open, and then
 /// no answer arrives): the setup gives up within its bound and is made again once the
 /// network forwards, instead of waiting forever where the liveness check does not watch.
