@@ -88,6 +88,14 @@ impl TcpProxy {
         self.port
     }
 
+    /// A connection URI to the `postgres` database as `postgres` through the proxy.
+    pub fn uri(&self) -> String {
+        format!(
+            "postgresql://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
     /// Every connection open now stops forwarding (both directions; it stays open and
     /// swallows what it is sent). Connections made later are forwarded.
     pub fn stall_open_connections(&self) {

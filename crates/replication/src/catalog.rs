@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::liveness::{asked, ASK_TIMEOUT};
 use super::SourcePlan;
 use source::{connect, primary_identity, published_tables, table_columns, ColumnMeta, SourceTable};
 
@@ -61,11 +62,24 @@ pub(super) async fn watch_catalog(
         if client.is_none() {
             client = connect(&plan.connection).await.ok();
         }
+        // A question the network stopped answering is given up (`asked`), and the next
+        // turn connects again.
+        let mut reconnect = false;
         if let Some(c) = &client {
-            match read(c, &system_identifier, &tables).await {
+            let reading = asked(read(c, &system_identifier, &tables))
+                .await
+                .unwrap_or_else(|| {
+                    reconnect = true;
+                    Err(format!(
+                        "the primary did not answer within {} s (the network may have stopped \
+                         forwarding); connecting again",
+                        ASK_TIMEOUT.as_secs()
+                    ))
+                });
+            match reading {
                 Ok(seen) if last.as_ref() != Some(&seen) => {
-                    match confirm(c, &system_identifier, &tables, &seen).await {
-                        Ok(Some(lsn)) => {
+                    match asked(confirm(c, &system_identifier, &tables, &seen)).await {
+                        Some(Ok(Some(lsn))) => {
                             last = Some(seen.clone());
                             let state = CatalogState { lsn, tables: seen };
                             if out.send(Some(Arc::new(state))).is_err() {
@@ -73,8 +87,8 @@ pub(super) async fn watch_catalog(
                             }
                         }
                         // It changed again meanwhile: the next turn reads it anew.
-                        Ok(None) => {}
-                        Err(_) => client = None,
+                        Some(Ok(None)) => {}
+                        Some(Err(_)) | None => reconnect = true,
                     }
                 }
                 Ok(_) => {}
@@ -86,11 +100,12 @@ pub(super) async fn watch_catalog(
                         );
                         last_problem = problem;
                     }
-                    if c.is_closed() {
-                        client = None;
-                    }
+                    reconnect |= c.is_closed();
                 }
             }
+        }
+        if reconnect {
+            client = None;
         }
         if out.is_closed() {
             return;
@@ -196,7 +211,31 @@ async fn position(client: &tokio_postgres::Client) -> Result<u64, tokio_postgres
 #[cfg(test)]
 mod tests {
     use super::*;
-    use testkit::{Cluster, ClusterKind, PgInstall, TestDir};
+    use testkit::{Cluster, ClusterKind, PgInstall, TcpProxy, TestDir};
+
+    /// A primary publishing one table, `notes`.
+    fn primary_with_notes(install: &PgInstall, dir: &TestDir) -> Cluster {
+        let primary = Cluster::start_new(install, dir, "primary", ClusterKind::Primary, &[]);
+        primary.sql(
+            "CREATE TABLE notes (id text PRIMARY KEY, body text);
+             CREATE PUBLICATION powersync FOR TABLE notes;",
+        );
+        primary
+    }
+
+    fn plan(uri: &str) -> SourcePlan {
+        SourcePlan {
+            connection: config::SourceConnection::from_uri(uri).unwrap(),
+            slot: "unused".into(),
+        }
+    }
+
+    fn notes() -> Vec<SourceTable> {
+        vec![SourceTable {
+            schema: "public".into(),
+            name: "notes".into(),
+        }]
+    }
 
     /// The catalog of a cluster other than the store's (its system identifier) is not
     /// read; the store's own is, and a change of it is handed on.
@@ -204,19 +243,9 @@ mod tests {
     async fn only_the_stores_own_cluster_is_read() {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
-        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
-        primary.sql(
-            "CREATE TABLE notes (id text PRIMARY KEY, body text);
-             CREATE PUBLICATION powersync FOR TABLE notes;",
-        );
-        let plan = SourcePlan {
-            connection: config::SourceConnection::from_uri(&primary.uri("postgres")).unwrap(),
-            slot: "unused".into(),
-        };
-        let tables = vec![SourceTable {
-            schema: "public".into(),
-            name: "notes".into(),
-        }];
+        let primary = primary_with_notes(&install, &dir);
+        let plan = plan(&primary.uri("postgres"));
+        let tables = notes();
         let watch = |system_identifier: String| {
             let (out, seen) = watch::channel(None);
             let task = tokio::spawn(watch_catalog(
@@ -246,6 +275,37 @@ mod tests {
         let second = seen.borrow_and_update().clone().unwrap();
         assert_eq!(second.tables[0].as_ref().unwrap().columns.len(), 3);
         assert!(second.lsn > first.lsn);
+        task.abort();
+    }
+
+    /// The network to the primary stops forwarding in the middle of a reading (nothing
+    /// closes): the reading is given up in time and the catalog read again over a new
+    /// connection, instead of waiting forever for the answer and following nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reading_the_network_stops_answering_is_made_again() {
+        let install = PgInstall::pg16();
+        let dir = TestDir::new(&install);
+        let primary = primary_with_notes(&install, &dir);
+        let proxy = TcpProxy::start(primary.port());
+        let own = primary.sql("SELECT system_identifier FROM pg_control_system()");
+        let (out, mut seen) = watch::channel(None);
+        let task = tokio::spawn(watch_catalog(plan(&proxy.uri()), own, notes(), out));
+        testkit::wait_for_future("the first reading", || (), seen.changed())
+            .await
+            .unwrap();
+        seen.borrow_and_update();
+
+        proxy.stall_when_client_sends(Some("BEGIN ISOLATION LEVEL REPEATABLE READ"));
+        testkit::wait_until("a reading to start", || {
+            (proxy.stalled_on_sending() > 0).then_some(())
+        });
+        proxy.stall_when_client_sends(None);
+        primary.sql("ALTER TABLE notes ADD COLUMN extra text DEFAULT 'x'");
+        testkit::wait_for_future("a reading with the new column", || (), seen.changed())
+            .await
+            .unwrap();
+        let reading = seen.borrow_and_update().clone().unwrap();
+        assert_eq!(reading.tables[0].as_ref().unwrap().columns.len(), 3);
         task.abort();
     }
 }

@@ -18,6 +18,15 @@ use pg_walstream::CancellationToken;
 use super::SourcePlan;
 use source::{connect, emit_marker, slot_walsender};
 
+/// How long one question to the primary over an ordinary connection may take: a network
+/// that stops forwarding leaves it unanswered and closes nothing.
+pub(super) const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `question`'s answer, or `None` when it did not come within [`ASK_TIMEOUT`].
+pub(super) async fn asked<T>(question: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(ASK_TIMEOUT, question).await.ok()
+}
+
 /// When a silent stream is checked and when it counts as dead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Liveness {
@@ -94,8 +103,6 @@ pub(super) async fn watch_liveness(
     dead: Arc<Mutex<Option<String>>>,
     cancel: CancellationToken,
 ) {
-    /// How long one question to the primary may take.
-    const ASK_TIMEOUT: Duration = Duration::from_secs(10);
     let mut client: Option<tokio_postgres::Client> = None;
     // When a message was sent through the primary to test a quiet stream.
     let mut probe: Option<Instant> = None;
@@ -106,7 +113,7 @@ pub(super) async fn watch_liveness(
             probe = None; // something arrived (after the probe, if one was sent)
             continue;
         }
-        let answer = tokio::time::timeout(ASK_TIMEOUT, async {
+        let answer = asked(async {
             let connected = match client.take() {
                 Some(c) => c,
                 None => connect(&plan.connection).await?,
@@ -119,13 +126,13 @@ pub(super) async fn watch_liveness(
         })
         .await;
         let verdict = match answer {
-            Ok(Ok(None)) => Some(format!(
+            Some(Ok(None)) => Some(format!(
                 "no walsender on the primary holds slot \"{}\" any more although this worker \
                  has been connected (silent for {:.0} s)",
                 plan.slot,
                 silent.as_secs_f64()
             )),
-            Ok(Ok(Some(w))) if w.silent_for.is_some_and(|s| s >= dead_after) => {
+            Some(Ok(Some(w))) if w.silent_for.is_some_and(|s| s >= dead_after) => {
                 let unheard = format!(
                     "the primary has heard nothing from this worker for {:.0} s (its \
                      walsender, pid {}, waits for replies the network no longer delivers)",
@@ -157,8 +164,8 @@ pub(super) async fn watch_liveness(
                     },
                 }
             }
-            Ok(Ok(Some(_))) => None,
-            Ok(Err(_)) | Err(_) => {
+            Some(Ok(Some(_))) => None,
+            Some(Err(_)) | None => {
                 client = None;
                 (silent >= dead_after).then(|| {
                     format!(

@@ -179,7 +179,11 @@ pub async fn follow_slot(
         .spawn(move || applier.run(changes))
         .map_err(|e| stream_error(format!("cannot start the apply thread: {e}")))?;
 
-    let watcher = tokio::spawn(watch_slot(plan.clone(), context.progress.clone()));
+    let watcher = tokio::spawn(slot_watch::watch_slot(
+        plan.clone(),
+        context.progress.clone(),
+        slot_watch::EVERY,
+    ));
     let cancel = CancellationToken::new();
     let heard = Arc::new(Heard::new());
     let dead = Arc::new(parking_lot::Mutex::new(None));
@@ -538,47 +542,6 @@ async fn end_stale_walsender(
         return busy(format!(" (walsender pid {} did not end)", holder.pid));
     }
     Ok(())
-}
-
-/// Every 10 s, how much WAL the primary retains for the slot (for `status()`) and its
-/// current WAL position (for the lag in bytes), over an ordinary connection; errors only skip a reading (the stream reports real failures).
-async fn watch_slot(plan: SourcePlan, progress: Arc<StreamProgress>) {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-    let mut client = None;
-    loop {
-        if client.is_none() {
-            client = connect(&plan.connection).await.ok();
-        }
-        if let Some(c) = &client {
-            let row = c
-                .query_opt(
-                    "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint, \
-                     (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint \
-                     FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&plan.slot],
-                )
-                .await;
-            match row {
-                Ok(Some(row)) => {
-                    if let Ok(Some(bytes)) = row.try_get::<_, Option<i64>>(0) {
-                        progress.retained_wal_bytes.store(
-                            u64::try_from(bytes).unwrap_or(0),
-                            std::sync::atomic::Ordering::Relaxed,
-                        );
-                    }
-                    if let Ok(Some(head)) = row.try_get::<_, Option<i64>>(1) {
-                        progress.primary_head_lsn.store(
-                            u64::try_from(head).unwrap_or(0),
-                            std::sync::atomic::Ordering::Relaxed,
-                        );
-                    }
-                }
-                Ok(None) => {}
-                Err(_) => client = None,
-            }
-        }
-        tokio::time::sleep(EVERY).await;
-    }
 }
 
 /// pgoutput messages → changes for the tables the rules read.
@@ -1093,3 +1056,4 @@ fn describe(columns: &[Column<'_>]) -> String {
 mod tests;
 
 mod read;
+mod slot_watch;

@@ -55,12 +55,8 @@ struct Rig {
 
 impl Rig {
     fn plan(&self) -> SourcePlan {
-        let uri = format!(
-            "postgresql://postgres@127.0.0.1:{}/postgres?sslmode=disable",
-            self.proxy.port()
-        );
         SourcePlan {
-            connection: SourceConnection::from_uri(&uri).unwrap(),
+            connection: SourceConnection::from_uri(&self.proxy.uri()).unwrap(),
             slot: SLOT.into(),
         }
     }
