@@ -89,19 +89,27 @@ fn main() {
     });
     if small > 0 {
         let started = Instant::now();
+        let mut each = Vec::with_capacity(small);
         for i in 0..small {
             let (identity, e) = &updated[i.wrapping_mul(7_919) % updated.len()];
             lsn += 1;
+            let one = Instant::now();
             store
                 .write(lsn, |w| {
                     w.upsert_row(1, identity, &StoreInput::of(e).memberships, &[])?;
                     w.compact_due(COMPACT_AFTER_OPS).map(drop)
                 })
                 .unwrap();
+            each.push(one.elapsed());
         }
+        each.sort();
+        let at = |q: f64| each[((each.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
         println!(
-            "{small} single-row transactions: {:.1} µs each",
-            started.elapsed().as_secs_f64() * 1e6 / small as f64
+            "{small} single-row transactions: {:.1} µs each; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            started.elapsed().as_secs_f64() * 1e6 / small as f64,
+            at(0.5),
+            at(0.99),
+            at(1.0)
         );
     }
     let mut timed = |name: &str, change: &dyn Fn(&mut store::WriteTxn) -> u64| {
