@@ -199,6 +199,7 @@ impl Generation {
             liveness: replication::Liveness::default(),
             write_checkpoint_max_age: self.write_checkpoint_max_age,
             gone_after: replication::GONE_AFTER,
+            group_window: replication::GROUP_WINDOW,
         };
         let reporter = Reporter {
             status,

@@ -171,6 +171,14 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
         progress.transactions.load(Relaxed),
     );
     e.single_u64(
+        "powersync_mdbx_transaction_commits_total",
+        Kind::Counter,
+        "Store commits that applied source transactions; small transactions arriving within \
+         5 ms of the last commit share the next one (transactions per commit: the ratio of \
+         powersync_mdbx_source_transactions_applied_total to this).",
+        progress.transaction_commits.load(Relaxed),
+    );
+    e.single_u64(
         "powersync_mdbx_rows_applied_total",
         Kind::Counter,
         "Source row changes (insert, update, delete, truncated rows) the stream applied.",

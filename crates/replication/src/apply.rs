@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use std::borrow::Cow;
 
@@ -36,6 +36,14 @@ use store::{identity_key, Checkpoint, Stash, Store, WriteTxn};
 
 /// Source transactions share one store commit while this few rows were applied in it.
 const GROUP_ROWS: u64 = 4096;
+/// A store commit that would follow the last one within this long waits that long for
+/// more source transactions to join it ([`StreamContext::group_window`]): under many
+/// small transactions a durable commit (its page writes and sync, most of a small
+/// transaction's CPU) is shared instead of made per transaction, and none waits longer
+/// than this for it; a transaction arriving after a quiet spell commits at once.
+///
+/// [`StreamContext::group_window`]: crate::StreamContext::group_window
+pub const GROUP_WINDOW: Duration = Duration::from_millis(5);
 /// A bucket is CLEAR-compacted once this many of its ops became superseded or REMOVEs.
 const COMPACT_AFTER_OPS: u64 = 1024;
 
@@ -184,6 +192,9 @@ impl Change {
 pub struct StreamProgress {
     /// Source transactions applied since the stream started.
     pub transactions: std::sync::atomic::AtomicU64,
+    /// Store commits that applied source transactions since the stream started (small
+    /// transactions arriving together share one).
+    pub transaction_commits: std::sync::atomic::AtomicU64,
     /// Row changes applied since the stream started.
     pub changes: std::sync::atomic::AtomicU64,
     /// Row changes received from the primary since the stream started, those of
@@ -391,6 +402,10 @@ pub(super) struct Applier {
     pub merges: HashMap<usize, Merge>,
     /// Re-copy batches handed over and not merged yet.
     pub handover: Arc<Handover>,
+    /// When the last durable write was published (`None` before the first).
+    pub published_at: Option<Instant>,
+    /// [`GROUP_WINDOW`] or a test's.
+    pub group_window: Duration,
 }
 
 impl Applier {
@@ -501,7 +516,15 @@ impl Applier {
                             }
                         }
                     }
-                    let held = match input.try_recv() {
+                    // More transactions join while the commit would come too soon
+                    // after the last one (`GROUP_WINDOW`).
+                    let next = match this.published_at {
+                        Some(at) if changes < GROUP_ROWS => {
+                            input.recv_until(at + this.group_window)
+                        }
+                        _ => input.try_recv(),
+                    };
+                    let held = match next {
                         Some(Change::Begin { commit_lsn: next })
                             if changes < GROUP_ROWS && next >= durable_lsn =>
                         {
@@ -521,6 +544,8 @@ impl Applier {
         self.progress
             .transactions
             .fetch_add(commit_times.len() as u64, Relaxed);
+        self.progress.transaction_commits.fetch_add(1, Relaxed);
+
         self.progress.changes.fetch_add(changes, Relaxed);
         self.publish(checkpoint);
         for received in commit_times {
@@ -549,6 +574,7 @@ impl Applier {
             std::sync::atomic::Ordering::Release,
         );
         self.published.send_replace(checkpoint);
+        self.published_at = Some(Instant::now());
         self.feedback.update_flushed_lsn(checkpoint.lsn);
         self.feedback.update_applied_lsn(checkpoint.lsn);
         self.progress.pending.published(checkpoint.lsn);

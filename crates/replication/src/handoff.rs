@@ -11,6 +11,9 @@
 //! (a free across threads, which the allocator collects later at a cost to the stream).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 
@@ -141,6 +144,30 @@ impl ChangeReceiver {
         }
     }
 
+    /// The next change if one is sent by `deadline` (at once when it has passed); `None`
+    /// past it, or once the stream's end is gone and every change sent was received.
+    pub fn recv_until(&mut self, deadline: Instant) -> Option<Change> {
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut context = Context::from_waker(&waker);
+        loop {
+            if let Some(change) = self.batch.pop_front() {
+                return Some(change);
+            }
+            match self.receiver.poll_recv(&mut context) {
+                Poll::Ready(Some(next)) => self.replace_batch(next),
+                Poll::Ready(None) => return None,
+                Poll::Pending => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    // Woken by the waker when a batch is sent (or spuriously: polled again).
+                    std::thread::park_timeout(left);
+                }
+            }
+        }
+    }
+
     /// Hands back a change the applier is done with, to be dropped on the stream's thread
     /// (see the module's note). Held until the next batch arrives: at most a batch of them.
     pub fn spent(&mut self, change: Change) {
@@ -158,6 +185,15 @@ impl ChangeReceiver {
         if spent.capacity() > 0 {
             let _ = self.spares.try_send(spent);
         }
+    }
+}
+
+/// Wakes a thread parked in [`ChangeReceiver::recv_until`].
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
     }
 }
 
@@ -229,6 +265,40 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(received, (Some(7), true));
+    }
+
+    /// A change sent while the applier waits wakes it before its deadline; with nothing
+    /// sent it returns at the deadline (at once when that has passed), and once the
+    /// stream's end is gone.
+    #[test]
+    fn a_wait_until_a_deadline_ends_with_a_change_or_at_the_deadline() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (mut sender, mut receiver) = channel();
+        assert!(
+            receiver.recv_until(Instant::now()).is_none(),
+            "nothing sent"
+        );
+        let sending = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            runtime.block_on(async {
+                sender.push(advance(7)).await.unwrap();
+                sender.flush().await.unwrap();
+            });
+            sender
+        });
+        let far = Instant::now() + std::time::Duration::from_secs(600);
+        assert_eq!(
+            lsn_of(receiver.recv_until(far)),
+            Some(7),
+            "woken by the send"
+        );
+        drop(sending.join().unwrap());
+        assert!(
+            receiver.recv_until(far).is_none(),
+            "the stream's end is gone"
+        );
     }
 
     #[tokio::test]

@@ -27,6 +27,7 @@ mod stream;
 mod toast;
 
 pub use apply::StreamProgress;
+pub use apply::GROUP_WINDOW;
 pub use bootstrap::{bootstrap, bootstrap_with, BootstrapOutcome, SourcePlan, Start};
 pub use deploy::{abandon_deploy, begin_deploy, deploy_in_progress, finish_deploy};
 pub use error::ReplicationError;

@@ -55,6 +55,9 @@ pub struct StreamContext {
     /// How long the rows of a covered table missing under its name stay served
     /// ([`GONE_AFTER`] by default).
     pub gone_after: Duration,
+    /// How long after a store commit the next one waits for more source transactions
+    /// ([`GROUP_WINDOW`](crate::GROUP_WINDOW) by default).
+    pub group_window: Duration,
 }
 
 /// How long the rows of a covered table missing from the primary under its name (renamed,
@@ -173,6 +176,8 @@ pub async fn follow_slot(
         sweep: super::expiry::Sweep::new(context.write_checkpoint_max_age),
         merges,
         handover: handover.clone(),
+        published_at: None,
+        group_window: context.group_window,
     };
     let applying = std::thread::Builder::new()
         .name("psm-stream-apply".into())

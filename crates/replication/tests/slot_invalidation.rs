@@ -153,6 +153,7 @@ fn start(
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
         gone_after: replication::GONE_AFTER,
+        group_window: replication::GROUP_WINDOW,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = plan.clone();

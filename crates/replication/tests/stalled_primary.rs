@@ -119,6 +119,7 @@ fn follow(rig: &Rig) -> Following {
         liveness: LIVENESS,
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
         gone_after: replication::GONE_AFTER,
+        group_window: replication::GROUP_WINDOW,
     };
     let (stop, stopped) = watch::channel(false);
     let plan = rig.plan();

@@ -130,6 +130,16 @@ fn start_streaming(rig: &Rig, store: &Arc<Store>) -> Streaming {
 
 /// [`start_streaming`] for a store that owns `plan`'s slot.
 pub(crate) fn start_streaming_on(rig: &Rig, store: &Arc<Store>, plan: SourcePlan) -> Streaming {
+    start_streaming_with(rig, store, plan, replication::GROUP_WINDOW)
+}
+
+/// [`start_streaming_on`] with the store commits' `group_window`.
+fn start_streaming_with(
+    rig: &Rig,
+    store: &Arc<Store>,
+    plan: SourcePlan,
+    group_window: Duration,
+) -> Streaming {
     let busy = format!(
         "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = \
          '{}'",
@@ -149,6 +159,7 @@ pub(crate) fn start_streaming_on(rig: &Rig, store: &Arc<Store>, plan: SourcePlan
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
         gone_after: GONE_AFTER,
+        group_window,
     };
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(async move { follow_slot(&plan, &context, stopped).await });
@@ -336,6 +347,44 @@ async fn every_change_reaches_the_buckets() {
     let mut streaming = start_streaming(&rig, &store);
     streaming.sync_point(p).await;
     assert_matches_primary(&rig, &store, "a restart").await;
+    streaming.stop().await.unwrap();
+}
+
+/// Single-row transactions a millisecond apart share store commits: a commit that would
+/// follow the last one within the group window waits that long for the transactions after
+/// it, instead of paying a durable commit (page writes and sync) per transaction (the
+/// window widened here to 50 ms, so that a slow machine groups them too). Every one is
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_transactions_in_quick_succession_share_store_commits() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rig = Rig::new();
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming_with(&rig, &store, rig.plan(), Duration::from_millis(50));
+    let p = &rig.primary;
+    streaming.sync_point(p).await;
+    let counted = |s: &Streaming| {
+        (
+            s.progress.transactions.load(Relaxed),
+            s.progress.transaction_commits.load(Relaxed),
+        )
+    };
+    let (transactions_before, commits_before) = counted(&streaming);
+    p.sql(
+        "DO $$ BEGIN FOR i IN 1..200 LOOP \
+           INSERT INTO todos VALUES ('quick' || i, 'l1', 'quick', 'open'); COMMIT; \
+           PERFORM pg_sleep(0.001); \
+         END LOOP; END $$",
+    );
+    streaming.sync_point(p).await;
+    assert_matches_primary(&rig, &store, "200 transactions a millisecond apart").await;
+    let (transactions, commits) = counted(&streaming);
+    let (transactions, commits) = (transactions - transactions_before, commits - commits_before);
+    assert_eq!(transactions, 200, "each source transaction applied once");
+    assert!(
+        commits * 4 <= transactions,
+        "{transactions} transactions took {commits} store commits"
+    );
     streaming.stop().await.unwrap();
 }
 

@@ -171,6 +171,7 @@ async fn verify_full_with_the_ca_bootstraps_and_streams() {
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
         gone_after: replication::GONE_AFTER,
+        group_window: replication::GROUP_WINDOW,
     };
     let (stop, stopped) = watch::channel(false);
     let task_plan = plan.clone();
@@ -370,6 +371,7 @@ async fn follow(
         liveness: replication::Liveness::default(),
         write_checkpoint_max_age: replication::WRITE_CHECKPOINT_MAX_AGE,
         gone_after: replication::GONE_AFTER,
+        group_window: replication::GROUP_WINDOW,
     };
     let (_stop, stopped) = watch::channel(false);
     wait_for_future(
