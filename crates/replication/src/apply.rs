@@ -545,7 +545,6 @@ impl Applier {
             .transactions
             .fetch_add(commit_times.len() as u64, Relaxed);
         self.progress.transaction_commits.fetch_add(1, Relaxed);
-
         self.progress.changes.fetch_add(changes, Relaxed);
         self.publish(checkpoint);
         for received in commit_times {

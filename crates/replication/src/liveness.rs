@@ -149,16 +149,14 @@ pub(super) async fn watch_liveness(
                     // on its way must not hold the check.
                     None => match &client {
                         Some(c)
-                            if matches!(
-                                tokio::time::timeout(ASK_TIMEOUT, emit_marker(c, "liveness")).await,
-                                Ok(Ok(()))
-                            ) =>
+                            if matches!(asked(emit_marker(c, "liveness")).await, Some(Ok(()))) =>
                         {
                             probe = Some(Instant::now());
                             None
                         }
                         _ => Some(format!(
-                            "{unheard}; a logical message to test it got no answer within {} s",
+                            "{unheard}; a logical message to test it got no answer within {} s \
+                             (or could not be sent)",
                             ASK_TIMEOUT.as_secs()
                         )),
                     },
