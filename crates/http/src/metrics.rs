@@ -173,8 +173,8 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
     e.single_u64(
         "powersync_mdbx_transaction_commits_total",
         Kind::Counter,
-        "Store commits that applied source transactions; small transactions arriving within \
-         5 ms of the last commit share the next one (transactions per commit: the ratio of \
+        "Store commits that applied source transactions; small transactions arriving shortly \
+         after the last commit share the next one (transactions per commit: the ratio of \
          powersync_mdbx_source_transactions_applied_total to this).",
         progress.transaction_commits.load(Relaxed),
     );
