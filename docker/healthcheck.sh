@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The image's HEALTHCHECK: healthy while the server accepts connections and the worker is
 # ready to serve clients (status() `ready`). Prints the worker's phase; exits 1 otherwise.
-# The test suite runs it against a live sync replica (testkit/tests/packaging.rs).
+# The test suite runs it against a live sync replica (e2e/testkit/tests/packaging.rs).
 set -uo pipefail
 user="${POSTGRES_USER:-postgres}"
 db="${POSTGRES_DB:-$user}"

@@ -34,7 +34,7 @@
 #   PSM_BENCH_PROFILE_BULK_DWARF=1    ... with DWARF call graphs (500 samples/s)
 #   PSM_BENCH_LOG=<file>              where the replica's log is kept (/tmp/psm-bench-replica.log)
 #
-# Readiness is the fixture's probe (fixture/README.md): process start on empty storage
+# Readiness is the fixture's probe (e2e/fixture/README.md): process start on empty storage
 # until a /sync/stream response for the probe user reaches checkpoint_complete with
 # checksums that add up and exactly the project's rows (checked against the primary).
 set -euo pipefail
@@ -77,8 +77,8 @@ run_pg "$bin/pg_ctl" -w -D "$work/primary" -l "$work/primary.log" start >/dev/nu
 psql_p() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$p_port" -U postgres -d postgres "$@"; }
 
 log "loading profile $profile"
-psql_p -f "$root/fixture/schema.sql" >/dev/null
-psql_p "${vars[@]}" -f "$root/fixture/data.sql" >/dev/null
+psql_p -f "$root/e2e/fixture/schema.sql" >/dev/null
+psql_p "${vars[@]}" -f "$root/e2e/fixture/data.sql" >/dev/null
 psql_p -c "CHECKPOINT" >/dev/null
 tasks="$(psql_p -c "SELECT count(*) FROM tasks")"
 access="$(psql_p -c "SELECT count(*) FROM user_project_access")"
@@ -100,7 +100,7 @@ replication:
     - type: postgresql
       uri: postgresql://postgres@127.0.0.1:$p_port/postgres?sslmode=disable
 sync_config:
-  path: $root/fixture/sync-config.yaml
+  path: $root/e2e/fixture/sync-config.yaml
 client_auth:
   audience: [powersync-user-value-benchmark]
   jwks:

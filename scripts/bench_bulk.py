@@ -29,7 +29,7 @@ from bench_stream import PROBE_BODY, PROBE_BUCKET, PROBE_USER, Psql, Stream, tok
 
 SENTINEL = "task-sentinel-update-0001"
 PROBE_PROJECT = "project-org-001-0001"
-# The worker's pgoutput options (crates/source/src/slot.rs `start_stream`).
+# The worker's pgoutput options (worker/source/src/slot.rs `start_stream`).
 PGOUTPUT_OPTIONS = ["proto_version=1", "publication_names=powersync", "messages=true"]
 FLOOR_SLOT = "psm_bench_floor"
 

@@ -57,7 +57,7 @@ def main():
     mode, config, rules_out, store_dir, pid = sys.argv[1:split]
     psql = sys.argv[split + 1:]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    rules = open(os.path.join(root, "fixture", "sync-config.yaml")).read()
+    rules = open(os.path.join(root, "e2e", "fixture", "sync-config.yaml")).read()
     if mode == "add":
         rules = rules.rstrip("\n") + "\n" + ADDED_STREAM
     elif mode == "rename":

@@ -2,7 +2,7 @@
 # Fan-out benchmark (issue 26): many idle /sync/stream connections on one sync replica,
 # one commit every stream's buckets hold, per-user buckets under a steady commit rate, and
 # connections past the stream cap. The load generator is `psm-fanout`
-# (testkit/src/bin/psm_fanout/); this script gives it a throwaway primary and sync replica,
+# (e2e/testkit/src/bin/psm_fanout/); this script gives it a throwaway primary and sync replica,
 # runs each scenario, prints a table (target, measured, pass/fail) on stderr and one JSON
 # object on stdout. `scripts/bench.sh fanout` runs it too.
 #

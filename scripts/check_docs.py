@@ -14,11 +14,11 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DOCS = ["README.md", "e2e/README.md", "fixture/README.md"] + sorted(
+DOCS = ["README.md", "e2e/README.md", "e2e/fixture/README.md"] + sorted(
     os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")
 )
-CODE_DIRS = ["crates", "extension/src"]
-METRICS_SOURCE = "crates/http/src/metrics.rs"
+CODE_DIRS = ["worker", "extension/src"]
+METRICS_SOURCE = "worker/http/src/metrics.rs"
 METRICS_DOC = "docs/metrics.md"
 # Where a path in backticks may start: the repository's top-level entries.
 TOP_LEVEL = {e for e in os.listdir(ROOT) if not e.startswith(".") and e != "target"} | {".ci"}
@@ -38,7 +38,8 @@ def read(path):
 
 def source_files():
     for top in CODE_DIRS:
-        for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
+        for dirpath, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d not in ("target", "corpus")]
             for name in files:
                 if name.endswith(".rs"):
                     path = os.path.join(dirpath, name)

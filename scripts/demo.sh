@@ -11,7 +11,7 @@
 #   PSM_DEMO_DIR=/tmp/powersync-mdbx-demo   where the clusters, config, secret and logs live
 #   PSM_DEMO_SKIP_SETUP=1                   do not run scripts/setup.sh first
 #   PSM_DEMO_BUILD=skip                     use the installed extension as it is
-#   PSM_DEMO_PROFILE="U=8 P=12 T=25 D=6 S=4"  fixture size (fixture/README.md)
+#   PSM_DEMO_PROFILE="U=8 P=12 T=25 D=6 S=4"  fixture size (e2e/fixture/README.md)
 #
 # Everything listens on 127.0.0.1 only, on free ports; <demo dir>/demo.env records them.
 set -euo pipefail
@@ -181,8 +181,8 @@ CONF
   local profile="${PSM_DEMO_PROFILE:-U=8 P=12 T=25 D=6 S=4}" vars=() kv
   for kv in $profile; do vars+=(-v "$kv"); done
   log "==> loading the fixture ($profile)"
-  PGOPTIONS="-c client_min_messages=warning" psql_p -f "$root/fixture/schema.sql" >/dev/null
-  psql_p "${vars[@]}" -f "$root/fixture/data.sql" >/dev/null
+  PGOPTIONS="-c client_min_messages=warning" psql_p -f "$root/e2e/fixture/schema.sql" >/dev/null
+  psql_p "${vars[@]}" -f "$root/e2e/fixture/data.sql" >/dev/null
   local tasks access
   tasks="$(psql_p -c "SELECT count(*) FROM tasks")"
   access="$(psql_p -c "SELECT count(*) FROM user_project_access WHERE user_id = '$target_user'")"
@@ -195,7 +195,7 @@ replication:
       uri: postgresql://postgres@127.0.0.1:$p_port/postgres
       sslmode: disable
 sync_config:
-  path: $root/fixture/sync-config.yaml
+  path: $root/e2e/fixture/sync-config.yaml
 client_auth:
   # $audience_demo: tokens from 'scripts/demo.sh token'; $audience_e2e: e2e/client.mjs.
   audience: [$audience_demo, $audience_e2e]

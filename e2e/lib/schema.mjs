@@ -1,5 +1,5 @@
-// The client schema for the fixture's rules (fixture/sync-config.yaml and
-// fixture/sync-rules-legacy.yaml): every stream and bucket definition selects the same
+// The client schema for the fixture's rules (e2e/fixture/sync-config.yaml and
+// e2e/fixture/sync-rules-legacy.yaml): every stream and bucket definition selects the same
 // columns of `tasks` into the output table `tasks`.
 import { Schema, Table, column } from '@powersync/node';
 

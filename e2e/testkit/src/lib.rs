@@ -35,7 +35,7 @@ pub use wait::{
     wait_for, wait_for_future, wait_until, worker_progress, LiveTestTimer, Patience, Waiting,
 };
 
-/// The benchmark fixture kept in the repository (`fixture/`).
+/// The benchmark fixture kept in the repository (`e2e/fixture/`).
 pub fn fixture_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixture")
 }

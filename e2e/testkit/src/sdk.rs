@@ -23,7 +23,7 @@ const ANSWER_MARGIN: Duration = Duration::from_secs(10);
 
 /// Where the e2e client lives: `e2e/` beside the workspace root.
 fn e2e_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// The Node.js binary and `client.mjs`, when the e2e packages are installed

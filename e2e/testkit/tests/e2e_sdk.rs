@@ -24,9 +24,9 @@ const USER: &str = "user-org-001-0001";
 /// Which rules the replica runs; they differ in how a timestamptz is written.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Rules {
-    /// `fixture/sync-config.yaml`: edition 3 streams, ISO 8601 with microseconds.
+    /// `e2e/fixture/sync-config.yaml`: edition 3 streams, ISO 8601 with microseconds.
     Streams,
-    /// `fixture/sync-rules-legacy.yaml`: bucket_definitions, `YYYY-MM-DD HH:MM:SSZ`.
+    /// `e2e/fixture/sync-rules-legacy.yaml`: bucket_definitions, `YYYY-MM-DD HH:MM:SSZ`.
     Legacy,
 }
 
@@ -1036,9 +1036,9 @@ fn supabase_token(
 /// `aud: authenticated`, which the configured `audience` does not list, and live three days.
 #[test]
 fn sdk_syncs_with_supabase_auth_tokens() {
-    let ec_private = include_str!("../../crates/auth/tests/auth_keys/ec_p256.pem");
+    let ec_private = include_str!("../../../worker/auth/tests/auth_keys/ec_p256.pem");
     let mut jwk: Value = serde_json::from_str(include_str!(
-        "../../crates/auth/tests/auth_keys/ec_p256.jwk.json"
+        "../../../worker/auth/tests/auth_keys/ec_p256.jwk.json"
     ))
     .unwrap();
     jwk["kid"] = json!("supabase-signing-key");
@@ -1322,7 +1322,7 @@ fn web_sdk_syncs_in_a_headless_browser() {
 /// `target/e2e/web-sdk-<transport>.png` in the build's target directory.
 fn browser_screenshot_path(transport: &str) -> std::path::PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
         std::path::PathBuf::from,
     );
     let dir = target.join("e2e");

@@ -149,7 +149,7 @@ fn the_dockerfile_runs_only_what_the_suite_runs() {
             );
             if source.starts_with("docker/") {
                 assert!(
-                    read("testkit/tests/packaging.rs").contains(source),
+                    read("e2e/testkit/tests/packaging.rs").contains(source),
                     "the image copies {source}, which no test runs"
                 );
             }

@@ -1,6 +1,6 @@
 //! The `powersync-mdbx rules` commands, through the library entry point and the binary.
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixture");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../e2e/fixture");
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();

@@ -44,15 +44,15 @@ static AUTH: LazyLock<Authenticator> = LazyLock::new(|| {
         oct(SECRET, None),
         oct(b"fuzz-secret-with-kid-0123456789abcdef0123", Some("hk")),
         jwk(
-            include_str!("../../crates/auth/tests/auth_keys/ec_p256.jwk.json"),
+            include_str!("../../auth/tests/auth_keys/ec_p256.jwk.json"),
             Some("ec"),
         ),
         jwk(
-            include_str!("../../crates/auth/tests/auth_keys/rsa_a.jwk.json"),
+            include_str!("../../auth/tests/auth_keys/rsa_a.jwk.json"),
             Some("rsa"),
         ),
         jwk(
-            include_str!("../../crates/auth/tests/auth_keys/ed25519.jwk.json"),
+            include_str!("../../auth/tests/auth_keys/ed25519.jwk.json"),
             None,
         ),
     ];

@@ -4,10 +4,10 @@
 use rules::{InMemoryLookups, OwnedSourceRow, PgType, RequestContext, SyncRules};
 use serde_json::Value;
 
-/// The benchmark fixture's sync streams (`fixture/sync-config.yaml`).
-pub const FIXTURE_STREAMS: &str = include_str!("../../fixture/sync-config.yaml");
-/// The same data shape as bucket definitions (`fixture/sync-rules-legacy.yaml`).
-pub const FIXTURE_LEGACY: &str = include_str!("../../fixture/sync-rules-legacy.yaml");
+/// The benchmark fixture's sync streams (`e2e/fixture/sync-config.yaml`).
+pub const FIXTURE_STREAMS: &str = include_str!("../../../e2e/fixture/sync-config.yaml");
+/// The same data shape as bucket definitions (`e2e/fixture/sync-rules-legacy.yaml`).
+pub const FIXTURE_LEGACY: &str = include_str!("../../../e2e/fixture/sync-rules-legacy.yaml");
 
 /// A type by name, as the snapshot reads it from `pg_type`.
 pub fn ty(name: &str) -> PgType {

@@ -436,7 +436,7 @@ mod tests {
         z ^ (z >> 31)
     }
 
-    /// A PUT of task `n` in the shape of the benchmark's rows (`fixture/vectors`).
+    /// A PUT of task `n` in the shape of the benchmark's rows (`e2e/fixture/vectors`).
     fn task(n: u64, op_id: u64, status: &str) -> store::OpRead {
         let id = format!("task-org-001-0001-{n:04}");
         let hash = format!("{:016x}{:016x}", mix(n), mix(n + (1 << 32)));

@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets (`fuzz/`), calling what the handlers call on input
+//! Entry points for the fuzz targets (`worker/fuzz/`), calling what the handlers call on input
 //! from the network: a WebSocket's RSocket frames with their metadata, and the body of
 //! `POST /sync/checkpoint-request`. Not an API.
 
@@ -35,7 +35,7 @@ mod tests {
     /// A seed of the fuzz target's corpus, without its selector byte.
     fn seed(name: &str) -> Vec<u8> {
         let path = format!(
-            "{}/../../fuzz/corpus/sync_socket/{name}",
+            "{}/../fuzz/corpus/sync_socket/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))[1..].to_vec()

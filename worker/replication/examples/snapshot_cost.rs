@@ -21,7 +21,7 @@ fn main() {
     let rows = common::rows_arg(200_000);
     let rules_path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../fixture/sync-config.yaml"
+        "/../../e2e/fixture/sync-config.yaml"
     );
     let rules = SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap();
     let plan = rules.plan_for("public", "tasks").unwrap();

@@ -1,5 +1,5 @@
 //! The stream's handling of pgoutput without a primary or a store, for the fuzz targets
-//! (`fuzz/fuzz_targets/pgoutput.rs`). Not part of the crate's API.
+//! (`worker/fuzz/fuzz_targets/pgoutput.rs`). Not part of the crate's API.
 //!
 //! Each message goes the way a streamed one does: the wire bytes through the stream's
 //! [`Decoder`](super::stream) (`source::Pgoutput`, relation checks included), and each row change through the

@@ -4,7 +4,7 @@
 use md5::{Digest, Md5};
 use rules::{OwnedSourceRow, PgType, RowEvaluation, SyncRules};
 
-pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixture");
+pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../e2e/fixture");
 
 pub fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{FIXTURES}/{name}")).unwrap()

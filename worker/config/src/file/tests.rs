@@ -116,8 +116,8 @@ fn rules_path_is_relative_to_the_config_file() {
     assert!(err.contains("absent.yaml"), "{err}");
 }
 
-/// `fixture/official-config.yaml`: every key of the official service's file.
-const OFFICIAL_FILE: &str = include_str!("../../../../fixture/official-config.yaml");
+/// `e2e/fixture/official-config.yaml`: every key of the official service's file.
+const OFFICIAL_FILE: &str = include_str!("../../../../e2e/fixture/official-config.yaml");
 /// Its keys that would change security behaviour and that this engine does not support.
 const REFUSED: [&str; 4] = [
     "client_certificate",

@@ -1,5 +1,5 @@
 //! Fixture-shaped `tasks` rows for the cost examples: the columns and COPY text lines like
-//! `fixture/data.sql` generates.
+//! `e2e/fixture/data.sql` generates.
 
 use rules::PgType;
 

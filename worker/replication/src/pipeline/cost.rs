@@ -95,7 +95,7 @@ fn pipeline_cost() {
     let text = Bytes::from(std::fs::read(path).unwrap());
     let rules_path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../fixture/sync-config.yaml"
+        "/../../e2e/fixture/sync-config.yaml"
     );
     let rules = Arc::new(SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap());
     let columns = task_columns();

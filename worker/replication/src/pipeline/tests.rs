@@ -17,7 +17,7 @@ const CHUNK_ROWS: usize = 100;
 fn rules() -> Arc<SyncRules> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../fixture/sync-config.yaml"
+        "/../../e2e/fixture/sync-config.yaml"
     );
     Arc::new(SyncRules::parse(&std::fs::read_to_string(path).unwrap()).unwrap())
 }

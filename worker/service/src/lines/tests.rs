@@ -5,7 +5,8 @@ use serde_json::Value;
 use super::*;
 use store::ObjectRead;
 
-const VECTORS: &str = include_str!("../../../../fixture/vectors/tasks-streams-routed-1m.ndjson");
+const VECTORS: &str =
+    include_str!("../../../../e2e/fixture/vectors/tasks-streams-routed-1m.ndjson");
 
 fn put(op_id: u64, checksum: u32) -> OpRead {
     OpRead {

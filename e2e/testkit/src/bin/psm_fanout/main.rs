@@ -112,7 +112,7 @@ fn main() {
     match run(&args) {
         Ok(report) => println!("{report}"),
         Err(e) => {
-            eprintln!("psm-fanout: {e}\n\nusage: psm-fanout open|per-user --port P --secret S --audience A [flags]\n(see the module documentation in testkit/src/bin/psm_fanout/main.rs)");
+            eprintln!("psm-fanout: {e}\n\nusage: psm-fanout open|per-user --port P --secret S --audience A [flags]\n(see the module documentation in e2e/testkit/src/bin/psm_fanout/main.rs)");
             std::process::exit(2);
         }
     }
