@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one test command: prepares the machine (idempotent), then runs the format check,
-# the crate-graph and documentation checks, clippy with warnings denied, installs the
+# the crate-graph, documentation and layout checks, clippy with warnings denied, installs the
 # extension into PostgreSQL 16 and runs every crate's tests (unit, in-process engine, live
 # clusters); then builds the extension for Debian's PostgreSQL 15 and runs the extension's
 # live tests (testkit) there too; last, a short coverage-guided fuzzing pass of every
@@ -25,6 +25,9 @@ python3 scripts/check_crates.py
 
 step "the documents name what exists (scripts/check_docs.py)"
 python3 scripts/check_docs.py
+
+step "files of one job: no file over 700 lines, no function over 120, no circle of modules (scripts/check_layout.py)"
+python3 scripts/check_layout.py
 
 step "cargo clippy (warnings denied)"
 cargo clippy --workspace --all-targets -- -D warnings
