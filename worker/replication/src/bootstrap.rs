@@ -10,8 +10,9 @@ use futures_util::{pin_mut, TryStreamExt};
 
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
 use super::pipeline::{Pipeline, TableJob};
-use super::{Progress, ReplicationError};
-use config::SourceConnection;
+use crate::error::ReplicationError;
+use crate::plan::SourcePlan;
+use crate::progress::Progress;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
@@ -21,15 +22,6 @@ use store::Store;
 
 /// Rows sent to the evaluator per message.
 const CHUNK_ROWS: usize = 1024;
-
-/// Where to replicate from.
-#[derive(Debug, Clone)]
-pub struct SourcePlan {
-    /// The primary.
-    pub connection: SourceConnection,
-    /// The slot this sync replica owns.
-    pub slot: String,
-}
 
 /// How the bootstrap ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

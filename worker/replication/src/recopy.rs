@@ -12,15 +12,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
-use super::apply::{EvaluatedRow, StreamTable};
-use super::merge::{evaluate_copied, CopiedEvaluation};
-use super::{ReplicationError, SourcePlan};
+use crate::copied::{evaluate_copied, CopiedEvaluation, CopiedRow, RecopyEvent};
+use crate::error::{stream_error, ReplicationError};
+use crate::plan::SourcePlan;
+use crate::row::EvaluatedRow;
 use crate::store_input::StoreInput;
+use crate::table::StreamTable;
 use rules::SyncRules;
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, primary_identity, table_columns,
@@ -37,35 +38,6 @@ const QUEUED_BATCHES: usize = 2;
 const EVENT_BUFFER: usize = 1;
 /// Batches evaluated at a time.
 const EVALUATING: usize = 2;
-
-/// What a re-copy hands the stream, in this order.
-#[derive(Debug)]
-pub(super) enum RecopyEvent {
-    /// The snapshot: consistent at `consistent_point`, the table with `columns` there.
-    Started {
-        table: usize,
-        consistent_point: u64,
-        columns: Vec<ColumnMeta>,
-    },
-    /// Copied rows, evaluated with the rules: those to merge (with how they compared
-    /// with the store, when that was done), and the row ids of those found stored
-    /// exactly so (nothing to write; see `compare`).
-    Rows {
-        table: usize,
-        rows: Vec<CopiedEvaluation>,
-        unchanged: Vec<u64>,
-    },
-    /// Every row was handed over.
-    Done { table: usize },
-}
-
-impl RecopyEvent {
-    pub(super) fn table(&self) -> usize {
-        match self {
-            Self::Started { table, .. } | Self::Rows { table, .. } | Self::Done { table } => *table,
-        }
-    }
-}
 
 /// One table's re-copy: where from, which table, with which rules.
 struct RecopyJob {
@@ -223,7 +195,7 @@ async fn copy(
         };
         let (rows, unchanged) = next
             .await
-            .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??;
+            .map_err(|e| stream_error(format!("re-copy thread: {e}")))??;
         let event = RecopyEvent::Rows {
             table,
             rows,
@@ -294,10 +266,6 @@ pub(super) struct TableCopy {
     /// The stream ended (it is not polled again).
     ended: bool,
 }
-
-/// A copied row: one line of `COPY` text (without its newline), values in the copy's
-/// column order.
-pub(super) type CopiedRow = Bytes;
 
 impl TableCopy {
     /// Starts `COPY source (columns)` on `reader` (inside its snapshot).

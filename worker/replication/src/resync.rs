@@ -15,12 +15,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::apply::StreamTable;
-use super::intent::{BootstrapIntent, IntentTable};
-use super::merge::{evaluate_copied, unix_now, Merge, Merged, RebuildProgress};
-use super::recopy::{CopiedRow, TableCopy};
-use super::stream::StreamContext;
-use super::{ReplicationError, SourcePlan};
+use crate::context::StreamContext;
+use crate::copied::{evaluate_copied, CopiedRow};
+use crate::error::{stream_error, ReplicationError};
+use crate::intent::{BootstrapIntent, IntentTable};
+use crate::merge::{unix_now, Merge, Merged};
+use crate::plan::SourcePlan;
+use crate::progress::RebuildProgress;
+use crate::recopy::TableCopy;
+use crate::table::StreamTable;
 use source::{
     connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_tables, slot_info,
     table_columns, validate_primary, SourceTable,
@@ -103,7 +106,7 @@ pub(super) async fn rebuild(
     // (the store owns the name); one in use is retried.
     if let Some(old) = slot_info(&client, &plan.slot).await? {
         if old.active {
-            return Err(super::apply::stream_error(format!(
+            return Err(stream_error(format!(
                 "replication slot \"{}\" is in use by another connection; the rebuild \
                  retries",
                 plan.slot
@@ -186,7 +189,7 @@ pub(super) async fn rebuild(
                 Ok::<_, ReplicationError>((merged, checkpoint, merge.has_forked()))
             })
             .await
-            .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+            .map_err(|e| stream_error(format!("rebuild thread: {e}")))??
         };
         forked |= merge_forked;
         context.published.send_replace(checkpoint);
@@ -213,7 +216,7 @@ pub(super) async fn rebuild(
             })
         })
         .await
-        .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+        .map_err(|e| stream_error(format!("rebuild thread: {e}")))??
     };
     // Done before the checkpoint is published: whoever wakes on it sees the rebuild over.
     context.progress.rebuilding.store(false, Relaxed);
@@ -250,7 +253,7 @@ async fn merge_rows(
         Ok::<_, ReplicationError>((merge, checkpoint))
     })
     .await
-    .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??;
+    .map_err(|e| stream_error(format!("rebuild thread: {e}")))??;
     context.published.send_replace(checkpoint);
     Ok(merge)
 }
@@ -268,5 +271,5 @@ async fn write(
             .map(|((), checkpoint)| checkpoint)
     })
     .await
-    .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))?
+    .map_err(|e| stream_error(format!("rebuild thread: {e}")))?
 }

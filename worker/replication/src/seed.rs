@@ -21,10 +21,12 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::bootstrap::{foreign_slot, SourcePlan};
 use super::deploy::KEY as DEPLOY_KEY;
 use super::intent::{BootstrapIntent, BootstrapState};
-use super::{Progress, ReplicationError};
+use crate::bootstrap::foreign_slot;
+use crate::error::ReplicationError;
+use crate::plan::SourcePlan;
+use crate::progress::Progress;
 use config::{PeerSecret, SeedPeer};
 use source::{connect, create_slot, drop_slot, format_lsn, slot_info, validate_primary};
 use store::{CopiedMeta, Store, StoreError};
