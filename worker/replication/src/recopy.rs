@@ -102,18 +102,7 @@ async fn copy(
     );
     let (oid, source) = (base.oid, &base.source());
     let client = connect(&plan.connection).await?;
-    let reached = primary_identity(&client).await?.system_identifier;
-    if reached != system_identifier {
-        return Err(ReplicationError::Stream {
-            code: "PSM_R2008",
-            message: format!(
-                "the connection leads to another PostgreSQL cluster (system identifier \
-                 {reached}, the storage was built from {system_identifier}); nothing was \
-                 copied from it"
-            ),
-            operator: true,
-        });
-    }
+    check_primary(&client, system_identifier).await?;
     let slot = temporary_slot_name(&plan.slot, table);
     let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
     // A logical message past the consistent point: the stream learns it has passed it
@@ -167,6 +156,51 @@ async fn copy(
     } else {
         None
     };
+    if !hand_over(&mut copy, &shape, rekey_from, compare, table, out).await? {
+        return Ok(());
+    }
+    reader
+        .batch_execute("COMMIT")
+        .await
+        .map_err(source::SourceError::query("end the snapshot"))?;
+    // Closing the replication connection drops the temporary slot.
+    drop(exported);
+    let _ = out.send(Ok(RecopyEvent::Done { table })).await;
+    Ok(())
+}
+
+/// Refuses a primary (behind `client`) that is not the cluster `system_identifier` the
+/// store was built from.
+async fn check_primary(
+    client: &tokio_postgres::Client,
+    system_identifier: &str,
+) -> Result<(), ReplicationError> {
+    let reached = primary_identity(client).await?.system_identifier;
+    if reached != system_identifier {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2008",
+            message: format!(
+                "the connection leads to another PostgreSQL cluster (system identifier \
+                 {reached}, the storage was built from {system_identifier}); nothing was \
+                 copied from it"
+            ),
+            operator: true,
+        });
+    }
+    Ok(())
+}
+
+/// Reads `copy` to its end and hands its rows to `out` for table `table`, evaluated with
+/// `shape` (their previous keys by `rekey_from`) and, with `compare`, compared with that
+/// store. Returns `false` when `out` was closed.
+async fn hand_over(
+    copy: &mut TableCopy,
+    shape: &Arc<StreamTable>,
+    rekey_from: &[String],
+    compare: Option<Arc<Store>>,
+    table: usize,
+    out: &mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
+) -> Result<bool, ReplicationError> {
     // Batches are evaluated (and compared) off the runtime threads, up to EVALUATING at a
     // time while the next is read, and handed over in order.
     let mut evaluating = std::collections::VecDeque::new();
@@ -202,17 +236,10 @@ async fn copy(
             unchanged,
         };
         if out.send(Ok(event)).await.is_err() {
-            return Ok(());
+            return Ok(false);
         }
     }
-    reader
-        .batch_execute("COMMIT")
-        .await
-        .map_err(source::SourceError::query("end the snapshot"))?;
-    // Closing the replication connection drops the temporary slot.
-    drop(exported);
-    let _ = out.send(Ok(RecopyEvent::Done { table })).await;
-    Ok(())
+    Ok(true)
 }
 
 /// What a re-copy compares copied rows with: the store, and its published checkpoints.
