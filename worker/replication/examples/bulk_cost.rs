@@ -34,33 +34,7 @@ fn main() {
         Some(dir) => tempfile::tempdir_in(dir).unwrap(),
         None => tempfile::tempdir().unwrap(),
     };
-    let rules_path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../e2e/fixture/sync-config.yaml"
-    );
-    let rules = SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap();
-    let plan = rules.plan_for("public", "tasks").unwrap();
-    let types = common::types();
-    let evaluate = |lines: &[String]| -> Vec<(Vec<u8>, RowEvaluation)> {
-        let mut decoder = CopyFields::new(COLUMNS.len());
-        lines
-            .iter()
-            .map(|line| {
-                let fields = decoder.decode(line.as_bytes()).unwrap();
-                let columns = common::source_columns(&fields, &types);
-                let row = common::tasks_row(&columns);
-                (identity_key([fields.get(0)]), plan.evaluate(&row).unwrap())
-            })
-            .collect()
-    };
-    let lines = common::copy_lines(rows);
-    let inserted = evaluate(&lines);
-    let updated = evaluate(
-        &lines
-            .iter()
-            .map(|l| l.replacen("\ttodo\t", "\tdone\t", 1))
-            .collect::<Vec<_>>(),
-    );
+    let (inserted, updated) = evaluated(rows);
 
     let store = Store::open(&root.path().join("store")).unwrap();
     for chunk in inserted.chunks(8192) {
@@ -80,38 +54,7 @@ fn main() {
     );
 
     let mut lsn = 1;
-    // As the benchmark does before its bulk changes: single-row transactions (one
-    // durable commit each) spread over the table, which leave the store's free pages
-    // scattered for the bulk changes to reuse.
-    let small: usize = std::env::var("BULK_COST_SMALL_TX").map_or(0, |n| {
-        n.parse()
-            .expect("BULK_COST_SMALL_TX is a number of transactions")
-    });
-    if small > 0 {
-        let started = Instant::now();
-        let mut each = Vec::with_capacity(small);
-        for i in 0..small {
-            let (identity, e) = &updated[i.wrapping_mul(7_919) % updated.len()];
-            lsn += 1;
-            let one = Instant::now();
-            store
-                .write(lsn, |w| {
-                    w.upsert_row(1, identity, &StoreInput::of(e).memberships, &[])?;
-                    w.compact_due(COMPACT_AFTER_OPS).map(drop)
-                })
-                .unwrap();
-            each.push(one.elapsed());
-        }
-        each.sort();
-        let at = |q: f64| each[((each.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
-        println!(
-            "{small} single-row transactions: {:.1} µs each; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
-            started.elapsed().as_secs_f64() * 1e6 / small as f64,
-            at(0.5),
-            at(0.99),
-            at(1.0)
-        );
-    }
+    small_transactions(&store, &updated, &mut lsn);
     let mut timed = |name: &str, change: &dyn Fn(&mut store::WriteTxn) -> u64| {
         lsn += 1;
         let from = monotonic();
@@ -156,6 +99,78 @@ fn main() {
     });
     timed("insert", &|w| upsert(&inserted, w));
     timed("truncate", &|w| w.truncate_table(1).unwrap());
+}
+
+/// A row's identity and its evaluation by the rules.
+type Evaluated = Vec<(Vec<u8>, RowEvaluation)>;
+
+/// `rows` fixture rows evaluated as inserted, and as updated (each task marked done).
+fn evaluated(rows: usize) -> (Evaluated, Evaluated) {
+    let rules_path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../e2e/fixture/sync-config.yaml"
+    );
+    let rules = SyncRules::parse(&std::fs::read_to_string(rules_path).unwrap()).unwrap();
+    let plan = rules.plan_for("public", "tasks").unwrap();
+    let types = common::types();
+    let evaluate = |lines: &[String]| -> Vec<(Vec<u8>, RowEvaluation)> {
+        let mut decoder = CopyFields::new(COLUMNS.len());
+        lines
+            .iter()
+            .map(|line| {
+                let fields = decoder.decode(line.as_bytes()).unwrap();
+                let columns = common::source_columns(&fields, &types);
+                let row = common::tasks_row(&columns);
+                (identity_key([fields.get(0)]), plan.evaluate(&row).unwrap())
+            })
+            .collect()
+    };
+    let lines = common::copy_lines(rows);
+    let inserted = evaluate(&lines);
+    let updated = evaluate(
+        &lines
+            .iter()
+            .map(|l| l.replacen("\ttodo\t", "\tdone\t", 1))
+            .collect::<Vec<_>>(),
+    );
+    (inserted, updated)
+}
+
+/// As the benchmark does before its bulk changes: `BULK_COST_SMALL_TX` single-row
+/// transactions (one durable commit each, from LSN `lsn` on) over rows of `updated`.
+fn small_transactions(store: &Store, updated: &[(Vec<u8>, RowEvaluation)], lsn: &mut u64) {
+    // As the benchmark does before its bulk changes: single-row transactions (one
+    // durable commit each) spread over the table, which leave the store's free pages
+    // scattered for the bulk changes to reuse.
+    let small: usize = std::env::var("BULK_COST_SMALL_TX").map_or(0, |n| {
+        n.parse()
+            .expect("BULK_COST_SMALL_TX is a number of transactions")
+    });
+    if small > 0 {
+        let started = Instant::now();
+        let mut each = Vec::with_capacity(small);
+        for i in 0..small {
+            let (identity, e) = &updated[i.wrapping_mul(7_919) % updated.len()];
+            *lsn += 1;
+            let one = Instant::now();
+            store
+                .write(*lsn, |w| {
+                    w.upsert_row(1, identity, &StoreInput::of(e).memberships, &[])?;
+                    w.compact_due(COMPACT_AFTER_OPS).map(drop)
+                })
+                .unwrap();
+            each.push(one.elapsed());
+        }
+        each.sort();
+        let at = |q: f64| each[((each.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
+        println!(
+            "{small} single-row transactions: {:.1} µs each; p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            started.elapsed().as_secs_f64() * 1e6 / small as f64,
+            at(0.5),
+            at(0.99),
+            at(1.0)
+        );
+    }
 }
 
 /// CLOCK_MONOTONIC in seconds (what `perf record -k CLOCK_MONOTONIC` stamps samples with,

@@ -10,8 +10,9 @@ use futures_util::{pin_mut, TryStreamExt};
 
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
 use super::pipeline::{Pipeline, TableJob};
-use super::{Progress, ReplicationError};
-use config::SourceConnection;
+use crate::error::ReplicationError;
+use crate::plan::SourcePlan;
+use crate::progress::Progress;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
@@ -21,15 +22,6 @@ use store::Store;
 
 /// Rows sent to the evaluator per message.
 const CHUNK_ROWS: usize = 1024;
-
-/// Where to replicate from.
-#[derive(Debug, Clone)]
-pub struct SourcePlan {
-    /// The primary.
-    pub connection: SourceConnection,
-    /// The slot this sync replica owns.
-    pub slot: String,
-}
 
 /// How the bootstrap ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,15 +73,7 @@ pub async fn bootstrap_with(
     progress: Arc<Progress>,
     start: Start,
 ) -> Result<BootstrapOutcome, ReplicationError> {
-    let mut tables: Vec<SourceTable> = rules
-        .tables()
-        .into_iter()
-        .map(|(t, _)| SourceTable {
-            schema: t.schema,
-            name: t.name,
-        })
-        .collect();
-    tables.sort();
+    let tables = covered_tables(&rules);
     progress.reset();
     let client = connect(&plan.connection).await?;
     let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
@@ -102,71 +86,23 @@ pub async fn bootstrap_with(
     let rules_hash = rules.content_hash_hex();
     let slot = slot_info(&client, &plan.slot).await?;
 
-    if let Some(intent) = &stored {
-        check_ownership(intent, plan, &primary.system_identifier, &rules_hash)?;
-        if intent.state == BootstrapState::Complete
-            && store
-                .read(|view| Ok(BootstrapIntent::load_rules_text(view)))??
-                .is_none()
-        {
-            // Built before the rules text was recorded: record it (the hash matched).
-            store.write(0, |w| BootstrapIntent::save_rules_text(rules.text(), w))?;
-        }
-        if intent.state == BootstrapState::Complete {
-            check_naming(intent, &rules, &store)?;
-            // A slot gone or invalidated is the stream's to rebuild (`resync`): the store
-            // keeps serving meanwhile.
-            let consistent_point = intent.consistent_point.unwrap_or(0);
-            tracing::info!(slot = %plan.slot, consistent_point = %format_lsn(consistent_point), "snapshot already complete");
-            return Ok(BootstrapOutcome::AlreadyComplete {
-                consistent_point,
-                rows: intent.rows,
-            });
-        }
-        // Interrupted: the slot (if it exists) is ours when it matches the intent and is idle.
-        if let Some(slot) = &slot {
-            if slot.active {
-                return Err(ownership(
-                    "PSM_B1005",
-                    format!("replication slot \"{}\" is in use by another process; stop it or set powersync_mdbx.slot_name", plan.slot),
-                ));
-            }
-            if slot.database.as_deref() != Some(intent.database.as_str())
-                || slot.plugin.as_deref() != Some("pgoutput")
-            {
-                return Err(foreign_slot(&plan.slot));
-            }
-            tracing::info!(slot = %plan.slot, "dropping the slot of an interrupted bootstrap");
-            drop_slot(&client, &plan.slot).await?;
-        }
-        tracing::info!("starting the interrupted bootstrap over");
-        store.clear_data()?;
-    } else if slot.is_some() {
-        return Err(foreign_slot(&plan.slot));
+    let existing = Existing {
+        stored: stored.as_ref(),
+        slot: slot.as_ref(),
+        system_identifier: &primary.system_identifier,
+        rules_hash: &rules_hash,
+    };
+    if let Some(complete) = resume_or_start_over(plan, &rules, &store, &client, existing).await? {
+        return Ok(complete);
     }
 
     let started = Instant::now();
-    let tables_of_intent = tables
-        .iter()
-        .zip(1u32..)
-        .map(|(t, id)| IntentTable {
-            id,
-            schema: t.schema.clone(),
-            name: t.name.clone(),
-            columns: Vec::new(),
-            identity: Vec::new(),
-            oid: 0,
-            recopy: false,
-            rekey_from: Vec::new(),
-            gone: false,
-        })
-        .collect();
     let mut intent = BootstrapIntent::creating_slot(
         &primary,
         plan,
         rules_hash,
         start.generation,
-        tables_of_intent,
+        intent_tables(&tables),
     );
     let encoded = intent.encode()?;
     store.write(0, |w| {
@@ -190,29 +126,7 @@ pub async fn bootstrap_with(
     enter_snapshot(&reader, &exported.snapshot).await?;
     let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
     progress.set_rows_estimated(source::estimated_rows(&reader, &oids).await?);
-    let mut jobs = Vec::new();
-    for (info, table) in primary.tables.iter().zip(intent.tables.iter_mut()) {
-        let columns = table_columns(&reader, info.oid).await?;
-        table.columns = columns.clone();
-        table.identity = info.identity_columns.clone();
-        table.oid = info.oid;
-        let identity = info
-            .identity_columns
-            .iter()
-            .map(|name| columns.iter().position(|c| &c.name == name))
-            .collect::<Option<Vec<usize>>>()
-            .ok_or_else(|| ReplicationError::Copy {
-                table: info.table.to_string(),
-                problem: "a replica identity column is not published (generated?)".into(),
-            })?;
-        jobs.push(TableJob {
-            id: table.id,
-            schema: table.schema.clone(),
-            name: table.name.clone(),
-            columns,
-            identity,
-        });
-    }
+    let jobs = table_jobs(&reader, &primary, &mut intent).await?;
     let copies: Vec<(SourceTable, Vec<source::ColumnMeta>)> = primary
         .tables
         .iter()
@@ -243,6 +157,142 @@ pub async fn bootstrap_with(
         consistent_point: intent.consistent_point.unwrap_or(0),
         rows,
     })
+}
+
+/// The tables the rules read, in name order (their store ids follow it).
+fn covered_tables(rules: &SyncRules) -> Vec<SourceTable> {
+    let mut tables: Vec<SourceTable> = rules
+        .tables()
+        .into_iter()
+        .map(|(t, _)| SourceTable {
+            schema: t.schema,
+            name: t.name,
+        })
+        .collect();
+    tables.sort();
+    tables
+}
+
+/// What a bootstrap finds when it starts: the stored record, the slot of the plan's name,
+/// the primary's system identifier and the rules' hash.
+struct Existing<'a> {
+    stored: Option<&'a BootstrapIntent>,
+    slot: Option<&'a source::SlotInfo>,
+    system_identifier: &'a str,
+    rules_hash: &'a str,
+}
+
+/// Checks what the store and the primary hold before a bootstrap: a complete snapshot of
+/// this slot is kept (its outcome returned); an interrupted bootstrap's slot is dropped and
+/// its store cleared; a slot the store does not own is refused.
+async fn resume_or_start_over(
+    plan: &SourcePlan,
+    rules: &SyncRules,
+    store: &Store,
+    client: &tokio_postgres::Client,
+    existing: Existing<'_>,
+) -> Result<Option<BootstrapOutcome>, ReplicationError> {
+    let Existing {
+        stored,
+        slot,
+        system_identifier,
+        rules_hash,
+    } = existing;
+    if let Some(intent) = stored {
+        check_ownership(intent, plan, system_identifier, rules_hash)?;
+        if intent.state == BootstrapState::Complete
+            && store
+                .read(|view| Ok(BootstrapIntent::load_rules_text(view)))??
+                .is_none()
+        {
+            // Built before the rules text was recorded: record it (the hash matched).
+            store.write(0, |w| BootstrapIntent::save_rules_text(rules.text(), w))?;
+        }
+        if intent.state == BootstrapState::Complete {
+            check_naming(intent, rules, store)?;
+            // A slot gone or invalidated is the stream's to rebuild (`resync`): the store
+            // keeps serving meanwhile.
+            let consistent_point = intent.consistent_point.unwrap_or(0);
+            tracing::info!(slot = %plan.slot, consistent_point = %format_lsn(consistent_point), "snapshot already complete");
+            return Ok(Some(BootstrapOutcome::AlreadyComplete {
+                consistent_point,
+                rows: intent.rows,
+            }));
+        }
+        // Interrupted: the slot (if it exists) is ours when it matches the intent and is idle.
+        if let Some(slot) = slot {
+            if slot.active {
+                return Err(ownership(
+                    "PSM_B1005",
+                    format!("replication slot \"{}\" is in use by another process; stop it or set powersync_mdbx.slot_name", plan.slot),
+                ));
+            }
+            if slot.database.as_deref() != Some(intent.database.as_str())
+                || slot.plugin.as_deref() != Some("pgoutput")
+            {
+                return Err(foreign_slot(&plan.slot));
+            }
+            tracing::info!(slot = %plan.slot, "dropping the slot of an interrupted bootstrap");
+            drop_slot(client, &plan.slot).await?;
+        }
+        tracing::info!("starting the interrupted bootstrap over");
+        store.clear_data()?;
+    } else if slot.is_some() {
+        return Err(foreign_slot(&plan.slot));
+    }
+    Ok(None)
+}
+
+/// The store's record of `tables`, numbered from 1, before their columns are read.
+fn intent_tables(tables: &[SourceTable]) -> Vec<IntentTable> {
+    tables
+        .iter()
+        .zip(1u32..)
+        .map(|(t, id)| IntentTable {
+            id,
+            schema: t.schema.clone(),
+            name: t.name.clone(),
+            columns: Vec::new(),
+            identity: Vec::new(),
+            oid: 0,
+            recopy: false,
+            rekey_from: Vec::new(),
+            gone: false,
+        })
+        .collect()
+}
+
+/// Reads each table's columns in the snapshot (`reader`), records them with its replica
+/// identity and OID in `intent`, and returns the pipeline's job for each.
+async fn table_jobs(
+    reader: &tokio_postgres::Client,
+    primary: &source::PrimaryInfo,
+    intent: &mut BootstrapIntent,
+) -> Result<Vec<TableJob>, ReplicationError> {
+    let mut jobs = Vec::new();
+    for (info, table) in primary.tables.iter().zip(intent.tables.iter_mut()) {
+        let columns = table_columns(reader, info.oid).await?;
+        table.columns = columns.clone();
+        table.identity = info.identity_columns.clone();
+        table.oid = info.oid;
+        let identity = info
+            .identity_columns
+            .iter()
+            .map(|name| columns.iter().position(|c| &c.name == name))
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| ReplicationError::Copy {
+                table: info.table.to_string(),
+                problem: "a replica identity column is not published (generated?)".into(),
+            })?;
+        jobs.push(TableJob {
+            id: table.id,
+            schema: table.schema.clone(),
+            name: table.name.clone(),
+            columns,
+            identity,
+        });
+    }
+    Ok(jobs)
 }
 
 async fn copy_all(

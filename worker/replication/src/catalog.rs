@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::liveness::{asked, ASK_TIMEOUT};
-use super::SourcePlan;
+use crate::plan::SourcePlan;
 use source::{connect, primary_identity, published_tables, table_columns, ColumnMeta, SourceTable};
 
 /// How often the catalog is read.

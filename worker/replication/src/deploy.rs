@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::intent::{BootstrapIntent, IntentTable};
-use super::ReplicationError;
+use crate::error::ReplicationError;
 use config::SourceConnection;
 use rules::{SyncRules, TableRef};
 use source::{connect, table_columns, validate_primary, SourceTable};

@@ -71,3 +71,12 @@ impl ReplicationError {
         matches!(self, Self::Store(e) if !e.needs_operator())
     }
 }
+
+/// A transient problem of the replication stream (`PSM_R2010`): reconnect and retry.
+pub(super) fn stream_error(message: String) -> ReplicationError {
+    ReplicationError::Stream {
+        code: "PSM_R2010",
+        message,
+        operator: false,
+    }
+}

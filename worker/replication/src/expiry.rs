@@ -13,7 +13,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::apply::StreamProgress;
+use crate::progress::StreamProgress;
 use store::{Expiry, StoreError, WriteTxn};
 
 /// How long a write-checkpoint request is kept by default (`docs/operations.md` §4.5).

@@ -9,11 +9,13 @@
 
 use std::collections::HashMap;
 
-use super::apply::{
-    evaluate_row, fill_unchanged, identity_of, old_identity_of, values_of, Change, StreamTable,
-};
-use super::stream::Decoder;
-use super::{IntentTable, ReplicationError, StoreInput};
+use crate::change::Change;
+use crate::error::ReplicationError;
+use crate::intent::IntentTable;
+use crate::row::{evaluate_row, fill_unchanged, identity_of, old_identity_of, values_of};
+use crate::store_input::StoreInput;
+use crate::stream::Decoder;
+use crate::table::{rebind, StreamTable};
 use metrics::PendingCommits;
 use rules::SyncRules;
 use store::Stash;
@@ -64,7 +66,7 @@ fn apply(
 ) -> Result<u64, ReplicationError> {
     let table_of = |index: usize| {
         tables.get(index).ok_or_else(|| {
-            super::apply::stream_error(format!("a change for unknown table #{index}"))
+            crate::error::stream_error(format!("a change for unknown table #{index}"))
         })
     };
     let (index, old, new) = match change {
@@ -95,7 +97,7 @@ fn apply(
             columns,
             ..
         } => {
-            super::apply::rebind(tables, table, oid, identity, columns, rules)?;
+            rebind(tables, table, oid, identity, columns, rules)?;
             return Ok(0);
         }
         Change::Begin { .. }

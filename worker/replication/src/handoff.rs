@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use super::apply::Change;
+use crate::change::Change;
 
 /// Changes per batch at most.
 const BATCH: usize = 256;

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ReplicationError;
+use crate::error::ReplicationError;
 use store::{ReadTxn, StoreError, WriteTxn};
 
 /// Stage-record key in the store.
@@ -107,7 +107,7 @@ impl BootstrapIntent {
     /// The record of a store about to create its slot on `primary`.
     pub(super) fn creating_slot(
         primary: &source::PrimaryInfo,
-        plan: &super::SourcePlan,
+        plan: &crate::plan::SourcePlan,
         rules_hash: String,
         generation: u64,
         tables: Vec<IntentTable>,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pg_walstream::CancellationToken;
 
-use super::SourcePlan;
+use crate::plan::SourcePlan;
 use source::{connect, emit_marker, slot_walsender};
 
 /// How long one question to the primary over an ordinary connection may take: a network

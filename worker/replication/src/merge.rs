@@ -16,13 +16,13 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::apply::{EvaluatedRow, StreamTable};
-use super::recopy::CopiedRow;
-use super::toast::stash_for;
-use super::ReplicationError;
+use crate::copied::CopiedEvaluation;
+use crate::error::ReplicationError;
+use crate::progress::RecopyProgress;
+use crate::row::EvaluatedRow;
 use crate::store_input::StoreInput;
-use source::CopyFields;
-use store::{identity_key, StoredAs, WriteTxn};
+use crate::table::StreamTable;
+use store::{StoredAs, WriteTxn};
 
 /// One table's re-copy as the applier merges it.
 #[derive(Debug, Default)]
@@ -46,23 +46,6 @@ pub(super) struct Merge {
     forked: bool,
 }
 
-/// A re-copy as `status()` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RecopyProgress {
-    /// The table (`schema.name`).
-    pub table: String,
-    /// Why it is copied again.
-    pub why: String,
-    /// Unix seconds of its start.
-    pub started_at: u64,
-    /// Copied rows merged so far.
-    pub rows_merged: u64,
-    /// Of those, rows written because their output changed.
-    pub rows_written: u64,
-    /// How much the store's file grew since it started, bytes.
-    pub extra_file_bytes: u64,
-}
-
 #[derive(Debug)]
 struct Copied {
     consistent_point: u64,
@@ -74,11 +57,6 @@ struct Copied {
     rows: u64,
     written: u64,
 }
-
-/// A copied row as the merge takes it, with how it compared with the store when that
-/// was done beside the applier (after the store held every transaction committed before
-/// the copy's consistent point): its verdict and the stored row's id.
-pub(super) type CopiedEvaluation = (EvaluatedRow, Option<(StoredAs, Option<u64>)>);
 
 /// What a finished merge did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -98,27 +76,6 @@ impl Merged {
         self.written += other.written;
         self.deleted += other.deleted;
     }
-}
-
-/// A rebuild from a new slot as `status()` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct RebuildProgress {
-    /// What happened to the old slot.
-    pub why: String,
-    /// Unix seconds of its start.
-    pub started_at: u64,
-    /// Tables the rules read.
-    pub tables_total: u64,
-    /// Tables copied and merged.
-    pub tables_done: u64,
-    /// Copied rows merged so far.
-    pub rows_merged: u64,
-    /// The planner's estimate of the rows to copy (0: unknown).
-    pub rows_estimated: u64,
-    /// Of those, rows written because their output changed.
-    pub rows_written: u64,
-    /// How much the store's file grew since it started, bytes.
-    pub extra_file_bytes: u64,
 }
 
 impl Merge {
@@ -205,7 +162,7 @@ impl Merge {
                 .is_some_and(|&lsn| lsn >= consistent_point)
     }
 
-    /// Merges copied rows, evaluated (see [`evaluate_copied`]), and notes the stored rows
+    /// Merges copied rows, evaluated (see [`evaluate_copied`](crate::copied::evaluate_copied)), and notes the stored rows
     /// found exactly as evaluated beforehand (`unchanged`, by row id).
     pub fn rows(
         &mut self,
@@ -304,51 +261,6 @@ impl Merge {
             deleted: gone.len() as u64,
         })
     }
-}
-
-/// Evaluates copied rows of `shape` (`COPY` text lines, values in its column order) with
-/// the rules it was shaped by; with the key each may still be stored under when the
-/// stored rows are keyed by `rekey_from`.
-pub(super) fn evaluate_copied(
-    shape: &StreamTable,
-    rekey_from: &[String],
-    rows: Vec<CopiedRow>,
-) -> Result<Vec<EvaluatedRow>, ReplicationError> {
-    let previous = key_columns(shape, rekey_from);
-    let mut fields = CopyFields::new(shape.columns.len());
-    rows.iter()
-        .map(|line| {
-            let values = fields.decode(line).map_err(|e| ReplicationError::Copy {
-                table: shape.qualified(),
-                problem: e.to_string(),
-            })?;
-            let value = |i: usize| values.get(i);
-            let eval = shape.evaluate(|i| values.get_str(i))?;
-            let identity = identity_key(shape.identity_columns().iter().map(|&i| value(i)));
-            let previous = previous
-                .as_ref()
-                .map(|columns| identity_key(columns.iter().map(|&i| value(i))))
-                .filter(|previous| *previous != identity);
-            Ok(EvaluatedRow {
-                identity,
-                previous,
-                eval,
-                stash: stash_for(&shape.columns, value, false),
-            })
-        })
-        .collect()
-}
-
-/// The positions in `table`'s columns of identity columns `names`; `None` when there are
-/// none or one is gone.
-pub(super) fn key_columns(table: &StreamTable, names: &[String]) -> Option<Vec<usize>> {
-    if names.is_empty() {
-        return None;
-    }
-    names
-        .iter()
-        .map(|name| table.columns.iter().position(|c| &c.name == name))
-        .collect()
 }
 
 /// Unix seconds now (0 before 1970).

@@ -17,7 +17,9 @@ use smallvec::SmallVec;
 use tokio::sync::Semaphore;
 
 use super::toast::stash_for;
-use super::{BootstrapIntent, Progress, ReplicationError};
+use crate::error::ReplicationError;
+use crate::intent::BootstrapIntent;
+use crate::progress::Progress;
 use crate::store_input::StoreInput;
 use rules::{PgType, RowEvaluation, SourceColumn, SourceRow, SyncRules};
 use source::{ColumnMeta, CopyFields};

@@ -8,25 +8,19 @@
 //! A change this cannot prepare (an unchanged TOAST value, a value the rules reject, more
 //! than 255 distinct outputs) goes on as decoded: the applier evaluates it as before and
 //! reports any error in order. The decoder's copy of the tables follows the same Relation
-//! changes as the applier's (`apply::rebind`), so a row is evaluated with the binding the
+//! changes as the applier's (`table::rebind`), so a row is evaluated with the binding the
 //! applier would use for it.
 
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 use source::{Tuple, Value};
-use store::{OutputPacker, PackedOutputs, Store};
+use store::{OutputPacker, Store};
 
-use super::apply::StreamTable;
-use super::apply::{evaluate_row, table_at, Change, EvaluatedRow};
+use crate::change::Change;
+use crate::row::{evaluate_row, PreparedRow};
 use crate::store_input::StoreInput;
-
-/// A row change's new row, evaluated and packed.
-#[derive(Debug)]
-pub(super) struct PreparedRow {
-    pub row: EvaluatedRow,
-    pub packed: PackedOutputs,
-}
+use crate::table::{table_at, StreamTable};
 
 /// Prepares the rows of decoded changes (one per stream, on its task).
 pub(super) struct Preparer {

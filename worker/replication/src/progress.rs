@@ -1,8 +1,10 @@
-//! Bootstrap progress counters, shared with the status publisher.
+//! Progress counters the engine reads for `status()`: the bootstrap's, the stream's, and
+//! those of a re-copy and of a rebuild from a new slot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use metrics::{Histogram, PendingCommits};
 use parking_lot::Mutex;
 
 /// Counters the pipeline advances and the engine reads for `status()`.
@@ -69,4 +71,103 @@ impl Progress {
     pub(super) fn table_done(&self) {
         self.tables_done.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// Counters the engine shows in `status()`.
+#[derive(Debug, Default)]
+pub struct StreamProgress {
+    /// Source transactions applied since the stream started.
+    pub transactions: std::sync::atomic::AtomicU64,
+    /// Store commits that applied source transactions since the stream started (small
+    /// transactions arriving together share one).
+    pub transaction_commits: std::sync::atomic::AtomicU64,
+    /// Row changes applied since the stream started.
+    pub changes: std::sync::atomic::AtomicU64,
+    /// Row changes received from the primary since the stream started, those of
+    /// transactions skipped as already applied included. Unlike the applied LSN it moves
+    /// inside a large source transaction.
+    pub received: std::sync::atomic::AtomicU64,
+    /// Row changes written into the open store transaction and not committed yet: a large
+    /// source transaction counts up here until its commit; 0 between transactions.
+    pub uncommitted: std::sync::atomic::AtomicU64,
+    /// WAL the primary keeps for the slot (`pg_current_wal_lsn() - restart_lsn`), bytes,
+    /// as of the last slot check (every 10 s while streaming).
+    pub retained_wal_bytes: std::sync::atomic::AtomicU64,
+    /// The primary's `pg_current_wal_lsn()` at the last slot check; 0 before the first.
+    pub primary_head_lsn: std::sync::atomic::AtomicU64,
+    /// Bucket ops the applier committed (op id advance per commit, CLEARs included).
+    pub ops: std::sync::atomic::AtomicU64,
+    /// From the arrival of a transaction's Commit message to its checkpoint's publish.
+    pub publish_latency: Histogram,
+    /// Transactions received and not published yet (for the lag in seconds).
+    pub pending: PendingCommits,
+    /// Write-checkpoint requests the applier removed as old (`expiry`).
+    pub write_checkpoints_expired: std::sync::atomic::AtomicU64,
+    /// Tables being copied again now (their columns changed in a way the rules see).
+    pub recopying: std::sync::atomic::AtomicU64,
+    /// Tables the rules read that are gone from the primary under their name (their rows
+    /// left the buckets).
+    pub tables_gone: std::sync::atomic::AtomicU64,
+    /// Tables the rules read that are missing under their name and still served (gone
+    /// after [`crate::GONE_AFTER`]).
+    pub tables_missing: std::sync::atomic::AtomicU64,
+    /// The re-copies in progress, as of the last published checkpoint.
+    pub recopies: parking_lot::Mutex<Vec<RecopyProgress>>,
+    /// The rebuild from a new slot in progress (`rebuilding`).
+    pub rebuild: parking_lot::Mutex<Option<RebuildProgress>>,
+    /// The slot was lost and the store is being rebuilt from a new one: what it serves is
+    /// stale until the rebuild ends.
+    pub rebuilding: std::sync::atomic::AtomicBool,
+}
+
+impl StreamProgress {
+    /// What moves while the stream works, also inside one large source transaction:
+    /// changes received, changes applied, uncommitted changes, transactions applied.
+    pub fn activity(&self) -> [u64; 4] {
+        use std::sync::atomic::Ordering::Relaxed;
+        [
+            self.received.load(Relaxed),
+            self.changes.load(Relaxed),
+            self.uncommitted.load(Relaxed),
+            self.transactions.load(Relaxed),
+        ]
+    }
+}
+
+/// A re-copy as `status()` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecopyProgress {
+    /// The table (`schema.name`).
+    pub table: String,
+    /// Why it is copied again.
+    pub why: String,
+    /// Unix seconds of its start.
+    pub started_at: u64,
+    /// Copied rows merged so far.
+    pub rows_merged: u64,
+    /// Of those, rows written because their output changed.
+    pub rows_written: u64,
+    /// How much the store's file grew since it started, bytes.
+    pub extra_file_bytes: u64,
+}
+
+/// A rebuild from a new slot as `status()` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RebuildProgress {
+    /// What happened to the old slot.
+    pub why: String,
+    /// Unix seconds of its start.
+    pub started_at: u64,
+    /// Tables the rules read.
+    pub tables_total: u64,
+    /// Tables copied and merged.
+    pub tables_done: u64,
+    /// Copied rows merged so far.
+    pub rows_merged: u64,
+    /// The planner's estimate of the rows to copy (0: unknown).
+    pub rows_estimated: u64,
+    /// Of those, rows written because their output changed.
+    pub rows_written: u64,
+    /// How much the store's file grew since it started, bytes.
+    pub extra_file_bytes: u64,
 }

@@ -12,15 +12,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
-use super::apply::{EvaluatedRow, StreamTable};
-use super::merge::{evaluate_copied, CopiedEvaluation};
-use super::{ReplicationError, SourcePlan};
+use crate::copied::{evaluate_copied, CopiedEvaluation, CopiedRow, RecopyEvent};
+use crate::error::{stream_error, ReplicationError};
+use crate::plan::SourcePlan;
+use crate::row::EvaluatedRow;
 use crate::store_input::StoreInput;
+use crate::table::StreamTable;
 use rules::SyncRules;
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, primary_identity, table_columns,
@@ -37,35 +38,6 @@ const QUEUED_BATCHES: usize = 2;
 const EVENT_BUFFER: usize = 1;
 /// Batches evaluated at a time.
 const EVALUATING: usize = 2;
-
-/// What a re-copy hands the stream, in this order.
-#[derive(Debug)]
-pub(super) enum RecopyEvent {
-    /// The snapshot: consistent at `consistent_point`, the table with `columns` there.
-    Started {
-        table: usize,
-        consistent_point: u64,
-        columns: Vec<ColumnMeta>,
-    },
-    /// Copied rows, evaluated with the rules: those to merge (with how they compared
-    /// with the store, when that was done), and the row ids of those found stored
-    /// exactly so (nothing to write; see `compare`).
-    Rows {
-        table: usize,
-        rows: Vec<CopiedEvaluation>,
-        unchanged: Vec<u64>,
-    },
-    /// Every row was handed over.
-    Done { table: usize },
-}
-
-impl RecopyEvent {
-    pub(super) fn table(&self) -> usize {
-        match self {
-            Self::Started { table, .. } | Self::Rows { table, .. } | Self::Done { table } => *table,
-        }
-    }
-}
 
 /// One table's re-copy: where from, which table, with which rules.
 struct RecopyJob {
@@ -130,18 +102,7 @@ async fn copy(
     );
     let (oid, source) = (base.oid, &base.source());
     let client = connect(&plan.connection).await?;
-    let reached = primary_identity(&client).await?.system_identifier;
-    if reached != system_identifier {
-        return Err(ReplicationError::Stream {
-            code: "PSM_R2008",
-            message: format!(
-                "the connection leads to another PostgreSQL cluster (system identifier \
-                 {reached}, the storage was built from {system_identifier}); nothing was \
-                 copied from it"
-            ),
-            operator: true,
-        });
-    }
+    check_primary(&client, system_identifier).await?;
     let slot = temporary_slot_name(&plan.slot, table);
     let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
     // A logical message past the consistent point: the stream learns it has passed it
@@ -195,6 +156,51 @@ async fn copy(
     } else {
         None
     };
+    if !hand_over(&mut copy, &shape, rekey_from, compare, table, out).await? {
+        return Ok(());
+    }
+    reader
+        .batch_execute("COMMIT")
+        .await
+        .map_err(source::SourceError::query("end the snapshot"))?;
+    // Closing the replication connection drops the temporary slot.
+    drop(exported);
+    let _ = out.send(Ok(RecopyEvent::Done { table })).await;
+    Ok(())
+}
+
+/// Refuses a primary (behind `client`) that is not the cluster `system_identifier` the
+/// store was built from.
+async fn check_primary(
+    client: &tokio_postgres::Client,
+    system_identifier: &str,
+) -> Result<(), ReplicationError> {
+    let reached = primary_identity(client).await?.system_identifier;
+    if reached != system_identifier {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2008",
+            message: format!(
+                "the connection leads to another PostgreSQL cluster (system identifier \
+                 {reached}, the storage was built from {system_identifier}); nothing was \
+                 copied from it"
+            ),
+            operator: true,
+        });
+    }
+    Ok(())
+}
+
+/// Reads `copy` to its end and hands its rows to `out` for table `table`, evaluated with
+/// `shape` (their previous keys by `rekey_from`) and, with `compare`, compared with that
+/// store. Returns `false` when `out` was closed.
+async fn hand_over(
+    copy: &mut TableCopy,
+    shape: &Arc<StreamTable>,
+    rekey_from: &[String],
+    compare: Option<Arc<Store>>,
+    table: usize,
+    out: &mpsc::Sender<Result<RecopyEvent, ReplicationError>>,
+) -> Result<bool, ReplicationError> {
     // Batches are evaluated (and compared) off the runtime threads, up to EVALUATING at a
     // time while the next is read, and handed over in order.
     let mut evaluating = std::collections::VecDeque::new();
@@ -223,24 +229,17 @@ async fn copy(
         };
         let (rows, unchanged) = next
             .await
-            .map_err(|e| super::apply::stream_error(format!("re-copy thread: {e}")))??;
+            .map_err(|e| stream_error(format!("re-copy thread: {e}")))??;
         let event = RecopyEvent::Rows {
             table,
             rows,
             unchanged,
         };
         if out.send(Ok(event)).await.is_err() {
-            return Ok(());
+            return Ok(false);
         }
     }
-    reader
-        .batch_execute("COMMIT")
-        .await
-        .map_err(source::SourceError::query("end the snapshot"))?;
-    // Closing the replication connection drops the temporary slot.
-    drop(exported);
-    let _ = out.send(Ok(RecopyEvent::Done { table })).await;
-    Ok(())
+    Ok(true)
 }
 
 /// What a re-copy compares copied rows with: the store, and its published checkpoints.
@@ -294,10 +293,6 @@ pub(super) struct TableCopy {
     /// The stream ended (it is not polled again).
     ended: bool,
 }
-
-/// A copied row: one line of `COPY` text (without its newline), values in the copy's
-/// column order.
-pub(super) type CopiedRow = Bytes;
 
 impl TableCopy {
     /// Starts `COPY source (columns)` on `reader` (inside its snapshot).

@@ -1,7 +1,8 @@
 //! Releasing what a store owns on the primary, for `powersync_mdbx.reset()` and for a
 //! generation a rules deploy leaves behind.
 
-use super::{BootstrapIntent, ReplicationError};
+use crate::error::ReplicationError;
+use crate::intent::BootstrapIntent;
 use config::SourceConnection;
 use source::{connect, drop_slot, slot_info};
 

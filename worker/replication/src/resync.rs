@@ -15,12 +15,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::apply::StreamTable;
-use super::intent::{BootstrapIntent, IntentTable};
-use super::merge::{evaluate_copied, unix_now, Merge, Merged, RebuildProgress};
-use super::recopy::{CopiedRow, TableCopy};
-use super::stream::StreamContext;
-use super::{ReplicationError, SourcePlan};
+use crate::context::StreamContext;
+use crate::copied::{evaluate_copied, CopiedRow};
+use crate::error::{stream_error, ReplicationError};
+use crate::intent::{BootstrapIntent, IntentTable};
+use crate::merge::{unix_now, Merge, Merged};
+use crate::plan::SourcePlan;
+use crate::progress::RebuildProgress;
+use crate::recopy::TableCopy;
+use crate::table::StreamTable;
 use source::{
     connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_tables, slot_info,
     table_columns, validate_primary, SourceTable,
@@ -38,22 +41,16 @@ pub(super) async fn rebuild(
 ) -> Result<BootstrapIntent, ReplicationError> {
     let started = Instant::now();
     context.progress.rebuilding.store(true, Relaxed);
-    let file_bytes_at_start = context.store.file_bytes();
+    let report = Report {
+        context,
+        file_bytes_at_start: context.store.file_bytes(),
+    };
     *context.progress.rebuild.lock() = Some(RebuildProgress {
         why: why.to_owned(),
         started_at: unix_now(),
         tables_total: intent.tables.len() as u64,
         ..RebuildProgress::default()
     });
-    // What the merges so far did, for `status()`.
-    let report = |done: u64, merged: Merged, file_bytes: u64| {
-        if let Some(p) = context.progress.rebuild.lock().as_mut() {
-            p.tables_done = done;
-            p.rows_merged = merged.rows;
-            p.rows_written = merged.written;
-            p.extra_file_bytes = file_bytes.saturating_sub(file_bytes_at_start);
-        }
-    };
     tracing::warn!(
         slot = %plan.slot,
         "{why}; rebuilding from a new slot: clients keep the last checkpoint meanwhile (stale) \
@@ -68,42 +65,12 @@ pub(super) async fn rebuild(
     .await?;
 
     let client = connect(&plan.connection).await?;
-    // A table no longer published under its name is rebuilt empty (gone, as the stream
-    // leaves it).
-    let covered: Vec<SourceTable> = intent
-        .tables
-        .iter()
-        .map(|t| SourceTable {
-            schema: t.schema.clone(),
-            name: t.name.clone(),
-        })
-        .collect();
-    let published: Vec<Option<SourceTable>> = published_tables(&client, &covered)
-        .await?
-        .into_iter()
-        .zip(covered)
-        .map(|(info, table)| info.map(|_| table))
-        .collect();
-    let asked: Vec<SourceTable> = published.iter().flatten().cloned().collect();
-    let primary = validate_primary(&client, &asked).await?;
-    if primary.system_identifier != intent.system_identifier {
-        return Err(ReplicationError::Stream {
-            code: "PSM_R2008",
-            message: format!(
-                "the primary this worker reached is another PostgreSQL cluster (system \
-                 identifier {}, the storage was built from {}); nothing was rebuilt from it: \
-                 point the connection back at the original primary, or run SELECT \
-                 powersync_mdbx.reset() to replicate from this one",
-                primary.system_identifier, intent.system_identifier
-            ),
-            operator: true,
-        });
-    }
+    let (published, primary) = published_on_primary(&client, intent).await?;
     // The old slot, invalidated or left half-made by an interrupted rebuild, goes first
     // (the store owns the name); one in use is retried.
     if let Some(old) = slot_info(&client, &plan.slot).await? {
         if old.active {
-            return Err(super::apply::stream_error(format!(
+            return Err(stream_error(format!(
                 "replication slot \"{}\" is in use by another connection; the rebuild \
                  retries",
                 plan.slot
@@ -122,78 +89,12 @@ pub(super) async fn rebuild(
     }
 
     let mut rebuilt = intent.clone();
-    let mut total = Merged::default();
-    let mut infos = primary.tables.iter();
-    let mut done = 0u64;
-    let mut forked = false;
-    for (table, published) in rebuilt.tables.iter_mut().zip(&published) {
-        let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
-            let store_id = table.id;
-            let checkpoint = write(&store, move |w| {
-                w.truncate_table(store_id)?;
-                Ok(())
-            })
-            .await?;
-            context.published.send_replace(checkpoint);
-            tracing::warn!(
-                table = %format!("{}.{}", table.schema, table.name),
-                "the sync rules read this table, but it is no longer published under its name: \
-                 it is rebuilt empty; publish a table of this name again (it is then copied) or \
-                 point the sync rules at its new name"
-            );
-            table.gone = true;
-            table.recopy = false;
-            table.rekey_from.clear();
-            done += 1;
-            continue;
-        };
-        *table = IntentTable {
-            columns: table_columns(&reader, info.oid).await?,
-            identity: info.identity_columns.clone(),
-            oid: info.oid,
-            recopy: false,
-            rekey_from: Vec::new(),
-            gone: false,
-            ..table.clone()
-        };
-        let shape = StreamTable::from_intent(table, &context.rules).ok_or_else(|| {
-            ReplicationError::Copy {
-                table: info.table.to_string(),
-                problem: "a replica identity column is not published (generated?)".into(),
-            }
-        })?;
-        // The rebuild forks the history once, before the first op any table's merge writes.
-        let mut merge = Merge::default().after_fork(forked);
-        merge.start(consistent_point, shape);
-        let mut copy = TableCopy::start(&reader, &info.table, &table.columns).await?;
-        while let Some(rows) = copy.next_batch().await? {
-            merge = merge_rows(context, merge, rows).await?;
-            let (rows, written) = merge.merged_rows();
-            let mut so_far = total;
-            so_far.add(Merged {
-                rows,
-                written,
-                deleted: 0,
-            });
-            report(done, so_far, store.file_bytes());
-        }
-        let (merged, checkpoint, merge_forked) = {
-            let store = store.clone();
-            let mut merge = merge;
-            tokio::task::spawn_blocking(move || {
-                let lsn = store.read(|view| view.checkpoint())?.lsn;
-                let (merged, checkpoint) = store.write_with(lsn, |w| merge.finish(w))?;
-                Ok::<_, ReplicationError>((merged, checkpoint, merge.has_forked()))
-            })
-            .await
-            .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
-        };
-        forked |= merge_forked;
-        context.published.send_replace(checkpoint);
-        total.add(merged);
-        done += 1;
-        report(done, total, store.file_bytes());
-    }
+    let snapshot = Snapshot {
+        reader: &reader,
+        consistent_point,
+        primary: &primary,
+    };
+    let total = rebuild_tables(&report, &snapshot, &mut rebuilt, &published).await?;
     reader
         .batch_execute("COMMIT")
         .await
@@ -213,7 +114,7 @@ pub(super) async fn rebuild(
             })
         })
         .await
-        .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??
+        .map_err(|e| stream_error(format!("rebuild thread: {e}")))??
     };
     // Done before the checkpoint is published: whoever wakes on it sees the rebuild over.
     context.progress.rebuilding.store(false, Relaxed);
@@ -229,6 +130,160 @@ pub(super) async fn rebuild(
         "rebuilt from a new slot; clients got ops only for the rows that changed"
     );
     Ok(rebuilt)
+}
+
+/// What the merges of a rebuild did so far, shown in `status()`.
+struct Report<'a> {
+    context: &'a StreamContext,
+    /// The store's file size when the rebuild started.
+    file_bytes_at_start: u64,
+}
+
+impl Report<'_> {
+    /// `done` tables merged, `merged` rows so far, while the store's file holds `file_bytes`.
+    fn show(&self, done: u64, merged: Merged, file_bytes: u64) {
+        if let Some(p) = self.context.progress.rebuild.lock().as_mut() {
+            p.tables_done = done;
+            p.rows_merged = merged.rows;
+            p.rows_written = merged.written;
+            p.extra_file_bytes = file_bytes.saturating_sub(self.file_bytes_at_start);
+        }
+    }
+}
+
+/// Which of `intent`'s tables are still published under their name (`None`: rebuilt empty,
+/// gone, as the stream leaves it), and the primary as validated for those; refuses a
+/// primary that is another cluster.
+async fn published_on_primary(
+    client: &tokio_postgres::Client,
+    intent: &BootstrapIntent,
+) -> Result<(Vec<Option<SourceTable>>, source::PrimaryInfo), ReplicationError> {
+    // A table no longer published under its name is rebuilt empty (gone, as the stream
+    // leaves it).
+    let covered: Vec<SourceTable> = intent
+        .tables
+        .iter()
+        .map(|t| SourceTable {
+            schema: t.schema.clone(),
+            name: t.name.clone(),
+        })
+        .collect();
+    let published: Vec<Option<SourceTable>> = published_tables(client, &covered)
+        .await?
+        .into_iter()
+        .zip(covered)
+        .map(|(info, table)| info.map(|_| table))
+        .collect();
+    let asked: Vec<SourceTable> = published.iter().flatten().cloned().collect();
+    let primary = validate_primary(client, &asked).await?;
+    if primary.system_identifier != intent.system_identifier {
+        return Err(ReplicationError::Stream {
+            code: "PSM_R2008",
+            message: format!(
+                "the primary this worker reached is another PostgreSQL cluster (system \
+                 identifier {}, the storage was built from {}); nothing was rebuilt from it: \
+                 point the connection back at the original primary, or run SELECT \
+                 powersync_mdbx.reset() to replicate from this one",
+                primary.system_identifier, intent.system_identifier
+            ),
+            operator: true,
+        });
+    }
+    Ok((published, primary))
+}
+
+/// The new slot's snapshot the tables are copied in.
+struct Snapshot<'a> {
+    /// The connection inside the snapshot.
+    reader: &'a tokio_postgres::Client,
+    consistent_point: u64,
+    /// The published tables, in the order of the record's.
+    primary: &'a source::PrimaryInfo,
+}
+
+/// Copies every table of `rebuilt` (its record, updated as each is rebuilt) in the
+/// snapshot and merges it into the store; a table not `published` is emptied. Returns
+/// what the merges did.
+async fn rebuild_tables(
+    report: &Report<'_>,
+    snapshot: &Snapshot<'_>,
+    rebuilt: &mut BootstrapIntent,
+    published: &[Option<SourceTable>],
+) -> Result<Merged, ReplicationError> {
+    let (context, store) = (report.context, &report.context.store);
+    let mut total = Merged::default();
+    let mut infos = snapshot.primary.tables.iter();
+    let mut done = 0u64;
+    let mut forked = false;
+    for (table, published) in rebuilt.tables.iter_mut().zip(published) {
+        let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
+            let store_id = table.id;
+            let checkpoint = write(store, move |w| {
+                w.truncate_table(store_id)?;
+                Ok(())
+            })
+            .await?;
+            context.published.send_replace(checkpoint);
+            tracing::warn!(
+                table = %format!("{}.{}", table.schema, table.name),
+                "the sync rules read this table, but it is no longer published under its name: \
+                 it is rebuilt empty; publish a table of this name again (it is then copied) or \
+                 point the sync rules at its new name"
+            );
+            table.gone = true;
+            table.recopy = false;
+            table.rekey_from.clear();
+            done += 1;
+            continue;
+        };
+        *table = IntentTable {
+            columns: table_columns(snapshot.reader, info.oid).await?,
+            identity: info.identity_columns.clone(),
+            oid: info.oid,
+            recopy: false,
+            rekey_from: Vec::new(),
+            gone: false,
+            ..table.clone()
+        };
+        let shape = StreamTable::from_intent(table, &context.rules).ok_or_else(|| {
+            ReplicationError::Copy {
+                table: info.table.to_string(),
+                problem: "a replica identity column is not published (generated?)".into(),
+            }
+        })?;
+        // The rebuild forks the history once, before the first op any table's merge writes.
+        let mut merge = Merge::default().after_fork(forked);
+        merge.start(snapshot.consistent_point, shape);
+        let mut copy = TableCopy::start(snapshot.reader, &info.table, &table.columns).await?;
+        while let Some(rows) = copy.next_batch().await? {
+            merge = merge_rows(context, merge, rows).await?;
+            let (rows, written) = merge.merged_rows();
+            let mut so_far = total;
+            so_far.add(Merged {
+                rows,
+                written,
+                deleted: 0,
+            });
+            report.show(done, so_far, store.file_bytes());
+        }
+        let (merged, checkpoint, merge_forked) = {
+            let store = store.clone();
+            let mut merge = merge;
+            tokio::task::spawn_blocking(move || {
+                let lsn = store.read(|view| view.checkpoint())?.lsn;
+                let (merged, checkpoint) = store.write_with(lsn, |w| merge.finish(w))?;
+                Ok::<_, ReplicationError>((merged, checkpoint, merge.has_forked()))
+            })
+            .await
+            .map_err(|e| stream_error(format!("rebuild thread: {e}")))??
+        };
+        forked |= merge_forked;
+        context.published.send_replace(checkpoint);
+        total.add(merged);
+        done += 1;
+        report.show(done, total, store.file_bytes());
+    }
+    Ok(total)
 }
 
 /// Merges a batch of copied rows in a store commit of its own (off the runtime threads)
@@ -250,7 +305,7 @@ async fn merge_rows(
         Ok::<_, ReplicationError>((merge, checkpoint))
     })
     .await
-    .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))??;
+    .map_err(|e| stream_error(format!("rebuild thread: {e}")))??;
     context.published.send_replace(checkpoint);
     Ok(merge)
 }
@@ -268,5 +323,5 @@ async fn write(
             .map(|((), checkpoint)| checkpoint)
     })
     .await
-    .map_err(|e| super::apply::stream_error(format!("rebuild thread: {e}")))?
+    .map_err(|e| stream_error(format!("rebuild thread: {e}")))?
 }

@@ -21,10 +21,12 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::bootstrap::{foreign_slot, SourcePlan};
 use super::deploy::KEY as DEPLOY_KEY;
 use super::intent::{BootstrapIntent, BootstrapState};
-use super::{Progress, ReplicationError};
+use crate::bootstrap::foreign_slot;
+use crate::error::ReplicationError;
+use crate::plan::SourcePlan;
+use crate::progress::Progress;
 use config::{PeerSecret, SeedPeer};
 use source::{connect, create_slot, drop_slot, format_lsn, slot_info, validate_primary};
 use store::{CopiedMeta, Store, StoreError};
@@ -72,18 +74,7 @@ pub async fn seed(
     progress: Arc<Progress>,
 ) -> Result<Seeded, ReplicationError> {
     progress.reset();
-    let store = {
-        let dir = dir.to_owned();
-        tokio::task::spawn_blocking(move || Store::open(&dir))
-            .await
-            .map_err(|e| {
-                seed_error(
-                    "PSM_B1021",
-                    format!("the opening thread failed: {e}"),
-                    false,
-                )
-            })??
-    };
+    let store = open_store(dir).await?;
     let client = connect(&plan.connection).await?;
     let primary = validate_primary(&client, &[]).await?;
     let slot = slot_info(&client, &plan.slot).await?;
@@ -139,6 +130,46 @@ pub async fn seed(
     );
     progress.start_copy();
 
+    let (checkpoint, bytes) = install_peer_copy(store, from, consistent_point, intent).await?;
+    tracing::info!(
+        applied_lsn = %format_lsn(checkpoint.lsn),
+        op_id = checkpoint.op_id,
+        bytes,
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "seeded from the peer"
+    );
+    Ok(Seeded {
+        consistent_point,
+        applied_lsn: checkpoint.lsn,
+        op_id: checkpoint.op_id,
+        bytes,
+    })
+}
+
+/// Opens the store in `dir` (off the runtime threads).
+async fn open_store(dir: &Path) -> Result<Store, ReplicationError> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || Store::open(&dir))
+        .await
+        .map_err(|e| {
+            seed_error(
+                "PSM_B1021",
+                format!("the opening thread failed: {e}"),
+                false,
+            )
+        })?
+        .map_err(ReplicationError::from)
+}
+
+/// Asks `from` for its copy at `consistent_point` and installs it in `store`, its
+/// bootstrap record made this replica's (`intent`, see [`adopt`]). Returns the checkpoint
+/// installed and the bytes received.
+async fn install_peer_copy(
+    store: Store,
+    from: &SeedSource,
+    consistent_point: u64,
+    intent: BootstrapIntent,
+) -> Result<(store::Checkpoint, u64), ReplicationError> {
     let (chunks, body) = request_copy(from, consistent_point).await?;
     let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let reader = ChunkReader {
@@ -147,10 +178,9 @@ pub async fn seed(
         read: 0,
         received: received.clone(),
     };
-    let ours = intent;
     let install = tokio::task::spawn_blocking(move || {
         let mut reader = reader;
-        store.install_copy(&mut reader, |meta| adopt(meta, ours))
+        store.install_copy(&mut reader, |meta| adopt(meta, intent))
     });
     let (installed, streamed) = tokio::join!(install, body);
     let installed = installed.map_err(|e| {
@@ -177,19 +207,7 @@ pub async fn seed(
         Err(e) => return Err(e),
     };
     let bytes = received.load(std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(
-        applied_lsn = %format_lsn(checkpoint.lsn),
-        op_id = checkpoint.op_id,
-        bytes,
-        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
-        "seeded from the peer"
-    );
-    Ok(Seeded {
-        consistent_point,
-        applied_lsn: checkpoint.lsn,
-        op_id: checkpoint.op_id,
-        bytes,
-    })
+    Ok((checkpoint, bytes))
 }
 
 /// Checks the peer's bootstrap record in the copy and makes it this replica's: its slot,

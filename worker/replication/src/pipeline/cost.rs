@@ -13,7 +13,8 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{Pipeline, TableJob};
-use crate::{BootstrapIntent, BootstrapState, Progress};
+use crate::intent::{BootstrapIntent, BootstrapState};
+use crate::progress::Progress;
 use rules::SyncRules;
 use source::ColumnMeta;
 use store::Store;

@@ -7,7 +7,9 @@ use bytes::Bytes;
 
 use super::cost::{complete_intent, task_columns};
 use super::{Pipeline, TableJob};
-use crate::{BootstrapIntent, Progress, ReplicationError};
+use crate::error::ReplicationError;
+use crate::intent::BootstrapIntent;
+use crate::progress::Progress;
 use rules::SyncRules;
 use store::Store;
 

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::super::apply::StreamProgress;
-use super::super::liveness::asked;
-use super::super::SourcePlan;
+use crate::liveness::asked;
+use crate::plan::SourcePlan;
+use crate::progress::StreamProgress;
 use source::connect;
 
 /// How often the slot is read.

@@ -4,9 +4,10 @@
 use std::time::Instant;
 
 use super::Decoder;
-use crate::apply::{Change, StreamTable};
 use crate::catalog::CatalogTable;
-use crate::IntentTable;
+use crate::change::Change;
+use crate::intent::IntentTable;
+use crate::table::StreamTable;
 use metrics::PendingCommits;
 use rules::SyncRules;
 use source::ColumnMeta;
@@ -285,7 +286,7 @@ fn row_message(kind: u8, values: &[source::Value<'_>]) -> Vec<u8> {
 
 /// The values of a row change as the applier takes them, in the table's column order.
 fn shown(decoder: &Decoder<'_>, change: Option<Change>) -> Vec<String> {
-    use crate::apply::{values_of, Presence};
+    use crate::row::{values_of, Presence};
     let (Some(Change::Insert { new, .. }) | Some(Change::Update { new, .. })) = change else {
         panic!("not a row change: {change:?}")
     };
@@ -357,7 +358,7 @@ fn a_tuple_s_values_reach_the_applier_in_the_table_s_column_order() {
 
 #[test]
 fn write_checkpoint_messages_name_only_write_checkpoint_records() {
-    use crate::apply::WriteCheckpointNote;
+    use crate::change::WriteCheckpointNote;
     let key = format!("write_checkpoint/{}", "0123456789abcdef".repeat(4));
     let message = source::write_checkpoint_message(&key, 500, 500);
     let note = WriteCheckpointNote::parse(message.as_bytes(), 900);

@@ -1,0 +1,131 @@
+//! The applier: one thread that turns decoded source changes into store writes.
+//!
+//! Each source transaction is applied in one MDBX write transaction (a few small ones
+//! that are already queued may share it), committed durably with the transaction's end
+//! LSN, then published as a checkpoint, and only then acknowledged to the primary as
+//! flushed. A transaction whose commit LSN is below the stored LSN was applied before a
+//! restart and is skipped, so redelivery is harmless. A huge transaction stays one MDBX
+//! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
+//! slices, so memory stays bounded.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pg_walstream::SharedLsnFeedback;
+use tokio::sync::watch;
+
+use crate::change::Change;
+use crate::error::{stream_error, ReplicationError};
+use crate::expiry::Sweep;
+use crate::handoff::ChangeReceiver;
+use crate::merge::Merge;
+use crate::progress::StreamProgress;
+use crate::recopy::Handover;
+use crate::table::StreamTable;
+use rules::SyncRules;
+use store::{Checkpoint, Store};
+
+mod commit;
+mod merging;
+mod rows;
+
+/// Source transactions share one store commit while this few rows were applied in it.
+const GROUP_ROWS: u64 = 4096;
+/// A store commit that would follow the last one within this long waits that long for
+/// more source transactions to join it ([`StreamContext::group_window`]): under many
+/// small transactions a durable commit (its page writes and sync, most of a small
+/// transaction's CPU) is shared instead of made per transaction, and none waits longer
+/// than this for it; a transaction arriving after a quiet spell commits at once.
+///
+/// [`StreamContext::group_window`]: crate::StreamContext::group_window
+pub const GROUP_WINDOW: Duration = Duration::from_millis(5);
+/// A bucket is CLEAR-compacted once this many of its ops became superseded or REMOVEs.
+const COMPACT_AFTER_OPS: u64 = 1024;
+
+/// Everything the applier thread owns.
+pub(super) struct Applier {
+    pub store: Arc<Store>,
+    pub rules: Arc<SyncRules>,
+    pub tables: Vec<StreamTable>,
+    /// The last durable checkpoint.
+    pub durable: Checkpoint,
+    pub published: watch::Sender<Checkpoint>,
+    pub feedback: Arc<SharedLsnFeedback>,
+    pub progress: Arc<StreamProgress>,
+    /// The sweep of old write-checkpoint requests.
+    pub sweep: Sweep,
+    /// Re-copies in progress, by table index.
+    pub merges: HashMap<usize, Merge>,
+    /// Re-copy batches handed over and not merged yet.
+    pub handover: Arc<Handover>,
+    /// When the last durable write was published (`None` before the first).
+    pub published_at: Option<Instant>,
+    /// [`GROUP_WINDOW`] or a test's.
+    pub group_window: Duration,
+}
+
+impl Applier {
+    /// Applies changes until the input closes (the stream ended; an open transaction is
+    /// abandoned and will be redelivered) or an error.
+    pub fn run(mut self, mut input: ChangeReceiver) -> Result<(), ReplicationError> {
+        let mut held = None;
+        loop {
+            let next = match held.take() {
+                Some(change) => change,
+                None => match input.blocking_recv() {
+                    Some(change) => change,
+                    None => return Ok(()),
+                },
+            };
+            match next {
+                Change::Advance {
+                    lsn,
+                    write_checkpoint,
+                } if lsn > self.durable.lsn => {
+                    let reached = self.durable.lsn;
+                    let ((), checkpoint) = self.store.write(lsn, |w| {
+                        if let Some(note) = &write_checkpoint {
+                            note.record(w)?;
+                        }
+                        self.sweep.run(w, reached, &self.progress)
+                    })?;
+                    self.publish(checkpoint);
+                }
+                Change::Advance { .. } => {}
+                Change::Begin { commit_lsn } if commit_lsn < self.durable.lsn => {
+                    skip_transaction(&mut input)?;
+                    self.progress.pending.published(self.durable.lsn);
+                }
+                Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
+                mut relation @ (Change::Relation { .. } | Change::Gone { .. }) => {
+                    let lsn = self.durable.lsn;
+                    let mut tables = std::mem::take(&mut self.tables);
+                    let mut merges = std::mem::take(&mut self.merges);
+                    let written = self.store.write_with(lsn, |w| {
+                        self.apply(w, &mut tables, &mut merges, lsn, &mut relation)
+                    });
+                    (self.tables, self.merges) = (tables, merges);
+                    self.publish(written?.1);
+                }
+                Change::Recopy(event) => self.merge(event)?,
+                other => {
+                    return Err(stream_error(format!(
+                        "the replication stream sent {other:?} outside a transaction"
+                    )))
+                }
+            }
+        }
+    }
+}
+
+/// Drops the changes of a transaction that is already in the store.
+fn skip_transaction(input: &mut ChangeReceiver) -> Result<(), ReplicationError> {
+    loop {
+        match input.blocking_recv() {
+            Some(Change::Commit { .. }) => return Ok(()),
+            Some(_) => {}
+            None => return Ok(()),
+        }
+    }
+}
