@@ -33,7 +33,7 @@ impl SyncStreamReader {
         // A replica that stops answering fails the reader after the run's stall limit
         // (a live stream sends a keepalive every 20 s or so).
         socket
-            .set_read_timeout(Some(crate::Patience::of_run().stall))
+            .set_read_timeout(Some(crate::wait::Patience::of_run().stall))
             .expect("a read timeout");
         let mut reader = BufReader::new(socket.try_clone().expect("the socket clones"));
         let mut status = String::new();

@@ -104,9 +104,18 @@ fn sql_functions_answer_support_questions() {
     let replica = Cluster::start_sync_replica(&install, &dir, &config(&primary, http_port), &[]);
     replica.wait_worker_phase("streaming");
 
+    validate_rules_answers(&replica);
+    buckets_match_the_primary(&primary, &replica);
+    user_buckets_follow_the_parameter_rows(&primary, &replica);
+    streams_lists_open_connections(&replica, http_port);
+    only_superusers_and_monitors_read(&replica);
+}
+
+/// `validate_rules()`: the names the rules define, or the error with its location.
+fn validate_rules_answers(replica: &Cluster) {
     // validate_rules: the names it defines, or the error with its location.
     let good = json(
-        &replica,
+        replica,
         &format!("SELECT powersync_mdbx.validate_rules($r${RULES}$r$)"),
     );
     assert_eq!(good["valid"], true, "{good}");
@@ -115,7 +124,7 @@ fn sql_functions_answer_support_questions() {
         serde_json::json!(["by_list", "lists", "picked"])
     );
     let bad = json(
-        &replica,
+        replica,
         "SELECT powersync_mdbx.validate_rules($r$bucket_definitions:\n  broken:\n    data:\n      - SELECT * FROM todos WHERE list_id = bucket.nope$r$)",
     );
     assert_eq!(bad["valid"], false, "{bad}");
@@ -131,19 +140,22 @@ fn sql_functions_answer_support_questions() {
         "{bad}"
     );
     let yaml = json(
-        &replica,
+        replica,
         "SELECT powersync_mdbx.validate_rules('bucket_definitions: [')",
     );
     assert_eq!(yaml["errors"][0]["code"], "PSM_RULES_YAML", "{yaml}");
     assert!(yaml["errors"][0]["line"].as_u64() >= Some(1), "{yaml}");
+}
 
+/// `buckets()` and `replication()` against the primary's rows.
+fn buckets_match_the_primary(primary: &Cluster, replica: &Cluster) {
     // buckets(): the stored buckets match the primary's rows, also after more inserts.
-    assert_eq!(stored_counts(&replica), expected_counts(&primary));
+    assert_eq!(stored_counts(replica), expected_counts(primary));
     primary
         .sql("INSERT INTO todos SELECT 'n' || g, 'l2', 'new ' || g FROM generate_series(1, 5) g");
-    replica.wait_applied(&primary);
-    let counts = stored_counts(&replica);
-    assert_eq!(counts, expected_counts(&primary));
+    replica.wait_applied(primary);
+    let counts = stored_counts(replica);
+    assert_eq!(counts, expected_counts(primary));
     assert_eq!(counts["by_list[\"l2\"]"], 12, "{counts:?}");
     let last: i64 = replica
         .sql("SELECT max(last_op_id) FROM powersync_mdbx.buckets()")
@@ -154,25 +166,25 @@ fn sql_functions_answer_support_questions() {
          || (retained_wal_bytes >= 0) || ' ' || (lag_bytes >= 0) FROM powersync_mdbx.replication()",
     );
     assert_eq!(replication, format!("powersync_mdbx {last} true true true"));
+}
 
+/// `user_buckets()` before and after a parameter row changes.
+fn user_buckets_follow_the_parameter_rows(primary: &Cluster, replica: &Cluster) {
     // user_buckets(): each user's set from the parameter rows; client parameters.
     let lists = "lists[]".to_owned();
     let by = |l: &str| format!("by_list[\"{l}\"]");
     assert_eq!(
-        user_buckets(&replica, "u1", "{}"),
+        user_buckets(replica, "u1", "{}"),
         [by("l1"), by("l3"), lists.clone()]
     );
+    assert_eq!(user_buckets(replica, "u2", "{}"), [by("l2"), lists.clone()]);
     assert_eq!(
-        user_buckets(&replica, "u2", "{}"),
-        [by("l2"), lists.clone()]
-    );
-    assert_eq!(
-        user_buckets(&replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
+        user_buckets(replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
         [by("l2"), lists.clone(), "picked[\"l1\"]".to_owned()]
     );
     assert_eq!(
-        user_buckets(&replica, "u2", r#"{"list": "l1"}"#),
-        user_buckets(&replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
+        user_buckets(replica, "u2", r#"{"list": "l1"}"#),
+        user_buckets(replica, "u2", r#"{"parameters": {"list": "l1"}}"#),
         "a bare object is the client parameters"
     );
     let row = replica.sql(
@@ -181,20 +193,20 @@ fn sql_functions_answer_support_questions() {
     );
     assert_eq!(row, "3 by_list 12");
     primary.sql("UPDATE lists SET owner_id = 'u2' WHERE id = 'l3'");
-    replica.wait_applied(&primary);
+    replica.wait_applied(primary);
+    assert_eq!(user_buckets(replica, "u1", "{}"), [by("l1"), lists.clone()]);
     assert_eq!(
-        user_buckets(&replica, "u1", "{}"),
-        [by("l1"), lists.clone()]
-    );
-    assert_eq!(
-        user_buckets(&replica, "u2", "{}"),
+        user_buckets(replica, "u2", "{}"),
         [by("l2"), by("l3"), lists.clone()]
     );
     let err = replica
         .try_sql("SELECT * FROM powersync_mdbx.user_buckets('{\"name\": \"no sub\"}')")
         .unwrap_err();
     assert!(err.contains("PSM_A1010") && err.contains("HINT:"), "{err}");
+}
 
+/// `streams()` with a real `/sync/stream` connection on `http_port`.
+fn streams_lists_open_connections(replica: &Cluster, http_port: u16) {
     // streams(): a real connection is listed while open, and gone once closed.
     assert_eq!(
         replica.sql("SELECT count(*) FROM powersync_mdbx.streams()"),
@@ -231,7 +243,10 @@ fn sql_functions_answer_support_questions() {
     wait_until("the closed stream leaving streams()", || {
         (replica.sql("SELECT count(*) FROM powersync_mdbx.streams()") == "0").then_some(())
     });
+}
 
+/// Who may read the engine's data and its status.
+fn only_superusers_and_monitors_read(replica: &Cluster) {
     // Only superusers may read the engine's data; its status (configuration paths,
     // errors, slot) only superusers and members of pg_monitor.
     replica.sql("CREATE ROLE app LOGIN; CREATE ROLE monitor LOGIN IN ROLE pg_monitor");

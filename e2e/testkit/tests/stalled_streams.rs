@@ -179,22 +179,7 @@ fn stalled_streams_stay_bounded(accept_encoding: &str) {
     let bound = bound_kib_per_stream(accept_encoding);
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
-    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
-    primary.sql(&format!(
-        "CREATE TABLE docs (id text PRIMARY KEY, body text); \
-         CREATE PUBLICATION powersync FOR TABLE docs; \
-         INSERT INTO docs SELECT 'd' || g, repeat(md5(g::text), 64) \
-         FROM generate_series(1, {ROWS}) g;"
-    ));
-    let port = free_port();
-    let config = global_bucket_config(
-        &primary.uri("postgres"),
-        "SELECT * FROM docs",
-        SECRET,
-        AUDIENCE,
-        port,
-    );
-    let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
+    let (_primary, replica, port) = serve_docs(&install, &dir);
     let status = replica.wait_worker_phase("streaming");
     let worker = status["worker_pid"].as_i64().unwrap();
 
@@ -219,37 +204,8 @@ fn stalled_streams_stay_bounded(accept_encoding: &str) {
         .await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = rss_anon_kib(worker);
-        let mut opening = tokio::task::JoinSet::new();
-        let connecting = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
-        for n in 1..=streams {
-            let request = request(n, accept_encoding);
-            let connecting = connecting.clone();
-            opening.spawn(async move {
-                let _permit = connecting.acquire_owned().await.ok()?;
-                stalled_client(port, request).await
-            });
-        }
-        let mut sockets = Vec::with_capacity(streams);
-        while let Some(done) = opening.join_next().await {
-            sockets.extend(done.unwrap());
-        }
-        assert_eq!(sockets.len(), streams, "every stalled client connected");
-
-        // The worker fills what it may toward each client, then waits: its memory stops
-        // growing (samples 0.5 s apart within 1 %).
-        let mut samples = vec![rss_anon_kib(worker)];
-        let peak = wait_for("the worker's memory to settle", || {
-            std::thread::sleep(Duration::from_millis(500));
-            let now = rss_anon_kib(worker);
-            samples.push(now);
-            let last = &samples[samples.len().saturating_sub(4)..];
-            let (lo, hi) = (*last.iter().min().unwrap(), *last.iter().max().unwrap());
-            if samples.len() >= 6 && hi <= lo + lo / 100 {
-                Ok(*samples.iter().max().unwrap())
-            } else {
-                Err(now) // growing memory is progress
-            }
-        });
+        let sockets = open_stalled_clients(port, streams, accept_encoding).await;
+        let peak = settled_peak(worker);
         let per_stream = peak.saturating_sub(before) / streams as u64;
         println!(
             "{streams} stalled streams, Accept-Encoding {accept_encoding}: worker RssAnon \
@@ -300,6 +256,72 @@ fn stalled_streams_stay_bounded(accept_encoding: &str) {
         );
         drop(sockets);
     });
+}
+
+/// A primary with `ROWS` documents and a sync replica serving them all in one bucket,
+/// streaming; the replica's HTTP port.
+fn serve_docs(install: &PgInstall, dir: &TestDir) -> (Cluster, Cluster, u16) {
+    let primary = Cluster::start_new(install, dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(&format!(
+        "CREATE TABLE docs (id text PRIMARY KEY, body text); \
+         CREATE PUBLICATION powersync FOR TABLE docs; \
+         INSERT INTO docs SELECT 'd' || g, repeat(md5(g::text), 64) \
+         FROM generate_series(1, {ROWS}) g;"
+    ));
+    let port = free_port();
+    let config = global_bucket_config(
+        &primary.uri("postgres"),
+        "SELECT * FROM docs",
+        SECRET,
+        AUDIENCE,
+        port,
+    );
+    let replica = Cluster::start_sync_replica(install, dir, &config, &[]);
+    (primary, replica, port)
+}
+
+/// Opens `streams` stalled clients on `port` (at most 256 connecting at once); all of
+/// them connect.
+async fn open_stalled_clients(
+    port: u16,
+    streams: usize,
+    accept_encoding: &str,
+) -> Vec<tokio::net::TcpStream> {
+    let mut opening = tokio::task::JoinSet::new();
+    let connecting = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
+    for n in 1..=streams {
+        let request = request(n, accept_encoding);
+        let connecting = connecting.clone();
+        opening.spawn(async move {
+            let _permit = connecting.acquire_owned().await.ok()?;
+            stalled_client(port, request).await
+        });
+    }
+    let mut sockets = Vec::with_capacity(streams);
+    while let Some(done) = opening.join_next().await {
+        sockets.extend(done.unwrap());
+    }
+    assert_eq!(sockets.len(), streams, "every stalled client connected");
+    sockets
+}
+
+/// The worker's peak anonymous memory once it settled.
+fn settled_peak(worker: i64) -> u64 {
+    // The worker fills what it may toward each client, then waits: its memory stops
+    // growing (samples 0.5 s apart within 1 %).
+    let mut samples = vec![rss_anon_kib(worker)];
+    wait_for("the worker's memory to settle", || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = rss_anon_kib(worker);
+        samples.push(now);
+        let last = &samples[samples.len().saturating_sub(4)..];
+        let (lo, hi) = (*last.iter().min().unwrap(), *last.iter().max().unwrap());
+        if samples.len() >= 6 && hi <= lo + lo / 100 {
+            Ok(*samples.iter().max().unwrap())
+        } else {
+            Err(now) // growing memory is progress
+        }
+    })
 }
 
 #[test]

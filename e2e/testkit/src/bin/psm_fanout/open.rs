@@ -6,9 +6,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::conn::Target;
-use crate::stats::{rss_anon_kib, summary, Cpu};
-use crate::streams::{round, Streams};
-use crate::{Common, Flags};
+use crate::flags::{Common, Flags};
+use crate::stats::{round, rss_anon_kib, summary, Cpu};
+use crate::streams::Streams;
 
 /// The scenario's own settings.
 pub struct Open {

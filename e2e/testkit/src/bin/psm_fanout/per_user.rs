@@ -8,13 +8,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::conn::{Event, Target};
+use crate::flags::{Common, Flags};
 use crate::open::merge;
-use crate::stats::{summary, Cpu};
-use crate::streams::{round, Streams};
-use crate::{Common, Flags};
+use crate::stats::{round, summary, Cpu};
+use crate::streams::Streams;
 
 /// The scenario's own settings.
 pub struct PerUser {
@@ -84,7 +84,7 @@ impl PerUser {
             by_user[user].push(seq as u64);
         }
         let mut commits = vec![Commit::default(); total];
-        let (tx, mut returned) = unbounded_channel();
+        let (tx, returned) = unbounded_channel();
         let plan = Arc::new(Plan {
             users,
             rate: self.rate,
@@ -97,6 +97,68 @@ impl PerUser {
             let connections = self.connections.max(1);
             std::thread::spawn(move || issue_commits(&primary, connections, &plan, &tx))
         };
+        let followed = self
+            .follow(
+                common,
+                &mut streams,
+                returned,
+                &plan,
+                &by_user,
+                &mut commits,
+            )
+            .await;
+        let cpu = cpu.since();
+        let pg_errors = commits_thread
+            .join()
+            .unwrap_or_else(|_| vec!["the commit thread panicked".into()]);
+        let Measured {
+            latencies,
+            round_trips,
+            before_return,
+            no_row,
+        } = Measured::of(&commits);
+        let issued = round_trips.len();
+        let first_sent = commits.iter().filter_map(|c| c.sent).min();
+        let span = match (first_sent, followed.last_returned) {
+            (Some(first), Some(last)) => (last - first).as_secs_f64(),
+            _ => 0.0,
+        };
+        merge(
+            &mut report,
+            serde_json::json!({
+                "commits_planned": total,
+                "commits_issued": issued,
+                "commit_rate_target": self.rate,
+                "commit_rate_achieved": (span > 0.0).then(|| round(issued as f64 / span, 1)),
+                "commits_touching_no_row": no_row,
+                "commit_round_trip_ms": summary(&round_trips, 3),
+                "commits_measured": latencies.len(),
+                "commits_unmeasured": issued - latencies.len(),
+                "checkpoint_before_commit_returned": before_return,
+                "markers_on_another_users_stream": followed.misattributed,
+                "commit_to_checkpoint_complete_ms": summary(&latencies, 3),
+                "pg_connections": self.connections,
+                "pg_errors": pg_errors.into_iter().take(5).collect::<Vec<_>>(),
+                "seed": self.seed,
+                "commits_phase": cpu,
+            }),
+        );
+        report
+    }
+
+    /// Follows the streams while the commits return, until every commit was seen on its
+    /// stream or the settle time after the last one passed: stamps each commit's return
+    /// and the `checkpoint_complete` that first carried it.
+    async fn follow(
+        &self,
+        common: &Common,
+        streams: &mut Streams,
+        mut returned: UnboundedReceiver<Returned>,
+        plan: &Plan,
+        by_user: &[Vec<u64>],
+        commits: &mut [Commit],
+    ) -> Followed {
+        let total = commits.len();
         let mut misattributed = 0usize;
         let mut workers_done = false;
         let mut last_returned: Option<Instant> = None;
@@ -153,15 +215,41 @@ impl PerUser {
                 }
             }
         }
-        let cpu = cpu.since();
-        let pg_errors = commits_thread
-            .join()
-            .unwrap_or_else(|_| vec!["the commit thread panicked".into()]);
+        Followed {
+            misattributed,
+            last_returned,
+        }
+    }
+}
+
+/// What following the streams found.
+struct Followed {
+    /// Markers that arrived on a stream whose user the commit did not touch.
+    misattributed: usize,
+    /// When the last commit returned.
+    last_returned: Option<Instant>,
+}
+
+/// The measured times (in milliseconds) and counts of the commits that returned.
+struct Measured {
+    /// From each commit's return to the `checkpoint_complete` that carried it.
+    latencies: Vec<f64>,
+    /// From each commit's send to its return.
+    round_trips: Vec<f64>,
+    /// Commits whose checkpoint arrived before the commit returned.
+    before_return: usize,
+    /// Commits that touched no row.
+    no_row: usize,
+}
+
+impl Measured {
+    /// The times of `commits`.
+    fn of(commits: &[Commit]) -> Self {
         let mut latencies = Vec::new();
         let mut round_trips = Vec::new();
         let mut before_return = 0usize;
         let mut no_row = 0usize;
-        for c in &commits {
+        for c in commits {
             if let (Some(sent), Some(returned)) = (c.sent, c.returned) {
                 round_trips.push((returned - sent).as_secs_f64() * 1e3);
                 if c.rows == 0 {
@@ -175,33 +263,12 @@ impl PerUser {
                 }
             }
         }
-        let issued = round_trips.len();
-        let first_sent = commits.iter().filter_map(|c| c.sent).min();
-        let span = match (first_sent, last_returned) {
-            (Some(first), Some(last)) => (last - first).as_secs_f64(),
-            _ => 0.0,
-        };
-        merge(
-            &mut report,
-            serde_json::json!({
-                "commits_planned": total,
-                "commits_issued": issued,
-                "commit_rate_target": self.rate,
-                "commit_rate_achieved": (span > 0.0).then(|| round(issued as f64 / span, 1)),
-                "commits_touching_no_row": no_row,
-                "commit_round_trip_ms": summary(&round_trips, 3),
-                "commits_measured": latencies.len(),
-                "commits_unmeasured": issued - latencies.len(),
-                "checkpoint_before_commit_returned": before_return,
-                "markers_on_another_users_stream": misattributed,
-                "commit_to_checkpoint_complete_ms": summary(&latencies, 3),
-                "pg_connections": self.connections,
-                "pg_errors": pg_errors.into_iter().take(5).collect::<Vec<_>>(),
-                "seed": self.seed,
-                "commits_phase": cpu,
-            }),
-        );
-        report
+        Self {
+            latencies,
+            round_trips,
+            before_return,
+            no_row,
+        }
     }
 }
 

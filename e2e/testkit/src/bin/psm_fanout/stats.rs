@@ -1,4 +1,5 @@
-//! Percentiles of measured times, and the worker's anonymous memory.
+//! Percentiles and rounding of measured times, and the worker's anonymous memory and CPU
+//! time.
 
 /// The `p` quantile (0–1) of sorted `values` by nearest rank.
 pub fn quantile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -13,13 +14,19 @@ pub fn quantile(sorted: &[f64], p: f64) -> Option<f64> {
 pub fn summary(values: &[f64], digits: i32) -> serde_json::Value {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
-    let at = |p| quantile(&sorted, p).map(|v| crate::streams::round(v, digits));
+    let at = |p| quantile(&sorted, p).map(|v| round(v, digits));
     serde_json::json!({
         "count": sorted.len(),
         "p50": at(0.5),
         "p99": at(0.99),
         "max": at(1.0),
     })
+}
+
+/// `x` rounded to `digits` decimals.
+pub fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
 }
 
 /// `RssAnon` of process `pid` in KiB (`None` when unreadable).
@@ -71,7 +78,7 @@ impl Cpu {
 
     /// The CPU seconds each took since [`Cpu::now`], and the wall-clock seconds.
     pub fn since(&self) -> serde_json::Value {
-        let round = |x: f64| crate::streams::round(x, 2);
+        let round = |x: f64| round(x, 2);
         serde_json::json!({
             "wall_seconds": round(self.at.elapsed().as_secs_f64()),
             "worker_cpu_seconds": self.worker

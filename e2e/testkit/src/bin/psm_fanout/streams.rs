@@ -11,8 +11,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Semaphore;
 
 use crate::conn::{self, Event, Target};
-use crate::stats::Cpu;
-use crate::Common;
+use crate::flags::Common;
+use crate::stats::{round, Cpu};
 
 /// How often opening reports its progress on stderr.
 const PROGRESS: Duration = Duration::from_secs(5);
@@ -254,10 +254,4 @@ impl Streams {
 fn source_address(stream: usize, sources: usize) -> IpAddr {
     let offset = u8::try_from(stream % sources.clamp(1, 250)).unwrap_or(0);
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + offset))
-}
-
-/// `x` rounded to `digits` decimals.
-pub fn round(x: f64, digits: i32) -> f64 {
-    let scale = 10f64.powi(digits);
-    (x * scale).round() / scale
 }
