@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 use service::BucketPosition;
 
-use super::Truth;
+/// Bucket → (object_type, object_id) → data.
+pub(super) type Truth = BTreeMap<String, BTreeMap<(String, String), String>>;
 
 /// One bucket as the client holds it.
 #[derive(Debug, Clone, Default)]

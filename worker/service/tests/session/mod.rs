@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use service::{BucketPosition, Budgets, Encoding, SyncLine, SyncRequest, SyncSession};
 use store::Store;
 
-use client::Client;
+use client::{Client, Truth};
 
 const RULES: &str = r#"
 bucket_definitions:
@@ -46,8 +46,6 @@ bucket_definitions:
 
 /// A source change: table, id, new columns (`None`: deleted).
 type Change = (&'static str, String, Option<Vec<(&'static str, String)>>);
-/// Bucket → (object_type, object_id) → data.
-type Truth = BTreeMap<String, BTreeMap<(String, String), String>>;
 
 const TABLES: [&str; 3] = ["lists", "todos", "items"];
 
