@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// times a second under load releases twice.
 pub const RELEASE_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How long an idle thread of the blocking pool waits for work before it exits (tokio's
+/// default: 10 s): its stack and its allocator's pages are given back within a second of
+/// a burst (the streams' reads have threads of their own, `service::readers`).
+pub(crate) const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
+
 static RELEASE: OnceLock<fn()> = OnceLock::new();
 
 thread_local! {

@@ -26,7 +26,7 @@ where
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name(name)
-        .thread_keep_alive(crate::run::BLOCKING_THREAD_KEEP_ALIVE)
+        .thread_keep_alive(crate::idle_release::BLOCKING_THREAD_KEEP_ALIVE)
         .on_thread_park(crate::idle_release::on_park)
         .enable_all()
         .build()?;

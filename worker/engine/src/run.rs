@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::deploy::{GenerationEvent, Generations};
 use super::generation::{store_status, Generation};
+use super::idle_release::BLOCKING_THREAD_KEEP_ALIVE;
 use super::seeding::{seed_unless_complete, SeedTarget};
 use super::{EngineConfig, EngineError};
 use auth::Authenticator;
@@ -21,10 +22,6 @@ use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
 
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
-/// How long an idle thread of the blocking pool waits for work before it exits (tokio's
-/// default: 10 s): its stack and its allocator's pages are given back within a second of
-/// a burst (the streams' reads have threads of their own, `service::readers`).
-pub(crate) const BLOCKING_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 pub(super) fn run(
     config: EngineConfig,
@@ -149,24 +146,7 @@ async fn serve_generations(
     stop: &mut watch::Receiver<bool>,
     halt: &watch::Sender<bool>,
 ) -> Result<(), EngineError> {
-    let store = generations.active.store.clone();
-    tracing::info!(
-        dir = %store.dir().display(),
-        store_id = %store.identity().store_id,
-        created = store.was_created(),
-        generation = generations.active.number,
-        "storage open"
-    );
-    let (number, rules_hash) = (
-        generations.active.number,
-        generations.active.rules.content_hash_hex(),
-    );
-    status.update(|s| {
-        s.store = Some(store_status(&store));
-        s.generation = Some(number);
-        s.rules_hash = Some(rules_hash);
-    });
-    drop(store);
+    report_storage_open(status, &generations.active);
     let auth = Authenticator::new(&config.service.client_auth)?;
     let open_files = http::raise_open_files_limit();
     let http_limits = config
@@ -228,22 +208,65 @@ async fn serve_generations(
     generations
         .consider(rules.borrow_and_update().clone())
         .await;
+    let outcome = follow_generations(status, generations, &sync, rules, stop).await;
+    status.update(|s| {
+        s.phase = Phase::Stopping;
+        s.ready = false;
+    });
+    generations.stop().await;
+    // Ends the server (and every stream) also when the engine failed.
+    halt.send_replace(true);
+    let _ = server.await;
+    for task in [peers, scrapes, admin].into_iter().flatten() {
+        let _ = task.await;
+    }
+    status.update(|s| s.admin_socket = None);
+    outcome
+}
+
+/// The opened store of the served generation, logged and into `status()`.
+fn report_storage_open(status: &StatusCell, active: &Generation) {
+    let store = active.store.clone();
+    tracing::info!(
+        dir = %store.dir().display(),
+        store_id = %store.identity().store_id,
+        created = store.was_created(),
+        generation = active.number,
+        "storage open"
+    );
+    let (number, rules_hash) = (active.number, active.rules.content_hash_hex());
+    status.update(|s| {
+        s.store = Some(store_status(&store));
+        s.generation = Some(number);
+        s.rules_hash = Some(rules_hash);
+    });
+}
+
+/// Serves until stopped: the generations' events (a stopped stream, a finished build),
+/// changed rules, and the heartbeat. Ends with the served generation's error, if any.
+async fn follow_generations(
+    status: &Arc<StatusCell>,
+    generations: &mut Generations,
+    sync: &Arc<SyncService>,
+    rules: &mut watch::Receiver<Arc<str>>,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), EngineError> {
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let mut snapshot_logged = std::time::Instant::now();
-    let outcome = loop {
+    loop {
         tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => break Ok(()),
+            _ = stop.wait_for(|stop| *stop) => return Ok(()),
             event = generations.next_event() => match event {
                 // Replication finished its work for now; keep serving until stopped.
                 GenerationEvent::ServedStopped(Ok(())) => {}
-                GenerationEvent::ServedStopped(Err(e)) => break Err(e),
-                GenerationEvent::BuildReady(Ok(())) => generations.switch(&sync).await,
+                GenerationEvent::ServedStopped(Err(e)) => return Err(e),
+                GenerationEvent::BuildReady(Ok(())) => generations.switch(sync).await,
                 GenerationEvent::BuildReady(Err(e)) => generations.fail_build(&e),
-                GenerationEvent::InPlaceReady => generations.finish_in_place(&sync).await,
+                GenerationEvent::InPlaceReady => generations.finish_in_place(sync).await,
             },
             changed = rules.changed() => {
                 if changed.is_err() {
-                    break Ok(());
+                    return Ok(());
                 }
                 // The rules of a failed build, handed over again, are tried again.
                 let text = rules.borrow_and_update().clone();
@@ -256,26 +279,7 @@ async fn serve_generations(
                 log_snapshot_progress(status, &mut snapshot_logged);
             }
         }
-    };
-    status.update(|s| {
-        s.phase = Phase::Stopping;
-        s.ready = false;
-    });
-    generations.stop().await;
-    // Ends the server (and every stream) also when the engine failed.
-    halt.send_replace(true);
-    let _ = server.await;
-    if let Some(peers) = peers {
-        let _ = peers.await;
     }
-    if let Some(scrapes) = scrapes {
-        let _ = scrapes.await;
-    }
-    if let Some(admin) = admin {
-        let _ = admin.await;
-    }
-    status.update(|s| s.admin_socket = None);
-    outcome
 }
 
 /// The served generation's progress into `status()`, once per heartbeat.

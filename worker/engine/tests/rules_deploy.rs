@@ -174,6 +174,21 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         )
     );
 
+    deploy_in_the_served_store(&rig, &mut client, &mut lines, &v1_names);
+    let v2_names =
+        follow_and_deploy_what_this_client_does_not_get(&rig, &mut client, &mut lines, &t);
+    invalid_rules_change_nothing(&rig, &mut client, &mut lines);
+    a_new_edition_is_built_beside_and_survives_a_crash(&mut rig, lines, &t, &v2_names);
+}
+
+/// v2, deployed inside the served store while the primary changes: the client moves
+/// over, and no new generation, slot or file remains.
+fn deploy_in_the_served_store(
+    rig: &EngineRig,
+    client: &mut Client,
+    lines: &mut Lines,
+    v1_names: &[String],
+) {
     // Deploy v2 while the primary keeps changing: inside the served store, which keeps
     // following the primary. `mine` changed: its bucket has a new name, the old one is
     // removed; `my_notes` is new.
@@ -183,13 +198,13 @@ fn a_connected_client_moves_to_each_deployed_generation() {
          INSERT INTO notes VALUES ('n-new', 'u1', 'written during the build');",
     );
     until_buckets(
-        &rig,
-        &mut lines,
-        &mut client,
+        rig,
+        lines,
+        client,
         &[r#"mine["u1"]"#, r#"my_notes["u1"]"#],
-        &v1_names,
+        v1_names,
     );
-    wait_for(&rig, "the deploy to end", || {
+    wait_for(rig, "the deploy to end", || {
         rig.status.snapshot().rules_hash == Some(rules_hash(RULES_V2))
     });
     let status = rig.status.snapshot();
@@ -198,30 +213,39 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     assert_eq!(status.last_deploy.as_ref().unwrap().generation, 1);
     assert!(status.ready);
     let mut want = expected(
-        &rig,
+        rig,
         "SELECT id, n FROM items WHERE owner = 'u1' AND kind = 'a'",
     );
     want.extend(expected(
-        &rig,
+        rig,
         "SELECT id, body FROM notes WHERE owner = 'u1'",
     ));
     assert!(want.contains_key("n-new") && want.contains_key("i2"));
-    assert_eq!(held(&client), want);
+    assert_eq!(held(client), want);
     // No new generation: the re-copies' temporary slots are gone, the store is the one.
-    wait_for(&rig, "only the served slot to remain", || {
-        slots(&rig) == vec![SLOT.to_owned()]
+    wait_for(rig, "only the served slot to remain", || {
+        slots(rig) == vec![SLOT.to_owned()]
     });
-    assert!(!store_entries(&rig)
+    assert!(!store_entries(rig)
         .iter()
         .any(|e| e.starts_with('g') && e != "generation"));
+}
 
+/// The deployed rules are followed; then v3, which only adds a definition this client
+/// does not get, reaches it as nothing but the next write. Returns the buckets v2 named.
+fn follow_and_deploy_what_this_client_does_not_get(
+    rig: &EngineRig,
+    client: &mut Client,
+    lines: &mut Lines,
+    t: &str,
+) -> BTreeMap<String, u32> {
     // The deployed rules are followed.
     rig.primary.sql(
         "INSERT INTO items VALUES ('i-late', 'u1', 'a', 7); DELETE FROM notes WHERE id = 'n1';",
     );
-    wait_for(&rig, "the change to arrive", || {
+    wait_for(rig, "the change to arrive", || {
         client.apply(&lines.until_complete());
-        let rows = held(&client);
+        let rows = held(client);
         rows.contains_key("i-late") && !rows.contains_key("n1")
     });
 
@@ -230,14 +254,14 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     // its bucket names, positions and checksums (checked at every checkpoint_complete).
     let v2_names = client.announced.clone();
     rig.deploy_rules(RULES_V3);
-    wait_for(&rig, "the deploy of v3 to switch", || {
+    wait_for(rig, "the deploy of v3 to switch", || {
         rig.status.snapshot().rules_hash == Some(rules_hash(RULES_V3))
     });
     rig.primary
         .sql("INSERT INTO notes VALUES ('n-after-v3', 'u1', 'x');");
     let mut data_lines = 0;
     let mut waiting = Waiting::new("a write after the deploy of v3");
-    while !held(&client).contains_key("n-after-v3") {
+    while !held(client).contains_key("n-after-v3") {
         waiting.progress(rig.progress());
         let batch = lines.until_complete();
         data_lines += batch.iter().filter(|l| l.get("data").is_some()).count();
@@ -251,11 +275,11 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         data_lines, 1,
         "only the write after the deploy reached the client"
     );
-    let (fresh, _fresh_lines) = connect(&rig, &t);
+    let (fresh, _fresh_lines) = connect(rig, t);
     assert_eq!(fresh.announced, client.announced);
-    assert_eq!(held(&fresh), held(&client));
+    assert_eq!(held(&fresh), held(client));
     let team = token_with_claims(&[("sub", "u9"), ("team", "a")], 3600);
-    let (by_team, _team_lines) = connect(&rig, &team);
+    let (by_team, _team_lines) = connect(rig, &team);
     let team_bucket = by_team.named(r#"by_team["a"]"#).unwrap();
     let team_rows: BTreeMap<String, Value> = by_team
         .rows(&team_bucket)
@@ -264,12 +288,17 @@ fn a_connected_client_moves_to_each_deployed_generation() {
         .collect();
     assert_eq!(
         team_rows,
-        expected(&rig, "SELECT id FROM items WHERE kind = 'a'")
+        expected(rig, "SELECT id FROM items WHERE kind = 'a'")
     );
 
+    v2_names
+}
+
+/// Invalid rules, deployed: the served rules and the stream go on.
+fn invalid_rules_change_nothing(rig: &EngineRig, client: &mut Client, lines: &mut Lines) {
     // Invalid rules change nothing: the error shows, v3 keeps serving.
     rig.deploy_rules("bucket_definitions:\n  b:\n    data: [SELECT FROM]\n");
-    wait_for(&rig, "the rules error", || {
+    wait_for(rig, "the rules error", || {
         rig.status
             .snapshot()
             .last_error
@@ -280,11 +309,20 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     assert!(status.deploy.is_none() && status.ready);
     rig.primary
         .sql("INSERT INTO notes VALUES ('n-after-invalid', 'u1', 'x');");
-    wait_for(&rig, "the change to arrive", || {
+    wait_for(rig, "the change to arrive", || {
         client.apply(&lines.until_complete());
-        held(&client).contains_key("n-after-invalid")
+        held(client).contains_key("n-after-invalid")
     });
+}
 
+/// v4, a new edition, built as a new generation beside the served one; a crash during
+/// its build is recovered from, and only the new generation's slot and store remain.
+fn a_new_edition_is_built_beside_and_survives_a_crash(
+    rig: &mut EngineRig,
+    lines: Lines,
+    t: &str,
+    v2_names: &BTreeMap<String, u32>,
+) {
     // A change of edition renames every bucket: a new generation is built beside the
     // served one. A crash during its build: the restarted engine serves v3 from its own
     // stored rules, resumes the build (the same generation) and switches. A long
@@ -293,37 +331,37 @@ fn a_connected_client_moves_to_each_deployed_generation() {
     let long_transaction = rig.primary.hold_transaction("SELECT pg_current_xact_id()");
     rig.deploy_rules(RULES_V4);
     let slot_g2 = format!("{SLOT}_g2");
-    wait_for(&rig, "the build to create its slot", || {
-        rig.status.snapshot().deploy.is_some() && slots(&rig).contains(&slot_g2)
+    wait_for(rig, "the build to create its slot", || {
+        rig.status.snapshot().deploy.is_some() && slots(rig).contains(&slot_g2)
     });
     rig.stop();
     drop(lines);
     // The slot's creation ends with the long transaction; its walsender then finds the
     // engine gone.
     long_transaction.commit();
-    wait_for(&rig, "the interrupted slot creation to end", || {
+    wait_for(rig, "the interrupted slot creation to end", || {
         rig.primary.sql(&format!(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{slot_g2}' AND active"
         )) == "0"
     });
     rig.start_with_rules(RULES_V4);
     rig.wait_phase(Phase::Streaming);
-    wait_for(&rig, "the resumed deploy to switch", || {
+    wait_for(rig, "the resumed deploy to switch", || {
         rig.status.snapshot().generation == Some(2)
     });
-    let (fresh, _lines) = connect(&rig, &t);
+    let (fresh, _lines) = connect(rig, t);
     assert_eq!(untagged(&fresh), vec![r#"my_notes["u1"]"#]);
     assert!(!v2_names.contains_key(fresh.announced.keys().next().unwrap()));
     assert_eq!(
         held(&fresh),
-        expected(&rig, "SELECT id, owner, body FROM notes WHERE owner = 'u1'")
+        expected(rig, "SELECT id, owner, body FROM notes WHERE owner = 'u1'")
     );
     wait_for(
-        &rig,
+        rig,
         "only the new generation's slot and store to remain",
         || {
-            slots(&rig) == vec![slot_g2.clone()]
-                && store_entries(&rig) == vec!["active", "g2", "generation"]
+            slots(rig) == vec![slot_g2.clone()]
+                && store_entries(rig) == vec!["active", "g2", "generation"]
         },
     );
 }

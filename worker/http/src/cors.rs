@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::Body;
+use super::body::Body;
 
 /// Headers a browser may send when none are named in the preflight.
 const DEFAULT_ALLOWED_HEADERS: &str = "authorization, content-type, x-user-agent";

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{header, Response, StatusCode};
 
-use super::Body;
+use super::body::Body;
 use auth::AuthError;
 
 /// An error answer. The code is stable; clients only act on the status.

@@ -5,6 +5,7 @@
 
 mod accept;
 mod authorization;
+mod body;
 mod compress;
 mod cors;
 mod error;
@@ -19,11 +20,13 @@ mod peer_tls;
 mod probes;
 mod rsocket;
 mod server;
+mod state;
 mod sync_socket;
 mod sync_stream;
 mod write_checkpoint;
 mod write_timeout;
 
+pub use body::Body;
 pub use error::ApiError;
 pub use limits::{
     HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, DESCRIPTOR_RESERVE,
@@ -31,13 +34,5 @@ pub use limits::{
 pub use metrics_port::serve_metrics;
 pub use peer_copy::peer_secret_digest;
 pub use peer_tls::{peer_tls_acceptor, serve_peers};
-pub use server::{bind, raise_open_files_limit, serve, HttpState};
-
-/// The body type every handler answers with, whole or streamed.
-pub type Body = http_body_util::combinators::BoxBody<bytes::Bytes, std::convert::Infallible>;
-
-/// An empty [`Body`].
-fn empty_body() -> Body {
-    use http_body_util::BodyExt;
-    http_body_util::Empty::new().boxed()
-}
+pub use server::{bind, raise_open_files_limit, serve};
+pub use state::HttpState;

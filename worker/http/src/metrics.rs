@@ -8,8 +8,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{header, Response, StatusCode};
 
+use super::body::Body;
 use super::metrics_text::{Kind, TextEncoder, CONTENT_TYPE};
-use super::{Body, HttpState};
+use super::state::HttpState;
+use service::Served;
 use status::Phase;
 
 /// Where Prometheus scrapes.
@@ -93,6 +95,13 @@ fn engine(e: &mut TextEncoder, state: &HttpState) {
 
 fn replication(e: &mut TextEncoder, state: &HttpState) {
     let served = state.sync.current();
+    replication_lag(e, &served);
+    replication_work(e, &served);
+}
+
+/// Where replication stands against the primary: the applied and the primary's LSN, the
+/// lag in bytes and seconds, the WAL the slot retains.
+fn replication_lag(e: &mut TextEncoder, served: &Served) {
     let progress = &served.stream_progress;
     let applied = served.checkpoints.borrow().lsn;
     e.single_u64(
@@ -142,6 +151,12 @@ fn replication(e: &mut TextEncoder, state: &HttpState) {
          every 10 s while streaming.",
         progress.retained_wal_bytes.load(Relaxed),
     );
+}
+
+/// What the stream is doing and has done: rebuilds, recopies, gone tables, the applied
+/// transactions, changes and ops, and the time to publish.
+fn replication_work(e: &mut TextEncoder, served: &Served) {
+    let progress = &served.stream_progress;
     e.single_u64(
         "powersync_mdbx_rebuilding",
         Kind::Gauge,

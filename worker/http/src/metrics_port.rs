@@ -9,8 +9,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
+use super::body::Body;
 use super::error::ApiError;
-use super::{metrics, Body, HttpState};
+use super::metrics;
+use super::state::HttpState;
 
 /// Scrapes served at once; more wait in the listen queue.
 const MAX_SCRAPES: usize = 8;

@@ -22,9 +22,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::mpsc;
 
+use super::body::Body;
 use super::error::ApiError;
-use super::server::HttpState;
-use super::Body;
+use super::state::HttpState;
 
 /// The endpoint's path.
 pub const PATH: &str = "/peer/store";

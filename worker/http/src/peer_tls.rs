@@ -17,10 +17,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
+use super::body::Body;
 use super::error::ApiError;
 use super::peer_copy;
-use super::server::HttpState;
-use super::Body;
+use super::state::HttpState;
 
 /// How long a connection gets to finish its TLS handshake and send its request head.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -3,8 +3,9 @@
 
 use hyper::{Response, StatusCode};
 
+use super::body::Body;
 use super::error::json_response;
-use super::{Body, HttpState};
+use super::state::HttpState;
 use status::unix_now_ms;
 
 /// The engine's loop must have touched the status this recently to count as alive.

@@ -11,28 +11,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
+use super::body::Body;
 use super::error::ApiError;
 use super::limits::HttpLimits;
 use super::probes::{self, Probe};
+use super::state::HttpState;
 use super::write_timeout::{WriteDeadline, WriteTimeout};
-use super::Body;
 use super::{cors, metrics, peer_copy, sync_socket, sync_stream, write_checkpoint};
-use service::SyncService;
-use status::StatusCell;
 
 /// How long open connections get to finish when the engine stops.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// What handlers can see.
-#[derive(Clone)]
-pub struct HttpState {
-    /// The engine's status (readiness, liveness).
-    pub status: Arc<StatusCell>,
-    /// The sync endpoints.
-    pub sync: Arc<SyncService>,
-    /// SHA-256 of `powersync_mdbx.peer_secret`; `None`: no peer endpoint.
-    pub peer_secret: Option<[u8; 32]>,
-}
 
 /// Raises this process's soft limit of open files to its hard limit: every sync stream
 /// holds a socket, and PostgreSQL's children start with the common soft limit of 1,024.

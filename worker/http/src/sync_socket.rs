@@ -22,11 +22,11 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use super::body::Body;
 use super::compress::Coding;
 use super::error::ApiError;
 use super::rsocket::{self, Inbound};
 use super::sync_stream::{open, EXPIRY_GRACE};
-use super::Body;
 use service::{Encoding, SyncService, MAX_BODY_BYTES};
 
 /// The stream's chunks of BSON documents, produced as the client's credit takes them.
@@ -96,7 +96,7 @@ pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Bod
             Err(e) => tracing::debug!(error = %e, "a WebSocket upgrade failed"),
         }
     });
-    let mut response = Response::new(super::empty_body());
+    let mut response = Response::new(super::body::empty_body());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = response.headers_mut();
     headers.insert(

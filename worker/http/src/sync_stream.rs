@@ -19,10 +19,10 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::accept::quality;
 use super::authorization::authenticate;
+use super::body::Body;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
 use super::write_timeout::WriteDeadline;
-use super::Body;
 use service::write_checkpoint::{record_key, requested, to_report};
 use service::Registration;
 use service::SyncService;

@@ -12,8 +12,8 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
 
 use super::authorization::authenticate;
+use super::body::Body;
 use super::error::{json_response, ApiError};
-use super::Body;
 use service::write_checkpoint::record_key;
 use service::SyncService;
 

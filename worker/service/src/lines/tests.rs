@@ -148,6 +148,13 @@ fn ndjson_lines_have_the_service_shapes() {
 
 #[test]
 fn ndjson_values_follow_the_wire_rules() {
+    sample_lines_follow_the_wire_rules();
+    ops_without_objects_and_write_checkpoints_follow_the_wire_rules();
+    stream_errors_follow_the_wire_rules();
+}
+
+/// The samples' op ids are strings, op checksums unsigned, bucket checksums signed.
+fn sample_lines_follow_the_wire_rules() {
     let lines: Vec<Value> = samples()
         .iter()
         .map(|l| serde_json::from_slice(&l.to_bytes(Encoding::Ndjson)).unwrap())
@@ -184,6 +191,11 @@ fn ndjson_values_follow_the_wire_rules() {
         diff["removed_buckets"][0],
         "1#tasks_by_auth_project|0[\"p2\"]"
     );
+}
+
+/// MOVE and CLEAR carry no object fields; a partial completion its priority; a diff its
+/// write checkpoint as a string.
+fn ops_without_objects_and_write_checkpoints_follow_the_wire_rules() {
     let moved = SyncLine::Data(DataLine {
         bucket: "b".into(),
         after: 1,
@@ -227,6 +239,10 @@ fn ndjson_values_follow_the_wire_rules() {
         with_wc.to_bytes(Encoding::Ndjson),
         b"{\"checkpoint_diff\":{\"last_op_id\":\"2\",\"write_checkpoint\":\"7\",\"updated_buckets\":[],\"removed_buckets\":[]}}\n"
     );
+}
+
+/// A stream's errors name their subscription: `default`, or its index (an int32 in BSON).
+fn stream_errors_follow_the_wire_rules() {
     let errors = SyncLine::Checkpoint(CheckpointLine {
         last_op_id: 0,
         write_checkpoint: None,
