@@ -12,7 +12,8 @@ crates").
   A child's use of its parent is not an edge (the parent is the shared ground its children
   stand on). Unit tests (`tests.rs`, `src/**/tests/`) are left out: they may reach anything.
 
-`--order` prints each crate's top-level modules bottom up (what the architecture page draws).
+`--order` prints each crate's top-level modules in layers, bottom up (what the architecture
+page draws): a module stands one layer above the highest module it uses.
 Run from anywhere; exits 1 with one line per problem.
 """
 import os
@@ -38,10 +39,43 @@ def tracked_rust_files():
     return [f for f in out if "/corpus/" not in f]
 
 
-def strip_line(line):
-    line = re.sub(r'"(?:\\.|[^"\\])*"', '""', line)
-    line = re.sub(r"'(?:\\.|[^'\\])'", "''", line)
-    return re.sub(r"//.*", "", line)
+def blank_literals(text):
+    """The text with comments and the insides of string and char literals blanked, newlines
+    kept, so that braces and paths are counted only where they are code."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        ch = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif ch == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not text[i - 1].isalnum()):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            end = '"' + hashes
+            j = text.find(end, i + len(hashes) + 2)
+            j = n if j < 0 else j + len(end)
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j
+        elif ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j
+        elif ch == "'" and re.match(r"'(?:\\.|[^'\\])'", text[i:i + 4]):
+            m = re.match(r"'(?:\\[^']*|[^'\\])'", text[i:])
+            out.append("''")
+            i += len(m.group(0)) if m else 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
 
 
 def long_functions(path, lines):
@@ -52,7 +86,7 @@ def long_functions(path, lines):
             continue
         depth, started, j = 0, False, i
         while j < len(lines):
-            s = strip_line(lines[j])
+            s = lines[j]
             for ch in s:
                 if ch == "{":
                     depth += 1
@@ -144,7 +178,7 @@ def expand_use(tree):
 def references(text):
     """Each path a file names from `crate`, `super` or `self`, as (root, [segments])."""
     refs = []
-    code = "\n".join(strip_line(line) for line in text.split("\n"))
+    code = blank_literals(text)
     for m in USE_RE.finditer(code):
         for path in expand_use(m.group(2)):
             refs.append((m.group(1), path))
@@ -239,6 +273,26 @@ def sccs(nodes, edges):
     return out  # reverse topological order: what is used comes first
 
 
+def layers(top, edges):
+    """The top-level modules in layers, bottom up: a module stands one layer above the
+    highest it uses (`a, b → c` : c uses a or b; a and b use neither)."""
+    uses = {m: {b for a, b in edges if a == m and len(b) == 1} for m in top}
+    level = {}
+
+    def of(m, seen=()):
+        if m not in level:
+            below = [of(u, seen + (m,)) for u in uses[m] if u not in seen]
+            level[m] = 1 + max(below, default=-1)
+        return level[m]
+
+    for m in sorted(top):
+        of(m)
+    rows = {}
+    for m, k in level.items():
+        rows.setdefault(k, []).append(name(m))
+    return " → ".join(", ".join(sorted(rows[k])) for k in sorted(rows))
+
+
 def name(parts):
     return "::".join(parts)
 
@@ -247,13 +301,14 @@ def main():
     problems = []
     for path in tracked_rust_files():
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-            lines = f.read().split("\n")
+            text = f.read()
+        lines = text.split("\n")
         if len(lines) - 1 > MAX_FILE_LINES:
             problems.append(
                 f"{path}: {len(lines) - 1} lines (at most {MAX_FILE_LINES}); split it along "
                 "what its parts do"
             )
-        problems.extend(long_functions(path, lines))
+        problems.extend(long_functions(path, blank_literals(text).split("\n")))
     orders = []
     for src in crates():
         edges = circles_of_crate(src)
@@ -269,9 +324,7 @@ def main():
                 )
         top = {(p[0],) for p in modules_of(src)} if "--order" in sys.argv else set()
         if top:
-            top_edges = {(a, b) for a, b in edges if len(a) == 1 and len(b) == 1}
-            order = [c[0] for c in sccs(top, top_edges)]
-            orders.append(f"{os.path.dirname(src)}: " + " → ".join(name(o) for o in order))
+            orders.append(f"{src}: {layers(top, edges)}")
     for line in orders:
         print(line)
     for problem in problems:

@@ -13,7 +13,7 @@ use testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
 const SECRET: &str = "cHNtLWNvbXBvc2UtdGVzdC1zZWNyZXQtMDEyMzQ1Njc4OWFi";
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn read(path: &str) -> String {
