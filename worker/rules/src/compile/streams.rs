@@ -8,8 +8,9 @@
 
 use sqlparser::ast::{SetExpr, Spanned};
 
+use super::lookup::{lookup_query, LookupQuery};
 use super::select_list::data_projection;
-use super::{from_items, lookup_query, LookupQuery, MAX_BRANCHES};
+use super::{from_items, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::expr::Expr;

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use libmdbx::{Cursor, Table, WriteFlags, RW};
 
-use super::{LookupPut, RowPut, Stash, WriteTxn};
+use super::puts::{LookupPut, RowPut, Stash};
+use super::txn::WriteTxn;
 use crate::env::Txn;
 use crate::record::{Membership, Output, RowRecord};
 use crate::stored_row;
