@@ -165,7 +165,12 @@ mod tests {
     }
 
     fn valid() -> Value {
-        json!({"sub": "u1", "iat": NOW - 10, "exp": NOW + 600, "aud": "https://sync.example"})
+        json!({
+            "sub": "u1",
+            "iat": NOW - 10,
+            "exp": NOW + 600,
+            "aud": "https://sync.example"
+        })
     }
 
     fn with(key: &str, value: Value) -> Value {

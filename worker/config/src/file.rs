@@ -256,31 +256,8 @@ fn source_connection(
     path: &Path,
     replication: Option<RawReplication>,
 ) -> Result<SourceConnection, ConfigError> {
-    let missing = ConfigError::Missing {
-        path: path.to_owned(),
-        key: "replication.connections[0]",
-        hint: "add the primary, e.g. `replication: {connections: [{type: postgresql, \
-               uri: \"postgresql://user:pass@host:5432/db\"}]}`",
-    };
-    let mut connections = replication.ok_or(missing)?.connections.into_iter();
-    let Some(raw) = connections.next() else {
-        return Err(ConfigError::Missing {
-            path: path.to_owned(),
-            key: "replication.connections[0]",
-            hint: "the list is empty; add the primary's connection",
-        });
-    };
-    let invalid = |key: &str, message: String| ConfigError::Invalid {
-        path: path.to_owned(),
-        key: format!("replication.connections[0].{key}"),
-        message,
-    };
-    if connections.next().is_some() {
-        return Err(invalid(
-            "",
-            "only one source connection is supported; run one sync replica per source".into(),
-        ));
-    }
+    let raw = only_connection(path, replication)?;
+    let invalid = |key: &str, message: String| connection_invalid(path, key, message);
     if let Some(kind) = raw.kind.as_deref().filter(|k| *k != "postgresql") {
         return Err(invalid(
             "type",
@@ -338,6 +315,48 @@ fn source_connection(
         return Err(invalid("cacert", "is set but sslmode is `disable`".into()));
     }
     Ok(conn)
+}
+
+/// `replication.connections[0].<key>` is invalid.
+fn connection_invalid(path: &Path, key: &str, message: String) -> ConfigError {
+    ConfigError::Invalid {
+        path: path.to_owned(),
+        key: format!("replication.connections[0].{key}"),
+        message,
+    }
+}
+
+/// What to add when the file has no `replication` section.
+const NO_REPLICATION_HINT: &str =
+    "add the primary, e.g. `replication: {connections: [{type: postgresql, \
+     uri: \"postgresql://user:pass@host:5432/db\"}]}`";
+
+/// The one source connection `replication` lists (none or several is an error).
+fn only_connection(
+    path: &Path,
+    replication: Option<RawReplication>,
+) -> Result<RawConnection, ConfigError> {
+    let missing = ConfigError::Missing {
+        path: path.to_owned(),
+        key: "replication.connections[0]",
+        hint: NO_REPLICATION_HINT,
+    };
+    let mut connections = replication.ok_or(missing)?.connections.into_iter();
+    let Some(raw) = connections.next() else {
+        return Err(ConfigError::Missing {
+            path: path.to_owned(),
+            key: "replication.connections[0]",
+            hint: "the list is empty; add the primary's connection",
+        });
+    };
+    if connections.next().is_some() {
+        return Err(connection_invalid(
+            path,
+            "",
+            "only one source connection is supported; run one sync replica per source".into(),
+        ));
+    }
+    Ok(raw)
 }
 
 fn rules_source(path: &Path, raw: Option<RawRules>) -> Result<RulesSource, ConfigError> {

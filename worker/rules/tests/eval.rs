@@ -115,6 +115,9 @@ fn operators() {
     check(2, &cases);
 }
 
+/// The sample row's `j -> 'a'` as a text value (a JSON string holding the object).
+const MEMBER_A_AS_TEXT: &str = r#""{\"b\":[1,2]}""#;
+
 #[test]
 fn functions() {
     let cases = [
@@ -148,11 +151,11 @@ fn functions() {
         ("typeof(n)", r#""null""#),
         ("json_extract(j, '$.a.b[1]')", "2"),
         ("json_extract(j, '$.c')", r#""x""#),
-        ("json_extract(j, '$.a')", r#""{\"b\":[1,2]}""#),
+        ("json_extract(j, '$.a')", MEMBER_A_AS_TEXT),
         ("json_extract(j, '$.missing')", "null"),
         ("j -> 'c'", r#""\"x\"""#),
         ("j ->> 'c'", r#""x""#),
-        ("j ->> 'a'", r#""{\"b\":[1,2]}""#),
+        ("j ->> 'a'", MEMBER_A_AS_TEXT),
         ("j -> 'missing'", "null"),
         ("j ->> '$.a.b'", r#""[1,2]""#),
         ("arr ->> 0", "1"),

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod changes;
+mod checkpoint;
 pub mod checksum;
 mod codec;
 mod compress;
@@ -43,6 +44,7 @@ use env::Env;
 use metrics::ReadTracker;
 
 pub use changes::Changes;
+pub use checkpoint::Checkpoint;
 pub use checksum::remove_checksum;
 pub use dir::{
     advance_generation, next_generation, remove_store_files, set_next_generation, STORE_FILES,
@@ -106,32 +108,6 @@ struct Opened {
     /// The tables' handles for read transactions (valid while `env` is open).
     read_tables: tables::Tables<'static>,
     env: Env,
-}
-
-/// A consistent point clients can sync to: every op up to `op_id` is committed, and the
-/// source is applied up to `lsn`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct Checkpoint {
-    /// Last op id committed.
-    pub op_id: u64,
-    /// Source LSN applied.
-    pub lsn: u64,
-}
-
-impl Checkpoint {
-    fn encode(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&self.op_id.to_le_bytes());
-        out[8..].copy_from_slice(&self.lsn.to_le_bytes());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Option<Self> {
-        Some(Self {
-            op_id: u64::from_le_bytes(codec::fixed(bytes, 0, "checkpoint").ok()?),
-            lsn: u64::from_le_bytes(codec::fixed(bytes, 8, "checkpoint").ok()?),
-        })
-    }
 }
 
 /// How the store's environment is opened (the mode of writing aside).

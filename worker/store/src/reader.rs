@@ -9,7 +9,9 @@ use libmdbx::{Cursor, RO};
 
 use crate::env::Txn;
 
+use super::checkpoint::Checkpoint;
 use super::compress::RecordCodec;
+use super::error::StoreError;
 use super::forks::{Forks, KEY_FORKS};
 use super::long_keys::{is_hashed, stored_key};
 use super::op::{BucketState, OpKind, StoredOp};
@@ -18,7 +20,6 @@ use super::record::{subkey, RowRecord, Tombstone};
 use super::stored_row;
 use super::tables::{row_id_of, row_key, Tables};
 use super::writer::{compare_stored, LookupPut, RowPut, Stash, StoredAs, KEY_CHECKPOINT};
-use super::{Checkpoint, StoreError};
 
 /// An op as a client receives it.
 #[derive(Debug, Clone, PartialEq, Eq)]

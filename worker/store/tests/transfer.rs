@@ -24,10 +24,7 @@ fn write_round(store: &Store, round: u64, rows: u64) {
                     w.delete_row(1, &identity)?;
                     continue;
                 }
-                let data = format!(
-                    "{{\"id\":\"r{row}\",\"round\":{round},\"title\":\"task {row} of a project \
-                     with a long enough title to compress\"}}"
-                );
+                let data = format!("{{\"id\":\"r{row}\",\"round\":{round},\"title\":\"task {row} of a project with a long enough title to compress\"}}");
                 let object_id = format!("r{row}");
                 let puts: Vec<RowPut<'_>> = BUCKETS
                     .iter()

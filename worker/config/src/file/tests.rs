@@ -51,18 +51,53 @@ fn separate_fields_and_inline_jwks() {
     assert_eq!(cfg.client_auth.issuer.as_deref(), Some("https://issuer"));
 }
 
+/// Each case's error names what to fix (`expected`) and carries a PSM_C code.
+fn assert_errors(cases: &[(String, &str)]) {
+    for (text, expected) in cases {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(err.contains(expected), "for {text:?}: {err}");
+        assert!(err.starts_with("PSM_C"), "{err}");
+    }
+}
+
 #[test]
-fn errors_name_the_key_and_the_fix() {
-    let rules = "sync_config:\n  content: x\n";
-    let conn = "replication:\n  connections:\n    - uri: postgresql://u@h/db\n";
+fn errors_name_the_key_and_the_fix_for_syntax() {
     let cases: &[(String, &str)] = &[
         (String::new(), "PSM_C1003"),
         ("[1, 2]".into(), "PSM_C1003"),
         ("port: [\n".into(), "PSM_C1003"),
+    ];
+    assert_errors(cases);
+}
+
+#[test]
+fn errors_name_the_key_and_the_fix_for_missing_sections() {
+    let rules = "sync_config:\n  content: x\n";
+    let conn = "replication:\n  connections:\n    - uri: postgresql://u@h/db\n";
+    let cases: &[(String, &str)] = &[
         (rules.into(), "replication.connections[0]"),
-        (format!("{rules}replication:\n  connections: []\n"), "the list is empty"),
+        (
+            format!("{rules}replication:\n  connections: []\n"),
+            "the list is empty",
+        ),
         (conn.into(), "sync_config"),
-        (format!("{conn}sync_config: {{}}\n"), "neither `path` nor `content`"),
+        (
+            format!("{conn}sync_config: {{}}\n"),
+            "neither `path` nor `content`",
+        ),
+    ];
+    assert_errors(cases);
+}
+
+/// Two source connections, in flow style.
+const TWO_CONNECTIONS: &str =
+    "replication:\n  connections:\n    - {uri: 'postgresql://u@h/d'}\n    - {uri: 'postgresql://u@h/e'}\n";
+
+#[test]
+fn errors_name_the_key_and_the_fix_for_values() {
+    let rules = "sync_config:\n  content: x\n";
+    let conn = "replication:\n  connections:\n    - uri: postgresql://u@h/db\n";
+    let cases: &[(String, &str)] = &[
         (format!("{conn}{rules}port: 70000\n"), "`port`"),
         (format!("{conn}{rules}port: !env NOPE\n"), "!env NOPE"),
         (
@@ -73,20 +108,13 @@ fn errors_name_the_key_and_the_fix() {
             format!("{rules}replication:\n  connections:\n    - type: mysql\n      uri: x\n"),
             "use `postgresql`",
         ),
-        (
-            format!("{rules}replication:\n  connections:\n    - {{uri: 'postgresql://u@h/d'}}\n    - {{uri: 'postgresql://u@h/e'}}\n"),
-            "only one source connection",
-        ),
+        (format!("{rules}{TWO_CONNECTIONS}"), "only one source connection"),
         (
             format!("{rules}replication:\n  connections:\n    - {{hostname: h, database: d}}\n"),
             "no user name",
         ),
     ];
-    for (text, expected) in cases {
-        let err = parse(text).unwrap_err().to_string();
-        assert!(err.contains(expected), "for {text:?}: {err}");
-        assert!(err.starts_with("PSM_C"), "{err}");
-    }
+    assert_errors(cases);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `bucket_definitions` → data evaluators, lookup creators and request-side resolvers.
 
+use super::from_items;
+use super::lookup::{lookup_query, LookupQuery};
 use super::select_list::data_projection;
-use super::{from_items, lookup_query};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::fingerprint::{self, Fingerprint};
@@ -55,7 +56,7 @@ pub(crate) fn compile(
     for (i, sql) in queries.iter().enumerate() {
         let ctx = QueryCtx::new(KIND, &def.name, format!("parameters[{i}]"), sql, compat);
         let q = if def.parameters.is_empty() {
-            super::LookupQuery {
+            LookupQuery {
                 creator: None,
                 group: crate::request::LookupGroup::Static {
                     outputs: Vec::new(),

@@ -5,12 +5,12 @@
 use sqlparser::ast::{Expr as Ast, Select, SelectItem, Spanned};
 
 use super::select_list::{select_output, SelectOutput, UnsupportedItem, UNSUPPORTED_ITEM};
-use super::{from_items, MAX_BRANCHES};
+use super::{from_items, FromItem, MAX_BRANCHES};
 use crate::error::RulesError;
 use crate::expr::Expr;
 use crate::plan::{LookupBranch, LookupCreator, TableRef};
 use crate::request::{LookupGroup, RequestBranch};
-use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
+use crate::sql::filter::{classify, to_dnf, Branch, Cond, LinkTarget};
 use crate::sql::lower::{fix_in_precedence, lower, lower_side, Side};
 use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::{ident_name, QueryCtx};
@@ -38,24 +38,7 @@ pub(crate) fn lookup_query(
     if let Some(each) = json_each(ctx, select, style)? {
         return Ok(each);
     }
-    let from = from_items(ctx, select)?;
-    if from.len() > 1 {
-        return Err(ctx.err(
-            from[1].span,
-            "a parameter query reads one table",
-            "one table per parameter query",
-        ));
-    }
-    let table = from.first().cloned();
-    if let (Some(t), RequestStyle::Legacy) = (&table, style) {
-        if t.alias.is_some() {
-            return Err(ctx.err(
-                t.span,
-                "table aliases are not supported in parameter queries",
-                "`FROM <table>` without alias",
-            ));
-        }
-    }
+    let table = one_table(ctx, select, style)?;
     let mut scope = Scope {
         table_qualifiers: table
             .iter()
@@ -67,41 +50,11 @@ pub(crate) fn lookup_query(
         request: style,
         slots: Vec::new(),
     };
-    let mut row_outputs: Vec<(String, Expr)> = Vec::new();
-    let mut req_outputs: Vec<(String, Expr)> = Vec::new();
-    let mut priority = None;
-    let star = (
-        "`*` is not allowed in a parameter query",
-        "list the parameter columns explicitly",
-    );
-    for item in &select.projection {
-        let Some((e, name)) = parameter_output(ctx, item, UNSUPPORTED_ITEM, star, &mut priority)?
-        else {
-            continue;
-        };
-        if row_outputs
-            .iter()
-            .chain(&req_outputs)
-            .any(|(n, _)| *n == name)
-        {
-            return Err(ctx.err(
-                e.span(),
-                format!("output column `{name}` appears twice"),
-                "unique output names",
-            ));
-        }
-        match lower_side(ctx, &mut scope, &fix_in_precedence(e))? {
-            Side::Row(x) => row_outputs.push((name, x)),
-            Side::Request(x) | Side::Static(x) => req_outputs.push((name, x)),
-            Side::Ref { .. } => {
-                return Err(ctx.err(
-                    e.span(),
-                    "parameter references are not allowed here",
-                    "row columns or request values",
-                ))
-            }
-        }
-    }
+    let ParameterOutputs {
+        row: row_outputs,
+        request: req_outputs,
+        priority,
+    } = parameter_outputs(ctx, &mut scope, select)?;
     let filter = match (&select.selection, &table) {
         (Some(w), Some(_)) => Some(classify(ctx, &mut scope, &fix_in_precedence(w))?),
         _ => None,
@@ -138,68 +91,7 @@ pub(crate) fn lookup_query(
             "simplify the filter or split it into several queries",
         )
     })?;
-    let mut creator_branches = Vec::new();
-    let mut request_branches = Vec::new();
-    let multi = branches.len() > 1;
-    for (i, b) in branches.into_iter().enumerate() {
-        let id = if multi {
-            format!("{query_id}.{i}")
-        } else {
-            query_id.to_string()
-        };
-        let mut row_links = Vec::new();
-        let mut req_links = Vec::new();
-        let mut expanding = 0;
-        for l in b.links {
-            match l {
-                Cond::Link {
-                    row,
-                    row_expands,
-                    target: LinkTarget::Request(r),
-                    target_expands,
-                    span,
-                } => {
-                    if row_expands || target_expands {
-                        expanding += 1;
-                        if expanding > 1 {
-                            return Err(ctx.err(
-                                span,
-                                "cannot have multiple array (IN) parameters in one parameter query",
-                                "at most one `IN` link per query",
-                            ));
-                        }
-                    }
-                    row_links.push((row, row_expands));
-                    req_links.push((r, target_expands));
-                }
-                Cond::Link { span, .. } | Cond::Subquery { span, .. } => {
-                    return Err(ctx.err(
-                        span,
-                        "this condition is not supported in a parameter query",
-                        "`<table>.<column> = <request value>` or IN forms",
-                    ))
-                }
-                Cond::Row(_) | Cond::Request(_) => {}
-            }
-        }
-        if row_links.is_empty() {
-            return Err(ctx.err(
-                select.selection.as_ref().map(|w| w.span()).unwrap_or(select.select_token.0.span),
-                "every OR branch of a parameter query must compare a row column with a request value",
-                "`<table>.<column> = request.user_id()` in each branch",
-            ));
-        }
-        creator_branches.push(LookupBranch {
-            query_id: id.clone(),
-            rows: b.rows,
-            links: row_links,
-        });
-        request_branches.push(RequestBranch {
-            query_id: id,
-            requests: b.requests,
-            links: req_links,
-        });
-    }
+    let (creator_branches, request_branches) = lookup_branches(ctx, select, query_id, branches)?;
     let mut outputs: Vec<String> = row_outputs.iter().map(|(n, _)| n.clone()).collect();
     outputs.extend(req_outputs.iter().map(|(n, _)| n.clone()));
     Ok(LookupQuery {
@@ -220,6 +112,174 @@ pub(crate) fn lookup_query(
         outputs,
         priority,
     })
+}
+
+/// The table a parameter query reads, if any: at most one, without alias in legacy rules.
+fn one_table(
+    ctx: &QueryCtx<'_>,
+    select: &Select,
+    style: RequestStyle,
+) -> Result<Option<FromItem>, RulesError> {
+    let from = from_items(ctx, select)?;
+    if from.len() > 1 {
+        return Err(ctx.err(
+            from[1].span,
+            "a parameter query reads one table",
+            "one table per parameter query",
+        ));
+    }
+    let table = from.first().cloned();
+    if let (Some(t), RequestStyle::Legacy) = (&table, style) {
+        if t.alias.is_some() {
+            return Err(ctx.err(
+                t.span,
+                "table aliases are not supported in parameter queries",
+                "`FROM <table>` without alias",
+            ));
+        }
+    }
+    Ok(table)
+}
+
+/// A parameter query's output columns, by the side they read, and its `_priority`.
+struct ParameterOutputs {
+    /// Outputs that read the row.
+    row: Vec<(String, Expr)>,
+    /// Outputs that read the request (or nothing).
+    request: Vec<(String, Expr)>,
+    priority: Option<u8>,
+}
+
+/// Lower the SELECT list of a parameter query: unique names, no parameter references.
+fn parameter_outputs(
+    ctx: &QueryCtx<'_>,
+    scope: &mut Scope,
+    select: &Select,
+) -> Result<ParameterOutputs, RulesError> {
+    let mut row_outputs: Vec<(String, Expr)> = Vec::new();
+    let mut req_outputs: Vec<(String, Expr)> = Vec::new();
+    let mut priority = None;
+    let star = (
+        "`*` is not allowed in a parameter query",
+        "list the parameter columns explicitly",
+    );
+    for item in &select.projection {
+        let Some((e, name)) = parameter_output(ctx, item, UNSUPPORTED_ITEM, star, &mut priority)?
+        else {
+            continue;
+        };
+        if row_outputs
+            .iter()
+            .chain(&req_outputs)
+            .any(|(n, _)| *n == name)
+        {
+            return Err(ctx.err(
+                e.span(),
+                format!("output column `{name}` appears twice"),
+                "unique output names",
+            ));
+        }
+        match lower_side(ctx, scope, &fix_in_precedence(e))? {
+            Side::Row(x) => row_outputs.push((name, x)),
+            Side::Request(x) | Side::Static(x) => req_outputs.push((name, x)),
+            Side::Ref { .. } => {
+                return Err(ctx.err(
+                    e.span(),
+                    "parameter references are not allowed here",
+                    "row columns or request values",
+                ))
+            }
+        }
+    }
+    Ok(ParameterOutputs {
+        row: row_outputs,
+        request: req_outputs,
+        priority,
+    })
+}
+
+/// Each OR branch of a table parameter query: its row side (lookup creator) and its
+/// request side (lookup group), under one query id.
+fn lookup_branches(
+    ctx: &QueryCtx<'_>,
+    select: &Select,
+    query_id: &str,
+    branches: Vec<Branch>,
+) -> Result<(Vec<LookupBranch>, Vec<RequestBranch>), RulesError> {
+    let mut creator_branches = Vec::new();
+    let mut request_branches = Vec::new();
+    let multi = branches.len() > 1;
+    for (i, b) in branches.into_iter().enumerate() {
+        let id = if multi {
+            format!("{query_id}.{i}")
+        } else {
+            query_id.to_string()
+        };
+        let (row_links, req_links) = branch_links(ctx, b.links)?;
+        if row_links.is_empty() {
+            return Err(ctx.err(
+                select.selection.as_ref().map(|w| w.span()).unwrap_or(select.select_token.0.span),
+                "every OR branch of a parameter query must compare a row column with a request value",
+                "`<table>.<column> = request.user_id()` in each branch",
+            ));
+        }
+        creator_branches.push(LookupBranch {
+            query_id: id.clone(),
+            rows: b.rows,
+            links: row_links,
+        });
+        request_branches.push(RequestBranch {
+            query_id: id,
+            requests: b.requests,
+            links: req_links,
+        });
+    }
+    Ok((creator_branches, request_branches))
+}
+
+/// The links of one branch, split into their row sides and request sides (each with
+/// whether it expands an array); at most one may expand.
+#[allow(clippy::type_complexity)]
+fn branch_links(
+    ctx: &QueryCtx<'_>,
+    links: Vec<Cond>,
+) -> Result<(Vec<(Expr, bool)>, Vec<(Expr, bool)>), RulesError> {
+    let mut row_links = Vec::new();
+    let mut req_links = Vec::new();
+    let mut expanding = 0;
+    for l in links {
+        match l {
+            Cond::Link {
+                row,
+                row_expands,
+                target: LinkTarget::Request(r),
+                target_expands,
+                span,
+            } => {
+                if row_expands || target_expands {
+                    expanding += 1;
+                    if expanding > 1 {
+                        return Err(ctx.err(
+                            span,
+                            "cannot have multiple array (IN) parameters in one parameter query",
+                            "at most one `IN` link per query",
+                        ));
+                    }
+                }
+                row_links.push((row, row_expands));
+                req_links.push((r, target_expands));
+            }
+            Cond::Link { span, .. } | Cond::Subquery { span, .. } => {
+                return Err(ctx.err(
+                    span,
+                    "this condition is not supported in a parameter query",
+                    "`<table>.<column> = <request value>` or IN forms",
+                ))
+            }
+            Cond::Row(_) | Cond::Request(_) => {}
+        }
+    }
+    Ok((row_links, req_links))
 }
 
 /// `SELECT <exprs of value> FROM json_each(<request array>) [WHERE ...]`: expands a JSON

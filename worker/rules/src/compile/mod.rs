@@ -7,8 +7,6 @@ pub mod lookup;
 pub mod select_list;
 pub mod streams;
 
-pub(crate) use lookup::{lookup_query, LookupQuery};
-
 use sqlparser::ast::{ObjectNamePart, Select, Spanned, TableFactor};
 
 use super::error::RulesError;

@@ -154,65 +154,8 @@ pub fn lower(ctx: &QueryCtx<'_>, scope: &mut Scope, ast: &Ast) -> Result<Expr, R
         }
         Ast::CompoundIdentifier(parts) => lower_compound(ctx, scope, ast, parts)?,
         Ast::Value(v) => Expr::Literal(literal(ctx, ast, &v.value)?),
-        Ast::BinaryOp { left, op, right } => {
-            let bop = match op {
-                BinaryOperator::Eq => BinOp::Eq,
-                BinaryOperator::NotEq => BinOp::Ne,
-                BinaryOperator::Lt => BinOp::Lt,
-                BinaryOperator::LtEq => BinOp::Le,
-                BinaryOperator::Gt => BinOp::Gt,
-                BinaryOperator::GtEq => BinOp::Ge,
-                BinaryOperator::Plus => BinOp::Add,
-                BinaryOperator::Minus => BinOp::Sub,
-                BinaryOperator::Multiply => BinOp::Mul,
-                BinaryOperator::Divide => BinOp::Div,
-                BinaryOperator::StringConcat => BinOp::Concat,
-                BinaryOperator::And => BinOp::And,
-                BinaryOperator::Or => BinOp::Or,
-                BinaryOperator::Arrow | BinaryOperator::LongArrow => {
-                    return Ok(Expr::JsonArrow {
-                        value: Box::new(lower(ctx, scope, left)?),
-                        path: Box::new(lower(ctx, scope, right)?),
-                        as_text: matches!(op, BinaryOperator::LongArrow),
-                        fixed: ctx.compat.fixed_json_extract,
-                    })
-                }
-                BinaryOperator::ArrowAt => {
-                    return Ok(Expr::InJson(
-                        Box::new(lower(ctx, scope, left)?),
-                        Box::new(lower(ctx, scope, right)?),
-                    ))
-                }
-                other => {
-                    return Err(ctx.err(
-                        ast.span(),
-                        format!("operator `{other}` is not supported"),
-                        EXPR_HINT,
-                    ))
-                }
-            };
-            Expr::Binary(
-                bop,
-                Box::new(lower(ctx, scope, left)?),
-                Box::new(lower(ctx, scope, right)?),
-            )
-        }
-        Ast::UnaryOp { op, expr } => match op {
-            UnaryOperator::Not => Expr::Not(Box::new(lower(ctx, scope, expr)?)),
-            UnaryOperator::Plus => lower(ctx, scope, expr)?,
-            UnaryOperator::Minus => match lower(ctx, scope, expr)? {
-                Expr::Literal(Value::Integer(i)) => Expr::Literal(Value::Integer(i.wrapping_neg())),
-                Expr::Literal(Value::Real(f)) => Expr::Literal(Value::Real(-f)),
-                other => Expr::Neg(Box::new(other)),
-            },
-            other => {
-                return Err(ctx.err(
-                    ast.span(),
-                    format!("unary operator `{other}` is not supported"),
-                    EXPR_HINT,
-                ))
-            }
-        },
+        Ast::BinaryOp { left, op, right } => lower_binary(ctx, scope, ast, left, op, right)?,
+        Ast::UnaryOp { op, expr } => lower_unary(ctx, scope, ast, op, expr)?,
         Ast::IsNull(x) => Expr::IsNull(Box::new(lower(ctx, scope, x)?), false),
         Ast::IsNotNull(x) => Expr::IsNull(Box::new(lower(ctx, scope, x)?), true),
         Ast::In {
@@ -293,6 +236,84 @@ pub fn lower(ctx: &QueryCtx<'_>, scope: &mut Scope, ast: &Ast) -> Result<Expr, R
             ))
         }
         other => return Err(unsupported(ctx, other, "this expression", EXPR_HINT)),
+    })
+}
+
+/// A binary operator: comparisons, arithmetic, `||`, AND/OR, `->`/`->>` and `@>`.
+fn lower_binary(
+    ctx: &QueryCtx<'_>,
+    scope: &mut Scope,
+    ast: &Ast,
+    left: &Ast,
+    op: &BinaryOperator,
+    right: &Ast,
+) -> Result<Expr, RulesError> {
+    let bop = match op {
+        BinaryOperator::Eq => BinOp::Eq,
+        BinaryOperator::NotEq => BinOp::Ne,
+        BinaryOperator::Lt => BinOp::Lt,
+        BinaryOperator::LtEq => BinOp::Le,
+        BinaryOperator::Gt => BinOp::Gt,
+        BinaryOperator::GtEq => BinOp::Ge,
+        BinaryOperator::Plus => BinOp::Add,
+        BinaryOperator::Minus => BinOp::Sub,
+        BinaryOperator::Multiply => BinOp::Mul,
+        BinaryOperator::Divide => BinOp::Div,
+        BinaryOperator::StringConcat => BinOp::Concat,
+        BinaryOperator::And => BinOp::And,
+        BinaryOperator::Or => BinOp::Or,
+        BinaryOperator::Arrow | BinaryOperator::LongArrow => {
+            return Ok(Expr::JsonArrow {
+                value: Box::new(lower(ctx, scope, left)?),
+                path: Box::new(lower(ctx, scope, right)?),
+                as_text: matches!(op, BinaryOperator::LongArrow),
+                fixed: ctx.compat.fixed_json_extract,
+            })
+        }
+        BinaryOperator::ArrowAt => {
+            return Ok(Expr::InJson(
+                Box::new(lower(ctx, scope, left)?),
+                Box::new(lower(ctx, scope, right)?),
+            ))
+        }
+        other => {
+            return Err(ctx.err(
+                ast.span(),
+                format!("operator `{other}` is not supported"),
+                EXPR_HINT,
+            ))
+        }
+    };
+    Ok(Expr::Binary(
+        bop,
+        Box::new(lower(ctx, scope, left)?),
+        Box::new(lower(ctx, scope, right)?),
+    ))
+}
+
+/// A unary operator: NOT, `+` and `-` (a negated literal stays a literal).
+fn lower_unary(
+    ctx: &QueryCtx<'_>,
+    scope: &mut Scope,
+    ast: &Ast,
+    op: &UnaryOperator,
+    expr: &Ast,
+) -> Result<Expr, RulesError> {
+    Ok(match op {
+        UnaryOperator::Not => Expr::Not(Box::new(lower(ctx, scope, expr)?)),
+        UnaryOperator::Plus => lower(ctx, scope, expr)?,
+        UnaryOperator::Minus => match lower(ctx, scope, expr)? {
+            Expr::Literal(Value::Integer(i)) => Expr::Literal(Value::Integer(i.wrapping_neg())),
+            Expr::Literal(Value::Real(f)) => Expr::Literal(Value::Real(-f)),
+            other => Expr::Neg(Box::new(other)),
+        },
+        other => {
+            return Err(ctx.err(
+                ast.span(),
+                format!("unary operator `{other}` is not supported"),
+                EXPR_HINT,
+            ))
+        }
     })
 }
 

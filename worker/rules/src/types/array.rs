@@ -3,7 +3,8 @@
 use crate::json::{write_data_value, write_json_string};
 use crate::options::Compatibility;
 
-use super::{convert_scalar, oid};
+use super::pg_type::oid;
+use super::scalar::convert_scalar;
 
 /// PostgreSQL array text (`{1,2,"a b",NULL,{3}}`) → JSON array text with elements converted
 /// by their type (bool → 1/0, numeric → string, json embedded raw, NULL → null).

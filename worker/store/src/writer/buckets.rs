@@ -3,7 +3,7 @@
 
 use libmdbx::WriteFlags;
 
-use super::WriteTxn;
+use super::txn::WriteTxn;
 use crate::checksum::remove_checksum;
 use crate::long_keys::{is_hashed, stored_key};
 use crate::op::{BucketState, OpKind, StoredOp};

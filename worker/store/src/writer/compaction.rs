@@ -1,6 +1,6 @@
 //! CLEAR compaction: a bucket's leading REMOVE, MOVE and CLEAR ops folded into one CLEAR.
 
-use super::WriteTxn;
+use super::txn::WriteTxn;
 use crate::op::{OpKind, StoredOp};
 use crate::op_blocks::{self, block_error, BlockCursor};
 use crate::StoreError;

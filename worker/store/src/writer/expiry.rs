@@ -2,7 +2,7 @@
 
 use libmdbx::WriteFlags;
 
-use super::WriteTxn;
+use super::txn::WriteTxn;
 use crate::write_checkpoints::{
     Expiry, ExpiryPass, WriteCheckpointRecord, WRITE_CHECKPOINT_PREFIX,
 };

@@ -2,7 +2,8 @@
 
 use libmdbx::WriteFlags;
 
-use super::{LookupPut, WriteTxn};
+use super::puts::LookupPut;
+use super::txn::WriteTxn;
 use crate::long_keys::stored_lookup;
 use crate::record::{LookupRef, RowRecord};
 use crate::StoreError;

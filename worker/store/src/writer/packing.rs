@@ -5,7 +5,7 @@ use std::path::Path;
 
 use libmdbx::{NoWriteMap, WriteFlags};
 
-use super::{WriteTxn, KEY_DICTIONARY};
+use super::txn::{WriteTxn, KEY_DICTIONARY};
 use crate::compress::{RecordCodec, TRAINING_SAMPLES};
 use crate::record::RowRecord;
 use crate::stored_row;

@@ -6,7 +6,8 @@ use std::borrow::Cow;
 
 use libmdbx::WriteFlags;
 
-use super::{LookupPut, RowPut, Stash, WriteTxn};
+use super::puts::{LookupPut, RowPut, Stash};
+use super::txn::WriteTxn;
 use crate::long_keys::{is_hashed, stored_key};
 use crate::op::BucketState;
 use crate::record::RowRecord;

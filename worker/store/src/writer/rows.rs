@@ -5,7 +5,8 @@ use std::path::Path;
 
 use libmdbx::{Cursor, Table, WriteFlags, RW};
 
-use super::{LookupPut, RowPut, Stash, WriteTxn};
+use super::puts::{LookupPut, RowPut, Stash};
+use super::txn::WriteTxn;
 use crate::env::Txn;
 use crate::record::{Membership, Output, RowRecord};
 use crate::stored_row;
@@ -119,70 +120,19 @@ impl WriteTxn<'_, '_> {
             let mode = RowWrite::Upsert;
             return self.apply_row(table_id, identity, puts, lookups, stash, mode, outputs);
         }
-        let existing = if known_new {
-            None
-        } else {
-            self.row_id_at(&key)?
-        };
-        // A stored row is read through the rows cursor, which then rewrites it in place.
-        let (row_id, old) = match existing {
-            Some(row_id) => (row_id, Some(self.load_row_at(row_id)?)),
-            None if known_new => (self.counters.next_row - 1, None),
-            None => {
-                let row_id = self.counters.next_row;
-                self.counters.next_row += 1;
-                (row_id, None)
-            }
-        };
+        let (existing, row_id, old) = self.locate_row(&key, known_new)?;
         let mut record = RowRecord {
             table_id,
             stash,
             ..RowRecord::default()
         };
-        // A merge keeps the op of each bucket that shows the row as before; the old
-        // outputs then stay at their places, since a kept op names its output by index
-        // (one no longer shown stays in the record until the row's next update).
-        // Per put, the membership a merge keeps (empty unless merging: no allocation on
-        // the ordinary paths).
-        let mut kept: Vec<Option<Membership>> = Vec::new();
         let packed = match outputs {
             Outputs::Packed { indices, bytes } if mode != RowWrite::Merge => Some((indices, bytes)),
             _ => None,
         };
-        if let Some(old) = old
-            .as_ref()
-            .filter(|old| mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX)
-        {
-            for put in puts {
-                kept.push(match self.existing_bucket_id(put.bucket)? {
-                    Some(bucket_id) => old.membership_showing(bucket_id, put).copied(),
-                    None => None,
-                });
-            }
-            if kept.iter().any(Option::is_some) {
-                record.outputs = old.outputs.clone();
-            }
-        }
-        for (i, put) in puts.iter().enumerate() {
-            if let Some(&Some(kept)) = kept.get(i) {
-                record.memberships.push(kept);
-                continue;
-            }
-            let output = match packed {
-                Some((indices, _)) => indices.get(i).copied(),
-                None => record.output_index(put),
-            }
-            .ok_or_else(|| {
-                StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
-            })?;
-            let membership = self.put_op(put.bucket, output, put.checksum, row_id)?;
-            if let Some(previous) = old.as_ref().and_then(|old| {
-                old.membership_of(membership.bucket_id, put.object_type, put.object_id)
-            }) {
-                self.supersede(membership.bucket_id, previous.op_id, membership.op_id)?;
-            }
-            record.memberships.push(membership);
-        }
+        let kept = self.kept_memberships(old.as_ref(), mode, puts, &mut record)?;
+        let indices = packed.map(|(indices, _)| indices);
+        self.put_memberships(puts, &kept, indices, old.as_ref(), row_id, &mut record)?;
         if let Some(old) = &old {
             // The row's memberships are its puts', in order (kept or new).
             let gone = old.memberships.iter().filter(|m| {
@@ -203,31 +153,141 @@ impl WriteTxn<'_, '_> {
             }
             return Ok(None);
         }
+        let bytes = packed.map(|(_, bytes)| bytes);
+        self.write_row(&key, row_id, &record, bytes, existing.is_some(), known_new)?;
+        Ok(Some(row_id))
+    }
+
+    /// Where [`Self::apply_row`] finds the row `key` names: its stored id (`None` when it
+    /// is not stored or `known_new`), the id it is written under and its stored record.
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn locate_row(
+        &mut self,
+        key: &[u8],
+        known_new: bool,
+    ) -> Result<(Option<u64>, u64, Option<RowRecord>), StoreError> {
+        let existing = if known_new {
+            None
+        } else {
+            self.row_id_at(key)?
+        };
+        // A stored row is read through the rows cursor, which then rewrites it in place.
+        let (row_id, old) = match existing {
+            Some(row_id) => (row_id, Some(self.load_row_at(row_id)?)),
+            None if known_new => (self.counters.next_row - 1, None),
+            None => {
+                let row_id = self.counters.next_row;
+                self.counters.next_row += 1;
+                (row_id, None)
+            }
+        };
+        Ok((existing, row_id, old))
+    }
+
+    /// A merge keeps the op of each bucket that shows the row as before; the old
+    /// outputs then stay at their places in `record`, since a kept op names its output by
+    /// index (one no longer shown stays in the record until the row's next update).
+    /// Returns per put the membership a merge keeps (empty unless merging: no allocation
+    /// on the ordinary paths).
+    #[inline]
+    fn kept_memberships(
+        &mut self,
+        old: Option<&RowRecord>,
+        mode: RowWrite,
+        puts: &[RowPut<'_>],
+        record: &mut RowRecord,
+    ) -> Result<Vec<Option<Membership>>, StoreError> {
+        let mut kept: Vec<Option<Membership>> = Vec::new();
+        if let Some(old) =
+            old.filter(|old| mode == RowWrite::Merge && old.outputs.len() <= KEPT_OUTPUTS_MAX)
+        {
+            for put in puts {
+                kept.push(match self.existing_bucket_id(put.bucket)? {
+                    Some(bucket_id) => old.membership_showing(bucket_id, put).copied(),
+                    None => None,
+                });
+            }
+            if kept.iter().any(Option::is_some) {
+                record.outputs = old.outputs.clone();
+            }
+        }
+        Ok(kept)
+    }
+
+    /// The row's memberships into `record`, in the puts' order: each kept one as it was,
+    /// each other one a new PUT (its output from `indices` when packed ahead) that
+    /// supersedes the row's previous op in that bucket.
+    #[inline]
+    fn put_memberships(
+        &mut self,
+        puts: &[RowPut<'_>],
+        kept: &[Option<Membership>],
+        indices: Option<&[u8]>,
+        old: Option<&RowRecord>,
+        row_id: u64,
+        record: &mut RowRecord,
+    ) -> Result<(), StoreError> {
+        for (i, put) in puts.iter().enumerate() {
+            if let Some(&Some(kept)) = kept.get(i) {
+                record.memberships.push(kept);
+                continue;
+            }
+            let output = match indices {
+                Some(indices) => indices.get(i).copied(),
+                None => record.output_index(put),
+            }
+            .ok_or_else(|| {
+                StoreError::corrupt(self.dir, "a row with more than 255 distinct outputs")
+            })?;
+            let membership = self.put_op(put.bucket, output, put.checksum, row_id)?;
+            if let Some(previous) = old.and_then(|old| {
+                old.membership_of(membership.bucket_id, put.object_type, put.object_id)
+            }) {
+                self.supersede(membership.bucket_id, previous.op_id, membership.op_id)?;
+            }
+            record.memberships.push(membership);
+        }
+        Ok(())
+    }
+
+    /// Stores the row's record (`bytes`: its outputs packed ahead) and, for a row not
+    /// stored before nor claimed, its key.
+    #[inline]
+    fn write_row(
+        &mut self,
+        key: &[u8],
+        row_id: u64,
+        record: &RowRecord,
+        bytes: Option<&[u8]>,
+        stored: bool,
+        known_new: bool,
+    ) -> Result<(), StoreError> {
         // New rows get increasing ids: appending skips the search for their place; a
         // stored one is where the rows cursor stands (nothing wrote `rows` since).
         let flags = if known_new {
             WriteFlags::APPEND
-        } else if existing.is_some() {
+        } else if stored {
             WriteFlags::CURRENT
         } else {
             WriteFlags::UPSERT
         };
-        match packed {
-            Some((_, bytes)) => self.store_packed(row_id, &record.encode_head(), bytes, flags)?,
-            None => self.store_record(row_id, &record, flags)?,
+        match bytes {
+            Some(bytes) => self.store_packed(row_id, &record.encode_head(), bytes, flags)?,
+            None => self.store_record(row_id, record, flags)?,
         }
-        if existing.is_none() && !known_new {
+        if !stored && !known_new {
             self.row_keys_end = None;
             self.txn
                 .put(
                     &self.tables.row_keys,
-                    &key,
+                    key,
                     row_id.to_le_bytes(),
                     WriteFlags::UPSERT,
                 )
                 .map_err(self.mdbx("write a row key"))?;
         }
-        Ok(Some(row_id))
+        Ok(())
     }
 
     /// The source values stored with a row, `None` when the row is not stored.
