@@ -49,7 +49,9 @@ if [[ "$(cargo fuzz --version 2>/dev/null || true)" != "cargo-fuzz $CARGO_FUZZ_V
 fi
 
 echo "==> building the fuzz targets (nightly, sanitizer and coverage instrumentation)"
-nice -n 10 cargo +nightly fuzz build -O
+# cargo-fuzz looks for `fuzz/` beside the workspace's manifest unless told: this one is
+# worker/fuzz, the folder we stand in.
+nice -n 10 cargo +nightly fuzz build -O --fuzz-dir .
 
 mkdir -p target/fuzz-logs
 failed=()
@@ -63,14 +65,14 @@ for t in "${targets[@]}"; do
   [[ -f "dict/$t.dict" ]] && args+=(-dict="dict/$t.dict")
   echo "==> fuzz $t for ${seconds}s (log: worker/fuzz/$log)"
   status=0
-  nice -n 10 cargo +nightly fuzz run -O "$t" "$work" "corpus/$t" -- "${args[@]}" >"$log" 2>&1 || status=$?
+  nice -n 10 cargo +nightly fuzz run -O --fuzz-dir . "$t" "$work" "corpus/$t" -- "${args[@]}" >"$log" 2>&1 || status=$?
   grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1 || true
   grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" || true
   if [[ $status -ne 0 ]]; then
     input="$(grep -oE '(Test unit written to|artifact_prefix.*; Test unit written to) [^ ]+' "$log" | awk '{print $NF}' | tail -n 1)"
     echo "FAIL: fuzz target $t exited with $status; the input that reproduces it: worker/fuzz/${input:-(see log)}" >&2
     grep -E 'panicked at|ERROR: libFuzzer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|SUMMARY' "$log" | head -n 5 >&2 || true
-    echo "reproduce: (cd worker/fuzz && cargo +nightly fuzz run -O $t ${input:-<input>})" >&2
+    echo "reproduce: (cd worker/fuzz && cargo +nightly fuzz run -O --fuzz-dir . $t ${input:-<input>})" >&2
     failed+=("$t")
   fi
 done
