@@ -188,11 +188,11 @@ def references(text):
     return refs
 
 
-def resolve(current, is_dir_module, root, segments):
+def resolve(current, root, segments):
     """The absolute module path a reference starts from, followed by its segments."""
     if root == "crate":
         return list(segments)
-    base = list(current) if is_dir_module else list(current)
+    base = list(current)
     if root == "self":
         return base + list(segments)
     # super: the parent of the current module (repeated `super::super`).
@@ -203,27 +203,31 @@ def resolve(current, is_dir_module, root, segments):
     return base + list(segments)
 
 
-def circles_of_crate(src):
-    files = []
+def crate_modules(src):
+    """Each module of the crate rooted at `src` (its `bin/` left to the binaries' own
+    roots, unit tests left out) and the file that holds it."""
+    modules = {}
     for dirpath, dirs, names in os.walk(os.path.join(ROOT, src)):
         if dirpath == os.path.join(ROOT, src):
             dirs[:] = [d for d in dirs if d != "bin"]
-        for name in names:
-            if name.endswith(".rs"):
-                files.append(os.path.join(dirpath, name))
-    modules = {}
-    for file in files:
-        parts = module_path(os.path.join(ROOT, src), file)
-        if is_test_file(parts):
-            continue
-        modules[parts] = file
+        for n in names:
+            if n.endswith(".rs"):
+                file = os.path.join(dirpath, n)
+                parts = module_path(os.path.join(ROOT, src), file)
+                if not is_test_file(parts):
+                    modules[parts] = file
+    return modules
+
+
+def circles_of_crate(modules):
+    """The edges between sibling modules: (the referring one, the one it reaches)."""
     known = set(modules)
     edges = set()
     for parts, file in modules.items():
         with open(file, encoding="utf-8") as f:
             text = f.read()
         for root, segments in references(text):
-            target = resolve(parts, True, root, segments)
+            target = resolve(parts, root, segments)
             # The longest known module the path reaches.
             while target and tuple(target) not in known:
                 target = target[:-1]
@@ -311,7 +315,8 @@ def main():
         problems.extend(long_functions(path, blank_literals(text).split("\n")))
     orders = []
     for src in crates():
-        edges = circles_of_crate(src)
+        modules = crate_modules(src)
+        edges = circles_of_crate(modules)
         nodes = {a for a, _ in edges} | {b for _, b in edges}
         for comp in sccs(nodes, edges):
             if len(comp) > 1:
@@ -322,7 +327,7 @@ def main():
                     f"{src}: modules need each other ({'; '.join(ties)}); move what they "
                     "share into a module below both"
                 )
-        top = {(p[0],) for p in modules_of(src)} if "--order" in sys.argv else set()
+        top = {(p[0],) for p in modules if p} if "--order" in sys.argv else set()
         if top:
             orders.append(f"{src}: {layers(top, edges)}")
     for line in orders:
@@ -336,19 +341,6 @@ def main():
         "no circle between the modules of a crate"
     )
     return 0
-
-
-def modules_of(src):
-    out = []
-    for dirpath, dirs, names in os.walk(os.path.join(ROOT, src)):
-        if dirpath == os.path.join(ROOT, src):
-            dirs[:] = [d for d in dirs if d != "bin"]
-        for n in names:
-            if n.endswith(".rs"):
-                parts = module_path(os.path.join(ROOT, src), os.path.join(dirpath, n))
-                if parts and not is_test_file(parts):
-                    out.append(parts)
-    return out
 
 
 if __name__ == "__main__":
