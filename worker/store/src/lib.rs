@@ -16,6 +16,7 @@ mod dir;
 mod env;
 mod error;
 pub mod forks;
+mod held;
 mod identity;
 mod layout;
 pub mod long_keys;
@@ -95,6 +96,8 @@ pub struct Store {
     identity: StoreIdentity,
     created: bool,
     poisoned: AtomicBool,
+    /// Writes are held (`held`): mirrors whether [`Opened::gate`] holds a transaction.
+    held: AtomicBool,
     /// How row records are packed; replaced once a dictionary is trained.
     codec: parking_lot::RwLock<std::sync::Arc<compress::RecordCodec>>,
     /// Read transactions open now and started so far (for `/metrics`).
@@ -105,6 +108,9 @@ pub struct Store {
 
 /// The environment as it is open now.
 struct Opened {
+    /// Taken by every write for its length; holds the open transaction of a hold
+    /// (`held`). Declared first: a held transaction borrows `env` and drops before it.
+    gate: parking_lot::Mutex<Option<held::Held>>,
     /// The tables' handles for read transactions (valid while `env` is open).
     read_tables: tables::Tables<'static>,
     env: Env,
@@ -137,6 +143,7 @@ fn environment_options() -> DatabaseOptions {
 impl Opened {
     fn with(env: Env, dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
+            gate: parking_lot::Mutex::new(None),
             read_tables: tables::Tables::permanent(&env, dir)?,
             env,
         })
@@ -167,6 +174,7 @@ impl Store {
             identity,
             created,
             poisoned: AtomicBool::new(false),
+            held: AtomicBool::new(false),
             codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
             reads: ReadTracker::default(),
             changes: changes::ChangeLog::default(),
@@ -187,6 +195,10 @@ impl Store {
         let mut opened = self.opened.write();
         if opened.as_ref().is_some_and(|o| o.env.is_map()) {
             return Ok(true);
+        }
+        if self.is_held() {
+            // A held transaction borrows this environment: it stays open as it is.
+            return Ok(false);
         }
         if !map_write::reservable(&self.dir) {
             return Ok(false);
@@ -344,9 +356,11 @@ impl Store {
         lsn: u64,
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
     ) -> Result<(R, Checkpoint), E> {
-        let result = self.commit(lsn, changes)?;
-        self.sync()?;
-        Ok(result)
+        let (result, checkpoint, committed) = self.commit(lsn, changes)?;
+        if committed {
+            self.sync()?;
+        }
+        Ok((result, checkpoint))
     }
 
     /// Like [`write`](Self::write) but without waiting for the disk: a crash of the
@@ -359,45 +373,97 @@ impl Store {
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, StoreError>,
     ) -> Result<(R, Checkpoint), StoreError> {
         self.commit(lsn, changes)
+            .map(|(result, checkpoint, _)| (result, checkpoint))
     }
 
     /// One read-write transaction: `changes`, then the accumulators, counters and
-    /// checkpoint, then the commit (not synced).
+    /// checkpoint, then the commit (not synced); returns whether it committed (not when
+    /// it went into a held write, or began one: `held`).
     fn commit<R, E: From<StoreError>>(
         &self,
         lsn: u64,
         changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
-    ) -> Result<(R, Checkpoint), E> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(StoreError::Poisoned {
-                path: self.dir.clone(),
-            }
-            .into());
-        }
+    ) -> Result<(R, Checkpoint, bool), E> {
+        self.refuse_if_poisoned()?;
         let opened = self.opened()?;
+        let mut gate = opened.gate.lock();
+        if let Some(held) = gate.as_mut() {
+            return match self.write_in(held.txn.borrow(), lsn, changes) {
+                Ok((result, finished)) => {
+                    self.use_trained(finished.trained);
+                    held.checkpoint = finished.checkpoint;
+                    held.changes.merge(finished.changes);
+                    Ok((result, held.checkpoint, false))
+                }
+                Err(e) => {
+                    // Part of a write cannot be taken back: the whole hold goes.
+                    let records = self.abandon_held(gate.take());
+                    drop(gate);
+                    drop(opened);
+                    if !records.is_empty() {
+                        self.put_stage_records(&records)?;
+                    }
+                    Err(e)
+                }
+            };
+        }
         let txn = opened
             .env
             .begin_rw_txn()
             .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
-        let codec = self.codec.read().clone();
-        let (result, finished) = {
-            let tables = tables::Tables::open(txn.borrow(), &self.dir)?;
-            let mut write = WriteTxn::begin(txn.borrow(), &tables, &self.dir, &codec)?;
-            // Compactions an earlier write's source transaction made due come first.
-            write.compact_marked()?;
-            let result = changes(&mut write)?;
-            (result, write.finish(lsn)?)
-        };
+        let codec_before = self.codec.read().clone();
+        let (result, finished) = self.write_in(txn.borrow(), lsn, changes)?;
+        self.use_trained(finished.trained);
+        if finished.hold_open {
+            *gate = Some(held::Held::new(
+                txn,
+                finished.checkpoint,
+                finished.changes,
+                codec_before,
+            ));
+            self.held.store(true, Ordering::Release);
+            return Ok((result, finished.checkpoint, false));
+        }
         if let Err(e) = txn.commit() {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e).into());
         }
-        if let Some(dictionary) = finished.trained {
+        self.changes.record(finished.changes);
+        Ok((result, finished.checkpoint, true))
+    }
+
+    /// `changes` and what every write does after them, in `txn` (not committed).
+    fn write_in<R, E: From<StoreError>>(
+        &self,
+        txn: env::Txn<'_, '_, libmdbx::RW>,
+        lsn: u64,
+        changes: impl FnOnce(&mut WriteTxn<'_, '_>) -> Result<R, E>,
+    ) -> Result<(R, writer::Finished), E> {
+        let codec = self.codec.read().clone();
+        let tables = tables::Tables::open(txn, &self.dir)?;
+        let mut write = WriteTxn::begin(txn, &tables, &self.dir, &codec)?;
+        // Compactions an earlier write's source transaction made due come first.
+        write.compact_marked()?;
+        let result = changes(&mut write)?;
+        Ok((result, write.finish(lsn)?))
+    }
+
+    /// Packs records with a dictionary a write trained, from the next write on.
+    fn use_trained(&self, trained: Option<Vec<u8>>) {
+        if let Some(dictionary) = trained {
             *self.codec.write() =
                 std::sync::Arc::new(compress::RecordCodec::with_dictionary(&dictionary));
         }
-        self.changes.record(finished.changes);
-        Ok((result, finished.checkpoint))
+    }
+
+    /// An error once a commit failed (`PSM_S1007`).
+    fn refuse_if_poisoned(&self) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Flushes every commit to disk; failure poisons the store.
@@ -409,9 +475,12 @@ impl Store {
     }
 
     /// Empties every data table and the counters, checkpoint and bootstrap record, keeping
-    /// the store's identity (an interrupted bootstrap starts over with this).
+    /// the store's identity (an interrupted bootstrap starts over with this). Held writes
+    /// are abandoned first.
     pub fn clear_data(&self) -> Result<(), StoreError> {
         let opened = self.opened()?;
+        let mut gate = opened.gate.lock();
+        drop(self.abandon_held(gate.take()));
         let owned = opened
             .env
             .begin_rw_txn()
@@ -441,6 +510,7 @@ impl Store {
             self.poisoned.store(true, Ordering::Release);
             StoreError::mdbx(&self.dir, "commit", e)
         })?;
+        drop(gate);
         drop(opened);
         *self.codec.write() = std::sync::Arc::new(compress::RecordCodec::raw());
         self.changes.record(Changes::everything());
@@ -456,99 +526,93 @@ impl Store {
 
     /// Writes one engine stage's record durably in its own transaction, leaving the data,
     /// counters and checkpoint untouched (for records kept outside the replication
-    /// stream, such as write-checkpoint requests). Waits for a running write to finish.
+    /// stream, such as write-checkpoint requests). Waits for a running write to finish;
+    /// while writes are held (`held`) it goes into them, and is visible and durable with
+    /// them (written on its own if they are abandoned).
     pub fn put_stage_record(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
         self.put_stage_records(&[(key.to_owned(), value.to_vec())])
     }
 
-    /// [`Self::put_stage_record`] for several records in one durable transaction.
+    /// [`Self::put_stage_record`] for several records in one transaction.
     pub fn put_stage_records(&self, records: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(StoreError::Poisoned {
-                path: self.dir.clone(),
-            });
-        }
-        let opened = self.opened()?;
-        let owned = opened
-            .env
-            .begin_rw_txn()
-            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
-        {
-            let txn = owned.borrow();
-            let tables = tables::Tables::open(txn, &self.dir)?;
-            for (key, value) in records {
-                txn.put(
-                    &tables.meta,
-                    format!("stage.{key}").as_bytes(),
-                    value,
-                    libmdbx::WriteFlags::UPSERT,
-                )
-                .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
-            }
-        }
-        if let Err(e) = owned.commit() {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(StoreError::mdbx(&self.dir, "commit", e));
-        }
-        drop(opened);
-        self.changes.record(Changes {
-            stage_keys: records.iter().map(|(key, _)| key.clone()).collect(),
-            ..Changes::default()
-        });
-        self.sync()
+        self.write_stage_records(|_| Ok(((), records.to_vec())))
     }
 
     /// Reads stage record `key` and writes the value `update` makes of it (nothing when it
-    /// gives `None`) in one durable transaction, so that concurrent updates of one record
-    /// never lose one another; returns what `update` returned besides.
+    /// gives `None`) in one transaction as [`Self::put_stage_record`] does, so that
+    /// concurrent updates of one record never lose one another; returns what `update`
+    /// returned besides.
     pub fn update_stage_record<R>(
         &self,
         key: &str,
         update: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, R),
     ) -> Result<R, StoreError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(StoreError::Poisoned {
-                path: self.dir.clone(),
-            });
-        }
-        let stage_key = key;
-        let key = format!("stage.{key}");
-        let opened = self.opened()?;
-        let owned = opened
-            .env
-            .begin_rw_txn()
-            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
-        let written;
-        let result = {
-            let txn = owned.borrow();
-            let tables = tables::Tables::open(txn, &self.dir)?;
-            let stored: Option<Vec<u8>> = txn
-                .get(&tables.meta, key.as_bytes())
-                .map_err(|e| StoreError::mdbx(&self.dir, "read a stage record", e))?;
+        let stored_key = format!("stage.{key}");
+        self.write_stage_records(|read| {
+            let stored = read(&stored_key)?;
             let (value, result) = update(stored.as_deref());
-            written = value.is_some();
-            if let Some(value) = value {
-                txn.put(
-                    &tables.meta,
-                    key.as_bytes(),
-                    &value,
-                    libmdbx::WriteFlags::UPSERT,
-                )
-                .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
-            }
-            result
+            let records = value.map(|v| (key.to_owned(), v)).into_iter().collect();
+            Ok((result, records))
+        })
+    }
+
+    /// Writes the stage records `decide` returns (it may read stored meta records by key
+    /// first) in a transaction of their own, or into the held writes.
+    fn write_stage_records<R>(
+        &self,
+        decide: impl FnOnce(
+            &dyn Fn(&str) -> Result<Option<Vec<u8>>, StoreError>,
+        ) -> Result<(R, Vec<(String, Vec<u8>)>), StoreError>,
+    ) -> Result<R, StoreError> {
+        self.refuse_if_poisoned()?;
+        let opened = self.opened()?;
+        let mut gate = opened.gate.lock();
+        let own = match gate.as_ref() {
+            Some(_) => None,
+            None => Some(
+                opened
+                    .env
+                    .begin_rw_txn()
+                    .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?,
+            ),
         };
-        if let Err(e) = owned.commit() {
+        let txn = match (&own, gate.as_ref()) {
+            (Some(own), _) => own.borrow(),
+            (None, Some(held)) => held.txn.borrow(),
+            (None, None) => unreachable!("a write without a transaction"),
+        };
+        let tables = tables::Tables::open(txn, &self.dir)?;
+        let read = |key: &str| {
+            txn.get::<Vec<u8>>(&tables.meta, key.as_bytes())
+                .map_err(|e| StoreError::mdbx(&self.dir, "read a stage record", e))
+        };
+        let (result, records) = decide(&read)?;
+        for (key, value) in &records {
+            txn.put(
+                &tables.meta,
+                format!("stage.{key}").as_bytes(),
+                value,
+                libmdbx::WriteFlags::UPSERT,
+            )
+            .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
+        }
+        let changes = Changes {
+            stage_keys: records.iter().map(|(key, _)| key.clone()).collect(),
+            ..Changes::default()
+        };
+        let Some(own) = own else {
+            if let Some(held) = gate.as_mut() {
+                held.changes.merge(changes);
+                held.stage_records.extend(records);
+            }
+            return Ok(result);
+        };
+        if let Err(e) = own.commit() {
             self.poisoned.store(true, Ordering::Release);
             return Err(StoreError::mdbx(&self.dir, "commit", e));
         }
-        drop(opened);
-        if written {
-            self.changes.record(Changes {
-                stage_keys: [stage_key.to_owned()].into(),
-                ..Changes::default()
-            });
-        }
+        drop(gate);
+        self.changes.record(changes);
         self.sync()?;
         Ok(result)
     }

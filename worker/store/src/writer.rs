@@ -27,4 +27,4 @@ pub(crate) use recopy::compare_stored;
 pub use recopy::StoredAs;
 pub(crate) use rows::{Outputs, RowWrite};
 pub use txn::WriteTxn;
-pub(super) use txn::{DATA_META_KEYS, KEY_CHECKPOINT};
+pub(super) use txn::{Finished, DATA_META_KEYS, KEY_CHECKPOINT};

@@ -5,6 +5,7 @@ extern crate powersync_mdbx_store as store;
 
 mod changes;
 mod damaged;
+mod held;
 mod laws;
 mod long_keys;
 mod transfer;

@@ -112,6 +112,8 @@ pub struct WriteTxn<'t, 'db> {
     /// sync service's wakeups: a lookup written or removed, stage records written.
     pub(super) lookups_changed: std::cell::Cell<bool>,
     pub(super) stage_keys: std::cell::RefCell<std::collections::HashSet<String>>,
+    /// The store keeps this transaction open for the writes after it ([`Self::hold_open`]).
+    pub(super) hold_open: bool,
 }
 
 /// What a finished write leaves for the store to do once it is committed.
@@ -121,6 +123,8 @@ pub(crate) struct Finished {
     pub trained: Option<Vec<u8>>,
     /// What it changed ([`crate::Store::take_changes`]).
     pub changes: Changes,
+    /// Kept open, not committed ([`WriteTxn::hold_open`]).
+    pub hold_open: bool,
 }
 
 /// Buffered ops per transaction before they are written out (24 bytes each).
@@ -166,6 +170,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             forked: false,
             lookups_changed: std::cell::Cell::new(false),
             stage_keys: std::cell::RefCell::default(),
+            hold_open: false,
         })
     }
 
@@ -194,6 +199,13 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
         self.txn
             .get(&self.tables.meta, key.as_bytes())
             .map_err(self.mdbx("read a stage record"))
+    }
+
+    /// Keeps this write open instead of committing it: it and the writes after it go into
+    /// one transaction that clients see only when [`crate::Store::release`] commits it
+    /// (`held`). Inside held writes already, nothing changes.
+    pub fn hold_open(&mut self) {
+        self.hold_open = true;
     }
 
     /// Writes an engine stage's record (`key` is one of the `stage.` keys).
@@ -355,6 +367,7 @@ impl<'t, 'db> WriteTxn<'t, 'db> {
             checkpoint,
             trained,
             changes,
+            hold_open: self.hold_open,
         })
     }
 }
