@@ -44,6 +44,10 @@ pub(super) struct Merge {
     file_bytes_at_start: u64,
     /// The history forked for this merge (`store::forks`).
     forked: bool,
+    /// Clients see none of the stream's writes from this re-copy's start until it is
+    /// merged (`Store::hold`): it changes what they see of the table (a schema change),
+    /// unlike a deploy's, which writes only into buckets not served yet.
+    holds: bool,
 }
 
 #[derive(Debug)]
@@ -89,6 +93,17 @@ impl Merge {
             file_bytes_at_start: file_bytes,
             ..Self::default()
         }
+    }
+
+    /// The same merge, holding what clients see until it is merged when `holds`.
+    pub fn holding(mut self, holds: bool) -> Self {
+        self.holds = holds;
+        self
+    }
+
+    /// Whether clients see nothing new until this merge is done.
+    pub fn holds(&self) -> bool {
+        self.holds
     }
 
     /// The same merge, told whether the event it is part of (a rebuild of every table)

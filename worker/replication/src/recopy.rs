@@ -51,6 +51,8 @@ struct RecopyJob {
     /// The replica identity the stored rows are keyed by, when not the table's.
     rekey_from: Vec<String>,
     applied: Applied,
+    /// The applier holds its writes until this re-copy is merged (`merge::Merge::holds`).
+    holds: bool,
 }
 
 /// Copies `job`'s table in a snapshot of its own and sends what it reads to `out`. Ends
@@ -92,6 +94,7 @@ async fn copy(
         rules,
         rekey_from,
         mut applied,
+        holds,
     } = job;
     let (plan, system_identifier, base, rules, rekey_from) = (
         &plan,
@@ -146,8 +149,10 @@ async fn copy(
     // Rows are compared with the store only once it holds every transaction committed
     // before the snapshot; from then on a stored row changes only by a stream change the
     // merge sees (it skips such rows) or by this merge. Rows keyed by another identity
-    // are compared by the applier (it moves them).
-    let compare = if rekey_from.is_empty() {
+    // are compared by the applier (it moves them), and so are the rows of a re-copy the
+    // applier holds its writes for: what they wrote since is not committed, and no
+    // checkpoint reaches the snapshot before the merge ends.
+    let compare = if rekey_from.is_empty() && !holds {
         let reached = applied
             .checkpoints
             .wait_for(|c| c.lsn >= exported.consistent_point)
@@ -401,9 +406,16 @@ impl Recopies {
     }
 
     /// Starts copying `table` (index `index`) again, its stored rows keyed by replica
-    /// identity `rekey_from` (empty: its own; a re-copy in progress passes its own on); a
-    /// re-copy of it in progress is abandoned (it read the columns before).
-    pub(super) fn start(&mut self, index: usize, table: &StreamTable, rekey_from: &[String]) {
+    /// identity `rekey_from` (empty: its own; a re-copy in progress passes its own on),
+    /// the applier holding its writes until it is merged when `holds`; a re-copy of it in
+    /// progress is abandoned (it read the columns before).
+    pub(super) fn start(
+        &mut self,
+        index: usize,
+        table: &StreamTable,
+        rekey_from: &[String],
+        holds: bool,
+    ) {
         let rekey_from = match self.running.get(&index) {
             Some(running) if rekey_from.is_empty() => running.rekey_from.clone(),
             _ => rekey_from.to_vec(),
@@ -417,6 +429,7 @@ impl Recopies {
             rules: self.rules.clone(),
             rekey_from: rekey_from.clone(),
             applied: self.applied.clone(),
+            holds,
         };
         let task = tokio::spawn(recopy_table(job, out));
         let running = Running {

@@ -6,10 +6,12 @@
 //! as a table's re-copy is (`merge`: rows whose output did not change keep their ops,
 //! clients download only what changed), and streaming resumes at `C`.
 //!
-//! Until the rebuild ends the store serves its last checkpoint and what is merged so far
-//! (stale: `status().replication.rebuilding`). The bootstrap record is marked first, so a
-//! rebuild that is interrupted (a stop, a failure) is done again from the start: the
-//! merge writes nothing for rows already merged.
+//! Until the rebuild ends the store serves its last checkpoint, and nothing of the rebuild
+//! (stale: `status().replication.rebuilding`): the store holds the rebuild's writes
+//! (`Store::hold`) and commits them as one checkpoint at `C`, so a client never sees some
+//! tables rebuilt and others not. The bootstrap record is marked first, so a rebuild that
+//! is interrupted (a stop, a failure, a crash: the held writes go with it) is done again
+//! from the start.
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -88,6 +90,8 @@ pub(super) async fn rebuild(
         p.rows_estimated = estimated;
     }
 
+    // From here to the release, clients see none of the rebuild's writes.
+    let held = HeldRebuild::begin(&store).await?;
     let mut rebuilt = intent.clone();
     let snapshot = Snapshot {
         reader: &reader,
@@ -105,7 +109,7 @@ pub(super) async fn rebuild(
     rebuilt.timeline = Some(primary.timeline);
     rebuilt.rebuilding = false;
     let record = rebuilt.clone();
-    let ((), checkpoint) = {
+    let ((), written) = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || {
             // Streaming goes on from the new slot's consistent point.
@@ -116,6 +120,7 @@ pub(super) async fn rebuild(
         .await
         .map_err(|e| stream_error(format!("rebuild thread: {e}")))??
     };
+    let checkpoint = held.release().await?.unwrap_or(written);
     // Done before the checkpoint is published: whoever wakes on it sees the rebuild over.
     context.progress.rebuilding.store(false, Relaxed);
     *context.progress.rebuild.lock() = None;
@@ -127,9 +132,48 @@ pub(super) async fn rebuild(
         written = total.written,
         deleted = total.deleted,
         seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
-        "rebuilt from a new slot; clients got ops only for the rows that changed"
+        "rebuilt from a new slot, published in one checkpoint; clients got ops only for the \
+         rows that changed"
     );
     Ok(rebuilt)
+}
+
+/// The store's writes held for a rebuild (`Store::hold`): abandoned, leaving the last
+/// checkpoint clients saw, unless released.
+struct HeldRebuild {
+    store: Option<Arc<Store>>,
+}
+
+impl HeldRebuild {
+    async fn begin(store: &Arc<Store>) -> Result<Self, ReplicationError> {
+        let holding = store.clone();
+        tokio::task::spawn_blocking(move || holding.hold())
+            .await
+            .map_err(|e| stream_error(format!("rebuild thread: {e}")))??;
+        Ok(Self {
+            store: Some(store.clone()),
+        })
+    }
+
+    /// Commits the held writes as one checkpoint (returned).
+    async fn release(mut self) -> Result<Option<Checkpoint>, ReplicationError> {
+        let Some(store) = self.store.take() else {
+            return Ok(None);
+        };
+        Ok(tokio::task::spawn_blocking(move || store.release())
+            .await
+            .map_err(|e| stream_error(format!("rebuild thread: {e}")))??)
+    }
+}
+
+impl Drop for HeldRebuild {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            if let Err(e) = store.abandon() {
+                tracing::warn!("abandoning an interrupted rebuild's held writes: {e}");
+            }
+        }
+    }
 }
 
 /// What the merges of a rebuild did so far, shown in `status()`.
@@ -218,12 +262,11 @@ async fn rebuild_tables(
     for (table, published) in rebuilt.tables.iter_mut().zip(published) {
         let Some(info) = published.as_ref().and_then(|_| infos.next()) else {
             let store_id = table.id;
-            let checkpoint = write(store, move |w| {
+            write(store, move |w| {
                 w.truncate_table(store_id)?;
                 Ok(())
             })
             .await?;
-            context.published.send_replace(checkpoint);
             tracing::warn!(
                 table = %format!("{}.{}", table.schema, table.name),
                 "the sync rules read this table, but it is no longer published under its name: \
@@ -266,19 +309,18 @@ async fn rebuild_tables(
             });
             report.show(done, so_far, store.file_bytes());
         }
-        let (merged, checkpoint, merge_forked) = {
+        let (merged, merge_forked) = {
             let store = store.clone();
             let mut merge = merge;
             tokio::task::spawn_blocking(move || {
                 let lsn = store.read(|view| view.checkpoint())?.lsn;
-                let (merged, checkpoint) = store.write_with(lsn, |w| merge.finish(w))?;
-                Ok::<_, ReplicationError>((merged, checkpoint, merge.has_forked()))
+                let (merged, _) = store.write_with(lsn, |w| merge.finish(w))?;
+                Ok::<_, ReplicationError>((merged, merge.has_forked()))
             })
             .await
             .map_err(|e| stream_error(format!("rebuild thread: {e}")))??
         };
         forked |= merge_forked;
-        context.published.send_replace(checkpoint);
         total.add(merged);
         done += 1;
         report.show(done, total, store.file_bytes());
@@ -286,31 +328,29 @@ async fn rebuild_tables(
     Ok(total)
 }
 
-/// Merges a batch of copied rows in a store commit of its own (off the runtime threads)
-/// and publishes it.
+/// Merges a batch of copied rows in a store write of its own (off the runtime threads,
+/// held with the rebuild's others).
 async fn merge_rows(
     context: &StreamContext,
     mut merge: Merge,
     rows: Vec<CopiedRow>,
 ) -> Result<Merge, ReplicationError> {
     let store = context.store.clone();
-    let (merge, checkpoint) = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let evaluated = match merge.shape() {
             Some(shape) => evaluate_copied(shape, &[], rows)?,
             None => Vec::new(),
         };
         let lsn = store.read(|view| view.checkpoint())?.lsn;
         let evaluated = evaluated.into_iter().map(|row| (row, None)).collect();
-        let ((), checkpoint) = store.write_with(lsn, |w| merge.rows(w, evaluated, Vec::new()))?;
-        Ok::<_, ReplicationError>((merge, checkpoint))
+        store.write_with(lsn, |w| merge.rows(w, evaluated, Vec::new()))?;
+        Ok::<_, ReplicationError>(merge)
     })
     .await
-    .map_err(|e| stream_error(format!("rebuild thread: {e}")))??;
-    context.published.send_replace(checkpoint);
-    Ok(merge)
+    .map_err(|e| stream_error(format!("rebuild thread: {e}")))?
 }
 
-/// A store write off the runtime threads.
+/// A store write off the runtime threads (held with the rebuild's others).
 async fn write(
     store: &Arc<Store>,
     work: impl FnOnce(&mut store::WriteTxn<'_, '_>) -> Result<(), ReplicationError> + Send + 'static,

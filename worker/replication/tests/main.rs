@@ -5,6 +5,7 @@ extern crate powersync_mdbx_replication as replication;
 
 mod bootstrap;
 mod history;
+mod observer;
 mod slot_invalidation;
 mod stalled_primary;
 mod streaming;

@@ -8,6 +8,7 @@ use testkit::buckets;
 
 use std::sync::Arc;
 
+use crate::observer::{assert_each_was_had, of_user, Observer};
 use buckets::{expected, lsn, stored};
 use config::SourceConnection;
 use replication::{
@@ -63,12 +64,17 @@ struct Bootstrapped {
 
 /// Bootstraps the primary's `items` into a new store through slot [`SLOT`].
 async fn bootstrapped(primary: &Cluster) -> Bootstrapped {
+    bootstrapped_with(primary, RULES).await
+}
+
+/// Bootstraps what `rules` read of the primary into a new store through slot [`SLOT`].
+async fn bootstrapped_with(primary: &Cluster, rules: &str) -> Bootstrapped {
     let connection = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
     let plan = SourcePlan {
         connection: connection.clone(),
         slot: SLOT.into(),
     };
-    let rules = Arc::new(SyncRules::parse(RULES).unwrap());
+    let rules = Arc::new(SyncRules::parse(rules).unwrap());
     let store_dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
     bootstrap(
@@ -322,6 +328,95 @@ async fn a_slot_invalidated_while_streaming_is_rebuilt() {
     let rebuilt = stored(&store);
     assert_ne!(rebuilt, before);
     assert_eq!(rebuilt, expected(&connection, &rules, &["items"]).await);
+    stop.send_replace(true);
+    wait_for_future("the stream task to end", || (), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Makes the primary invalidate slot [`SLOT`] (WAL past `max_slot_wal_keep_size` in a table
+/// no rule reads, switched and checkpointed) while nothing reads it.
+fn invalidate_slot(primary: &Cluster) {
+    primary.sql("CREATE TABLE IF NOT EXISTS filler (id serial PRIMARY KEY, body text)");
+    let mut rounds = 0;
+    while !slot_state(primary).starts_with("lost") {
+        rounds += 1;
+        assert!(
+            rounds <= 20,
+            "slot not invalidated: {}",
+            slot_state(primary)
+        );
+        primary
+            .sql("INSERT INTO filler (body) SELECT repeat('x', 100) FROM generate_series(1, 2000)");
+        primary.sql("SELECT pg_switch_wal()");
+        primary.sql("CHECKPOINT");
+    }
+}
+
+/// Whole checkpoints through a rebuild (`docs/correctness.md`): one transaction changes
+/// five of a user's rows in two tables (a list renamed, a todo edited, one inserted, one
+/// deleted, one moved in) while the replica is down, and the slot is lost. While the
+/// store rebuilds from a new slot — lists first, then 20,000 todos in many batches — a
+/// client reading the user's buckets after every commit sees the state before that
+/// transaction and then the state after it, never one with part of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_publishes_once_and_a_client_never_sees_part_of_a_transaction() {
+    const SCHEMA: &str = "
+    CREATE TABLE lists (id text PRIMARY KEY, owner text NOT NULL, name text);
+    CREATE TABLE todos (id integer PRIMARY KEY, owner text NOT NULL, title text);
+    CREATE PUBLICATION powersync FOR TABLE lists, todos;
+    INSERT INTO lists VALUES ('l1', 'u1', 'groceries'), ('l2', 'u2', 'chores');
+    INSERT INTO todos SELECT g, CASE WHEN g % 4000 = 0 THEN 'u1' ELSE 'u' || (g % 7 + 2) END,
+      'todo ' || g FROM generate_series(1, 20000) g;
+    ";
+    const RULES: &str = "
+bucket_definitions:
+  mine:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT id, name FROM lists WHERE owner = bucket.owner
+      - SELECT id, title FROM todos WHERE owner = bucket.owner
+";
+    let install = PgInstall::pg16();
+    let dir = TestDir::new(&install);
+    let primary = small_wal_primary(&install, &dir);
+    primary.sql(SCHEMA);
+    let Bootstrapped {
+        connection,
+        plan,
+        rules,
+        store,
+        _store_dir,
+    } = bootstrapped_with(&primary, RULES).await;
+    let tables = ["lists", "todos"];
+    let before = of_user(expected(&connection, &rules, &tables).await, "u1");
+    assert_eq!(of_user(stored(&store), "u1"), before);
+
+    // The replica is down: one transaction over both tables, then the slot is lost.
+    primary.sql(
+        "BEGIN; \
+         UPDATE lists SET name = 'renamed' WHERE id = 'l1'; \
+         UPDATE todos SET title = 'edited' WHERE id = 16000; \
+         INSERT INTO todos VALUES (30000, 'u1', 'new'); \
+         DELETE FROM todos WHERE id = 8000; \
+         UPDATE todos SET owner = 'u1' WHERE id = 19999; \
+         COMMIT",
+    );
+    let after = of_user(expected(&connection, &rules, &tables).await, "u1");
+    invalidate_slot(&primary);
+
+    let observer = Observer::start(&store, "u1");
+    let (stop, mut checkpoints, task) = start(&plan, &rules, &store);
+    caught_up(&primary, &mut checkpoints).await;
+    let seen = observer.stop();
+    assert_eq!(
+        seen.last(),
+        Some(&after),
+        "the client ends at the primary's state"
+    );
+    assert_each_was_had(&seen, &[before, after], "during a rebuild");
+    assert_eq!(stored(&store), expected(&connection, &rules, &tables).await);
     stop.send_replace(true);
     wait_for_future("the stream task to end", || (), task)
         .await

@@ -1,6 +1,8 @@
 //! Committing the applier's store transactions and publishing them: source transactions
 //! applied in one store commit (a few small ones that are queued may share it), then the
-//! checkpoint published to clients and the primary told the WAL is flushed.
+//! checkpoint published to clients and the primary told the WAL is flushed — or, while a
+//! re-copy holds the store's writes, nothing published until its merge is written, and
+//! then everything since at once.
 
 use std::time::Instant;
 
@@ -21,7 +23,7 @@ impl Applier {
         first_commit_lsn: u64,
     ) -> Result<Option<Change>, ReplicationError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let durable_lsn = self.durable.lsn;
+        let durable_lsn = self.applied.lsn;
         let mut sweep = std::mem::take(&mut self.sweep);
         let mut tables = std::mem::take(&mut self.tables);
         let mut merges = std::mem::take(&mut self.merges);
@@ -98,7 +100,7 @@ impl Applier {
             .fetch_add(commit_times.len() as u64, Relaxed);
         self.progress.transaction_commits.fetch_add(1, Relaxed);
         self.progress.changes.fetch_add(changes, Relaxed);
-        self.publish(checkpoint);
+        self.publish(checkpoint)?;
         for received in commit_times {
             self.progress.publish_latency.observe(received.elapsed());
         }
@@ -106,29 +108,52 @@ impl Applier {
             // Clients have the transactions; the compactions they made due follow in a
             // write of their own (the store runs them first in every write).
             let ((), checkpoint) = self.store.write(checkpoint.lsn, |_| Ok(()))?;
-            self.publish(checkpoint);
+            self.publish(checkpoint)?;
         }
         Ok(held)
     }
 
-    /// After a durable commit: clients may see it, and the primary may recycle the WAL.
-    pub(super) fn publish(&mut self, checkpoint: Checkpoint) {
-        let ops = ops_between(&self.store, self.durable.op_id, checkpoint.op_id);
+    /// After a write: clients may see it, and the primary may recycle the WAL — unless
+    /// the store holds writes for a re-copy that is not merged yet. The write that merges
+    /// the last such re-copy releases them: clients see every transaction applied since
+    /// the hold began, and the re-copied tables' new outputs, in one checkpoint.
+    pub(super) fn publish(&mut self, written: Checkpoint) -> Result<(), ReplicationError> {
+        self.applied = written;
+        // Counted before the checkpoint is sent: whoever wakes on it reads this commit's
+        // (a deploy waits for its re-copies so).
+        self.show_recopies();
+        if self.store.is_held() {
+            if self.merges.values().any(crate::merge::Merge::holds) {
+                return Ok(());
+            }
+            let released = self.store.release()?.unwrap_or(written);
+            tracing::info!(
+                lsn = %source::format_lsn(released.lsn),
+                "the re-copied tables' new outputs and the transactions applied meanwhile \
+                 are published in one checkpoint"
+            );
+            self.applied = released;
+        }
+        let checkpoint = self.applied;
+        let ops = ops_between(&self.store, self.visible.op_id, checkpoint.op_id);
         self.progress
             .ops
             .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
-        self.durable = checkpoint;
-        // Counted before the checkpoint is sent: whoever wakes on it reads this commit's
-        // (a deploy waits for its re-copies so).
-        self.progress.recopying.store(
-            self.merges.len() as u64,
-            std::sync::atomic::Ordering::Release,
-        );
+        self.visible = checkpoint;
         self.published.send_replace(checkpoint);
         self.published_at = Some(Instant::now());
         self.feedback.update_flushed_lsn(checkpoint.lsn);
         self.feedback.update_applied_lsn(checkpoint.lsn);
         self.progress.pending.published(checkpoint.lsn);
+        Ok(())
+    }
+
+    /// The re-copies in progress and the tables gone, for `status()` and a deploy.
+    fn show_recopies(&self) {
+        self.progress.recopying.store(
+            self.merges.len() as u64,
+            std::sync::atomic::Ordering::Release,
+        );
         self.progress.tables_gone.store(
             self.tables.iter().filter(|t| t.gone).count() as u64,
             std::sync::atomic::Ordering::Relaxed,

@@ -7,8 +7,8 @@ use crate::intent::BootstrapIntent;
 use crate::table::table_at;
 
 impl Applier {
-    /// Merges an event of a table's re-copy, between transactions: each in a store commit
-    /// of its own, published as a checkpoint (clients see the rows whose output changed).
+    /// Merges an event of a table's re-copy, between transactions: each in a store write
+    /// of its own (held with the stream's, for a re-copy that holds them: `publish`).
     pub(super) fn merge(&mut self, event: RecopyEvent) -> Result<(), ReplicationError> {
         if matches!(event, RecopyEvent::Rows { .. }) {
             // Its room is free once it is here (merged now, or of a re-copy started over).
@@ -18,7 +18,7 @@ impl Applier {
         let Some(mut merge) = self.merges.remove(&index) else {
             return Ok(()); // a re-copy that was started over
         };
-        let lsn = self.durable.lsn;
+        let lsn = self.applied.lsn;
         let result = match event {
             RecopyEvent::Started {
                 consistent_point,
@@ -70,14 +70,13 @@ impl Applier {
                     deleted = merged.deleted,
                     "the table's re-copy is merged: clients got ops only for rows whose output changed"
                 );
-                self.publish(checkpoint);
-                return Ok(());
+                return self.publish(checkpoint);
             }
         };
         self.merges.insert(index, merge);
-        if let Some(checkpoint) = result? {
-            self.publish(checkpoint);
+        match result? {
+            Some(checkpoint) => self.publish(checkpoint),
+            None => Ok(()),
         }
-        Ok(())
     }
 }

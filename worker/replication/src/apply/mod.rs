@@ -3,7 +3,9 @@
 //! Each source transaction is applied in one MDBX write transaction (a few small ones
 //! that are already queued may share it), committed durably with the transaction's end
 //! LSN, then published as a checkpoint, and only then acknowledged to the primary as
-//! flushed. A transaction whose commit LSN is below the stored LSN was applied before a
+//! flushed. While a table's re-copy changes what clients see of it, the store holds the
+//! writes (`Store::hold`): they go into one MDBX transaction, committed, published and
+//! acknowledged at once when the copy is merged (`commit::publish`). A transaction whose commit LSN is below the stored LSN was applied before a
 //! restart and is skipped, so redelivery is harmless. A huge transaction stays one MDBX
 //! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
 //! slices, so memory stays bounded.
@@ -48,8 +50,10 @@ pub(super) struct Applier {
     pub store: Arc<Store>,
     pub rules: Arc<SyncRules>,
     pub tables: Vec<StreamTable>,
-    /// The last durable checkpoint.
-    pub durable: Checkpoint,
+    /// The checkpoint of the last write: durable, unless the store holds writes.
+    pub applied: Checkpoint,
+    /// The last checkpoint published to clients (and acknowledged to the primary).
+    pub visible: Checkpoint,
     pub published: watch::Sender<Checkpoint>,
     pub feedback: Arc<SharedLsnFeedback>,
     pub progress: Arc<StreamProgress>,
@@ -69,6 +73,10 @@ impl Applier {
     /// Applies changes until the input closes (the stream ended; an open transaction is
     /// abandoned and will be redelivered) or an error.
     pub fn run(mut self, mut input: ChangeReceiver) -> Result<(), ReplicationError> {
+        if self.merges.values().any(Merge::holds) {
+            // A re-copy a restart interrupted: clients see nothing new until it is merged.
+            self.store.hold()?;
+        }
         let mut held = None;
         loop {
             let next = match held.take() {
@@ -82,31 +90,31 @@ impl Applier {
                 Change::Advance {
                     lsn,
                     write_checkpoint,
-                } if lsn > self.durable.lsn => {
-                    let reached = self.durable.lsn;
+                } if lsn > self.applied.lsn => {
+                    let reached = self.applied.lsn;
                     let ((), checkpoint) = self.store.write(lsn, |w| {
                         if let Some(note) = &write_checkpoint {
                             note.record(w)?;
                         }
                         self.sweep.run(w, reached, &self.progress)
                     })?;
-                    self.publish(checkpoint);
+                    self.publish(checkpoint)?;
                 }
                 Change::Advance { .. } => {}
-                Change::Begin { commit_lsn } if commit_lsn < self.durable.lsn => {
+                Change::Begin { commit_lsn } if commit_lsn < self.applied.lsn => {
                     skip_transaction(&mut input)?;
-                    self.progress.pending.published(self.durable.lsn);
+                    self.progress.pending.published(self.visible.lsn);
                 }
                 Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
                 mut relation @ (Change::Relation { .. } | Change::Gone { .. }) => {
-                    let lsn = self.durable.lsn;
+                    let lsn = self.applied.lsn;
                     let mut tables = std::mem::take(&mut self.tables);
                     let mut merges = std::mem::take(&mut self.merges);
                     let written = self.store.write_with(lsn, |w| {
                         self.apply(w, &mut tables, &mut merges, lsn, &mut relation)
                     });
                     (self.tables, self.merges) = (tables, merges);
-                    self.publish(written?.1);
+                    self.publish(written?.1)?;
                 }
                 Change::Recopy(event) => self.merge(event)?,
                 other => {
@@ -114,6 +122,18 @@ impl Applier {
                         "the replication stream sent {other:?} outside a transaction"
                     )))
                 }
+            }
+        }
+    }
+}
+
+impl Drop for Applier {
+    /// Writes the store holds for a re-copy that did not end go: the store stays as the
+    /// last checkpoint clients saw, and the next stream starts again from there.
+    fn drop(&mut self) {
+        if self.store.is_held() {
+            if let Err(e) = self.store.abandon() {
+                tracing::warn!("abandoning the held writes of a re-copy: {e}");
             }
         }
     }

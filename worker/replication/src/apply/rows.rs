@@ -127,7 +127,7 @@ impl Applier {
     }
 
     /// A Relation change asks for the table's rows to be copied again: recorded in the
-    /// bootstrap record, and its merge started.
+    /// bootstrap record, and its merge started, holding what clients see until it ends.
     fn start_recopy(
         &self,
         w: &mut WriteTxn<'_, '_>,
@@ -152,9 +152,13 @@ impl Applier {
             t.rekey_from = rekey_from.clone();
             t.gone = false;
         })?;
+        // The table's rows switch to their new outputs in one published checkpoint: from
+        // this write on (the first in the table's new shape) clients see nothing new until
+        // the copy is merged (`publish`).
+        w.hold_open();
         merges.insert(
             index,
-            Merge::rekeying(rekey_from, why, self.store.file_bytes()),
+            Merge::rekeying(rekey_from, why, self.store.file_bytes()).holding(true),
         );
         Ok(())
     }

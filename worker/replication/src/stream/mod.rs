@@ -90,7 +90,8 @@ pub async fn follow_slot(
         store: context.store.clone(),
         rules: context.rules.clone(),
         tables,
-        durable,
+        applied: durable,
+        visible: durable,
         published: context.published.clone(),
         feedback: stream.shared_lsn_feedback.clone(),
         progress: context.progress.clone(),
@@ -180,7 +181,9 @@ fn stream_tables(
 }
 
 /// Starts again the re-copies a restart interrupted, and those a rules deploy marked;
-/// returns their merges, by table index, for the applier.
+/// returns their merges, by table index, for the applier. A deploy's do not hold what
+/// clients see (they write only into buckets not served yet); others do (a mark a store
+/// kept from before held re-copies).
 fn resume_recopies(
     context: &StreamContext,
     intent: &BootstrapIntent,
@@ -196,7 +199,7 @@ fn resume_recopies(
     let mut merges = HashMap::new();
     for (index, table) in intent.tables.iter().enumerate() {
         if table.recopy {
-            recopies.start(index, &tables[index], &table.rekey_from);
+            recopies.start(index, &tables[index], &table.rekey_from, !deploying);
             merges.insert(
                 index,
                 Merge::rekeying(
@@ -207,7 +210,8 @@ fn resume_recopies(
                         "a restart interrupted its re-copy".into()
                     },
                     context.store.file_bytes(),
-                ),
+                )
+                .holding(!deploying),
             );
         }
     }
@@ -455,7 +459,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Starts the re-copy a Relation change asks for; stops the one of a table gone.
+/// Starts the re-copy a Relation change asks for (it holds what clients see: the applier
+/// holds its writes from that change on); stops the one of a table gone.
 fn follow_recopies(recopies: &mut Recopies, decoder: &Decoder<'_>, change: &Change) {
     match change {
         Change::Relation {
@@ -463,7 +468,7 @@ fn follow_recopies(recopies: &mut Recopies, decoder: &Decoder<'_>, change: &Chan
             recopy: true,
             rekey_from,
             ..
-        } => recopies.start(*table, &decoder.tables[*table], rekey_from),
+        } => recopies.start(*table, &decoder.tables[*table], rekey_from, true),
         Change::Gone { table } => recopies.stop(*table),
         _ => {}
     }

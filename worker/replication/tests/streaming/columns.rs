@@ -1,8 +1,9 @@
 //! Columns that change on the primary: those the rules do not read (decoded on), those
 //! they read (the table copied again), a re-copy that fails, a column added under `*`,
-//! renames in quick turns.
+//! renames in quick turns, a re-copy published whole.
 
 use super::*;
+use crate::observer::{assert_each_was_had, of_user, Observer};
 
 /// Columns the rules do not read (`docs` is read as `id, title, body`) are added, filled
 /// with an out-of-line value, renamed, retyped and dropped while the stream runs: it goes
@@ -205,5 +206,109 @@ async fn columns_renamed_away_and_back_in_quick_turns_are_followed() {
         ));
         until_stored_matches(&rig, &store, &streaming, &format!("turn {turn}: back")).await;
     }
+    streaming.stop().await.unwrap();
+}
+
+/// A table of 20,000 rows, four of them the user `u1`'s (one in each of the copy's later
+/// batches), read under `SELECT *`.
+const ITEMS_SCHEMA: &str = "
+CREATE TABLE items (id integer PRIMARY KEY, owner text NOT NULL, body text);
+CREATE PUBLICATION powersync FOR TABLE items;
+INSERT INTO items SELECT g, CASE WHEN g % 5000 = 0 THEN 'u1' ELSE 'u' || (g % 7 + 2) END,
+  'body ' || g FROM generate_series(1, 20000) g;
+";
+
+const ITEMS_RULES: &str = "
+bucket_definitions:
+  mine:
+    parameters: SELECT request.user_id() AS owner
+    data:
+      - SELECT * FROM items WHERE owner = bucket.owner
+";
+
+/// Whole checkpoints through a table's re-copy (`docs/correctness.md`): a column added with
+/// a default under `SELECT *` changes every row's output, and transactions that each
+/// change two of a user's rows keep streaming while 20,000 rows are copied again. A client
+/// reading the user's buckets after every commit sees only states the primary had: the
+/// rows all without the column, then all with it, each transaction whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recopy_switches_a_table_to_its_new_outputs_in_one_checkpoint() {
+    let rig = Rig::with(ITEMS_SCHEMA, ITEMS_RULES);
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(&rig.primary).await;
+    let connection = rig.plan().connection;
+    let state = || async { of_user(expected(&connection, &rig.rules, &["items"]).await, "u1") };
+    let mut had = vec![state().await];
+    assert_eq!(of_user(stored(&store), "u1"), had[0]);
+
+    let observer = Observer::start(&store, "u1");
+    rig.primary
+        .sql("ALTER TABLE items ADD COLUMN tag text DEFAULT 'new'");
+    had.push(state().await);
+    for round in 1..=6 {
+        // Two of the user's rows, far apart in the copy's batches, in one transaction.
+        rig.primary.sql(&format!(
+            "UPDATE items SET body = 'round {round}' WHERE id IN (5000, 20000)"
+        ));
+        had.push(state().await);
+    }
+    let tables = ["items"];
+    until_tables_match(&rig, &store, &streaming, &tables, "a column added under *").await;
+    let seen = observer.stop();
+    assert_eq!(
+        seen.last(),
+        had.last(),
+        "the client ends at the primary's state"
+    );
+    assert_each_was_had(&seen, &had, "during a re-copy");
+    streaming.stop().await.unwrap();
+}
+
+/// A re-copy interrupted while the stream's writes are held for it (the stream stops while
+/// the copy waits for its snapshot) leaves the store exactly as the last checkpoint clients
+/// saw, nothing of the new shape nor of the transactions applied since; the next stream
+/// receives those transactions again, copies the table again and publishes it whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recopy_interrupted_leaves_the_last_published_checkpoint() {
+    let rig = Rig::with(ITEMS_SCHEMA, ITEMS_RULES);
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    let published = streaming.sync_point(&rig.primary).await;
+    let before = stored(&store);
+
+    // A transaction with an id left open: the re-copy's snapshot waits for it.
+    let blocker = rig.primary.hold_transaction("SELECT txid_current()");
+    rig.primary
+        .sql("ALTER TABLE items ADD COLUMN tag text DEFAULT 'new'");
+    rig.primary
+        .sql("UPDATE items SET body = 'after the column' WHERE id = 5000");
+    wait_until("the re-copy to start", || {
+        (streaming.progress.recopying.load(Relaxed) > 0).then_some(())
+    });
+    rig.primary
+        .sql("INSERT INTO items VALUES (20001, 'u1', 'during the copy')");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        store.is_held(),
+        "the stream's writes are held for the re-copy"
+    );
+    assert_eq!(stored(&store), before, "clients see none of them");
+    streaming.stop().await.unwrap();
+    assert!(!store.is_held());
+    assert_eq!(
+        stored(&store),
+        before,
+        "the interrupted re-copy left nothing"
+    );
+    let op_id = store.read(|v| v.checkpoint()).unwrap().op_id;
+    assert_eq!(
+        op_id, published.op_id,
+        "no op of the held writes is given out"
+    );
+
+    blocker.commit();
+    let streaming = start_streaming(&rig, &store);
+    until_tables_match(&rig, &store, &streaming, &["items"], "the re-copy again").await;
     streaming.stop().await.unwrap();
 }
