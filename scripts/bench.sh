@@ -20,6 +20,10 @@
 #   PSM_BENCH_RECOPY=1                then migrations of columns the rules read (a retype that
 #                                     keeps every output, a rename that changes them all): the
 #                                     table's re-copy beside the stream, against the COPY floor
+#   PSM_BENCH_REBUILD=1               then a rebuild from a new slot: the replica stopped, one
+#                                     transaction changing the sentinel and 10,000 task rows, the
+#                                     slot dropped on the primary, the replica started: how long
+#                                     the rebuild held clients on the last checkpoint
 #   PSM_BENCH_BULK=1                  at the end, bulk changes through the stream (scripts/bench_bulk.py):
 #                                     pgbench single-row transactions at 2,000/s, then an UPDATE,
 #                                     DELETE, INSERT of every task row and a TRUNCATE, each against
@@ -321,6 +325,30 @@ if [ "${PSM_BENCH_DEPLOY:-0}" != 0 ]; then
   done
 fi
 
+rebuild='{}'
+if [ "${PSM_BENCH_REBUILD:-0}" != 0 ]; then
+  log "a rebuild from a new slot: the replica stopped, a transaction, the slot dropped, started again"
+  run_pg "$bin/pg_ctl" -w -D "$work/replica" -m fast stop >/dev/null
+  psql_p -c "BEGIN; UPDATE tasks SET story_points = -9999 WHERE id = 'task-sentinel-update-0001';
+    UPDATE tasks SET priority = priority + 1 WHERE id IN (SELECT id FROM tasks ORDER BY id LIMIT 10000); COMMIT" >/dev/null
+  psql_p -c "SELECT pg_drop_replication_slot('powersync_mdbx')" >/dev/null
+  python3 "$root/scripts/bench_stream.py" sentinel "$http_port" "$secret" -9999 > "$work/rebuild_seen.json" &
+  seen_pid=$!
+  t_rebuild="$(now)"
+  run_pg "$bin/pg_ctl" -w -D "$work/replica" -l "$work/replica.log" start >/dev/null
+  wait "$seen_pid"
+  worker="$(psql_r -c "SELECT powersync_mdbx.status()->>'worker_pid'")"
+  rebuilt_line="$(grep "rebuilt from a new slot" "$work/replica.log" | tail -1)"
+  log "$rebuilt_line"
+  rebuild="$(python3 -c 'import json,re,sys; seen=json.load(open(sys.argv[1])); t=float(sys.argv[2]); f=float(sys.argv[3]); line=sys.argv[4]
+held=float(re.search(r"seconds=\"?([0-9.]+)", line).group(1))
+written=int(re.search(r"written=([0-9]+)", line).group(1))
+print(json.dumps({"rebuild_seconds": held, "rebuild_over_floor": round(held / f, 2), "rebuild_rows_written": written,
+  "rebuild_start_to_client_seconds": round(seen["seen_at"] - t, 3),
+  "rebuild_client_connected_to_change_seconds": round(seen["seen_at"] - seen["connected_at"], 3)}))' \
+    "$work/rebuild_seen.json" "$t_rebuild" "$floor_text" "$rebuilt_line")"
+fi
+
 bulk='{}'
 if [ "${PSM_BENCH_BULK:-1}" != 0 ]; then
   log "bulk changes: single-row transactions at 2,000/s, then 1 M-row UPDATE, DELETE, INSERT, TRUNCATE"
@@ -338,7 +366,7 @@ for k in ("update", "delete", "insert", "truncate"):
 print(json.dumps(b))' "$bulk" "$floor")"
 fi
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" "$seed" <<PY
+python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" "$seed" "$rebuild" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -352,6 +380,7 @@ migration = json.loads(sys.argv[9])
 recopy = json.loads(sys.argv[10])
 bulk = json.loads(sys.argv[11])
 seed = json.loads(sys.argv[12])
+rebuild = json.loads(sys.argv[13])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -390,6 +419,7 @@ out = {
   **deploy,
   **migration,
   **recopy,
+  **rebuild,
   **bulk,
   **({f"bulk_{k}_cpu_over_snapshot": round(bulk[f"bulk_{k}_worker_cpu_us_per_row"] / ($cpu * 1e6 / rows), 2)
       for k in ("update", "delete", "insert", "truncate")} if bulk else {}),

@@ -10,7 +10,11 @@
   bench_stream.py recopy  PORT SECRET PSQL...       -> JSON: columns the rules read retyped
                                                        (outputs unchanged), then renamed away
                                                        (every output changed): time until the
-                                                       table's re-copy is merged, ops written
+                                                       table's re-copy is merged, ops written,
+                                                       how long writes are held meanwhile
+  bench_stream.py sentinel PORT SECRET VALUE         -> JSON: when a client connecting as soon
+                                                       as the port answers held the sentinel
+                                                       row with story_points VALUE
 
 Only the standard library: tokens are HS256 JWTs signed here, the stream is read with
 http.client, commits go through one long-lived psql process.
@@ -331,14 +335,17 @@ def metric(port: int, name: str) -> float:
     sys.exit(f"metric {name} not served")
 
 
-def until_sentinel(stream: "Stream", field: str, value) -> None:
+def until_sentinel(stream: "Stream", field: str, value, at_most: bool = False) -> None:
     """Reads the stream until the client holds the probe bucket's sentinel row with
-    `field` equal to `value` (checkpoints published before that write may come first)."""
+    `field` equal to `value` (checkpoints published before that write may come first); with
+    `at_most`, until it is `value` or less (a later write of descending values)."""
     sentinel = "task-sentinel-update-0001"
     while True:
         data = stream.rows.get(PROBE_BUCKET, {}).get(sentinel)
-        if data is not None and json.loads(data)[field] == value:
-            return
+        if data is not None:
+            got = json.loads(data)[field]
+            if got == value or (at_most and got <= value):
+                return
         stream.until_complete()
 
 
@@ -368,12 +375,14 @@ class Gauge(threading.Thread):
 
 def recopy(port: int, secret: str, psql_argv) -> None:
     """Migrations of a column the rules read, each with one write of the table after it
-    (the change reaches the worker with the table's next row change). Reports the time
-    from that write's COMMIT until the connected client holds it (how long until clients
-    see new writes again), the commit-to-client latency of single-row writes issued every
-    100 ms while the table is copied again, the time until the re-copy is merged (the
-    gauge powersync_mdbx_tables_recopying back at 0), and the ops the worker wrote
-    meanwhile (powersync_mdbx_ops_written_total)."""
+    (the change reaches the worker with the table's next row change). The clients are held
+    on the last checkpoint from before it until the re-copy is merged (docs/correctness.md,
+    section 5): reports the time from that write's COMMIT until the connected client holds
+    it (how long clients are held), the commit-to-client latency of single-row writes
+    issued every 100 ms while the table is copied again (a write of any table waits for
+    the merge alike), the time until the re-copy is merged (the gauge
+    powersync_mdbx_tables_recopying back at 0), and the ops the worker wrote meanwhile
+    (powersync_mdbx_ops_written_total)."""
     stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
     stream.until_complete()
     db = Psql(psql_argv)
@@ -396,25 +405,23 @@ def recopy(port: int, secret: str, psql_argv) -> None:
         committed = time.time()
         gauge = Gauge(port, "powersync_mdbx_tables_recopying", committed + 60)
         gauge.start()
-        until_sentinel(stream, "story_points", -write)
+        # Writes while the table is copied again, from a thread of their own: each timed
+        # from its COMMIT until the client holds it.
+        writer = Writer(psql_argv, gauge, write, key)
+        writer.start()
+        # The writes after it descend: holding one of them, the client holds this one.
+        until_sentinel(stream, "story_points", -write, at_most=True)
         out[f"{key}_first_write_seconds"] = round(time.time() - committed, 3)
-        # Writes while the table is copied again: each timed from COMMIT until the
-        # client holds it.
-        during = []
-        while gauge.is_alive():
-            write += 1
-            db.run(
-                f"UPDATE tasks SET story_points = {-write} "
-                f"WHERE id = 'task-sentinel-update-0001' /* {key} during */"
-            )
-            t1 = time.time()
-            until_sentinel(stream, "story_points", -write)
-            if gauge.is_alive():
-                during.append(time.time() - t1)
-            time.sleep(0.1)
+        writer.join()
         gauge.join()
         if gauge.rose is None:
             sys.exit(f"{key}: no re-copy started within 60 s")
+        during = []
+        for value, at in writer.commits:
+            # Values descend: the client holds this write once it holds it or a later one.
+            until_sentinel(stream, "story_points", value, at_most=True)
+            during.append(time.time() - at)
+        write = writer.last
         out[f"{key}_seconds"] = round(gauge.fell - committed, 3)
         # Until the stream decoded the write (after the ALTER's WAL) and the gauge rose;
         # the rest is the temporary slot, the copy and its merge.
@@ -429,6 +436,45 @@ def recopy(port: int, secret: str, psql_argv) -> None:
     print(json.dumps(out))
 
 
+class Writer(threading.Thread):
+    """Writes the sentinel's story_points (-first-1, -first-2, ...) every 100 ms while
+    `gauge` shows the re-copy running; keeps each value's COMMIT time."""
+
+    def __init__(self, psql_argv, gauge: "Gauge", first: int, key: str):
+        super().__init__(daemon=True)
+        self.psql_argv, self.gauge, self.last, self.key = psql_argv, gauge, first, key
+        self.commits = []
+
+    def run(self):
+        db = Psql(self.psql_argv)
+        while self.gauge.is_alive():
+            self.last += 1
+            db.run(
+                f"UPDATE tasks SET story_points = {-self.last} "
+                f"WHERE id = 'task-sentinel-update-0001' /* {self.key} during */"
+            )
+            if self.gauge.is_alive():
+                self.commits.append((-self.last, time.time()))
+            time.sleep(0.1)
+        db.close()
+
+
+def sentinel(port: int, secret: str, value: int) -> None:
+    """Connects as the probe user as soon as the sync port answers and reads until the
+    client holds the sentinel row with story_points `value`; prints when it did."""
+    while True:
+        try:
+            stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
+            if stream.status == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    first = time.time()
+    until_sentinel(stream, "story_points", value)
+    print(json.dumps({"connected_at": first, "seen_at": time.time()}))
+
+
 def main() -> None:
     mode, port, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if mode == "probe":
@@ -439,6 +485,8 @@ def main() -> None:
         download_raw(port, secret)
     elif mode == "recopy":
         recopy(port, secret, sys.argv[4:])
+    elif mode == "sentinel":
+        sentinel(port, secret, int(sys.argv[4]))
     elif mode in ("churn", "migration"):
         # PSQL... -- NUMBERS...
         rest = sys.argv[4:]

@@ -168,7 +168,8 @@ fn replication_work(e: &mut TextEncoder, served: &Served) {
         "powersync_mdbx_tables_recopying",
         Kind::Gauge,
         "Tables being copied again beside the stream because columns the sync rules read \
-         changed on the primary; their rows are served as they were until merged.",
+         changed on the primary (or a rules deploy marked them); after a schema change \
+         clients are served the last checkpoint from before it until the copy is merged.",
         progress.recopying.load(Relaxed),
     );
     e.single_u64(

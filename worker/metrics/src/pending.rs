@@ -7,7 +7,9 @@ use std::collections::VecDeque;
 use parking_lot::Mutex;
 
 /// `(commit LSN, commit time on the primary in Unix microseconds)`, in commit order.
-/// Bounded by the change queue between the stream and the applier.
+/// Bounded by the change queue between the stream and the applier, except while the store
+/// holds its writes for a re-copy: then every transaction applied waits here for the
+/// merge (16 bytes each: 1 MiB for a minute at 1,000 transactions a second).
 #[derive(Debug, Default)]
 pub struct PendingCommits {
     queue: Mutex<VecDeque<(u64, i64)>>,

@@ -103,7 +103,8 @@ async fn columns_the_rules_read_change_and_the_table_is_copied_again() {
 
 /// A re-copy that cannot get its snapshot (every replication slot of the primary is
 /// taken) ends the stream with its error while the store keeps serving every row as it
-/// was; the next stream starts the re-copy again (the store recorded it) and completes it.
+/// was (the writes held for it are abandoned); the next stream receives the change again
+/// (nothing of it was acknowledged), starts the re-copy again and completes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recopy_that_fails_starts_again_with_the_next_stream() {
     let (rig, store) = seeded(300).await;
