@@ -338,7 +338,14 @@ if [ "${PSM_BENCH_REBUILD:-0}" != 0 ]; then
   run_pg "$bin/pg_ctl" -w -D "$work/replica" -l "$work/replica.log" start >/dev/null
   wait "$seen_pid"
   worker="$(psql_r -c "SELECT powersync_mdbx.status()->>'worker_pid'")"
-  rebuilt_line="$(grep "rebuilt from a new slot" "$work/replica.log" | tail -1)"
+  # The worker's log reaches the server log through its main loop: wait for the line.
+  rebuilt_line=""
+  for _ in $(seq 1 300); do
+    rebuilt_line="$(grep "rebuilt from a new slot" "$work/replica.log" | tail -1 || true)"
+    [ -n "$rebuilt_line" ] && break
+    sleep 0.1
+  done
+  [ -n "$rebuilt_line" ] || { log "no rebuild was logged"; tail -20 "$work/replica.log" >&2; exit 1; }
   log "$rebuilt_line"
   rebuild="$(python3 -c 'import json,re,sys; seen=json.load(open(sys.argv[1])); t=float(sys.argv[2]); f=float(sys.argv[3]); line=sys.argv[4]
 held=float(re.search(r"seconds=\"?([0-9.]+)", line).group(1))

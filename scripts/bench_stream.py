@@ -335,6 +335,12 @@ def metric(port: int, name: str) -> float:
     sys.exit(f"metric {name} not served")
 
 
+def sentinel_value(stream: "Stream", field: str):
+    """The probe bucket's sentinel row's `field` as the client holds it now (0 without it)."""
+    data = stream.rows.get(PROBE_BUCKET, {}).get("task-sentinel-update-0001")
+    return json.loads(data)[field] if data is not None else 0
+
+
 def until_sentinel(stream: "Stream", field: str, value, at_most: bool = False) -> None:
     """Reads the stream until the client holds the probe bucket's sentinel row with
     `field` equal to `value` (checkpoints published before that write may come first); with
@@ -412,15 +418,22 @@ def recopy(port: int, secret: str, psql_argv) -> None:
         # The writes after it descend: holding one of them, the client holds this one.
         until_sentinel(stream, "story_points", -write, at_most=True)
         out[f"{key}_first_write_seconds"] = round(time.time() - committed, 3)
+        # The client reads on while the writer writes: each write is timed when the client
+        # first holds it (or a later one: values descend).
+        during = []
+        while writer.is_alive() or len(during) < len(writer.commits):
+            if len(during) < len(writer.commits):
+                value, at = writer.commits[len(during)]
+                if sentinel_value(stream, "story_points") <= value:
+                    during.append(time.time() - at)
+                    continue
+            elif not writer.is_alive():
+                break
+            stream.until_complete()
         writer.join()
         gauge.join()
         if gauge.rose is None:
             sys.exit(f"{key}: no re-copy started within 60 s")
-        during = []
-        for value, at in writer.commits:
-            # Values descend: the client holds this write once it holds it or a later one.
-            until_sentinel(stream, "story_points", value, at_most=True)
-            during.append(time.time() - at)
         write = writer.last
         out[f"{key}_seconds"] = round(gauge.fell - committed, 3)
         # Until the stream decoded the write (after the ALTER's WAL) and the gauge rose;
@@ -438,7 +451,8 @@ def recopy(port: int, secret: str, psql_argv) -> None:
 
 class Writer(threading.Thread):
     """Writes the sentinel's story_points (-first-1, -first-2, ...) every 100 ms while
-    `gauge` shows the re-copy running; keeps each value's COMMIT time."""
+    `gauge` shows the re-copy running, and once after; keeps each timed value's COMMIT
+    time (appended only: the reader reads the list while it grows)."""
 
     def __init__(self, psql_argv, gauge: "Gauge", first: int, key: str):
         super().__init__(daemon=True)
@@ -447,14 +461,18 @@ class Writer(threading.Thread):
 
     def run(self):
         db = Psql(self.psql_argv)
-        while self.gauge.is_alive():
+        while True:
+            running = self.gauge.is_alive()
             self.last += 1
             db.run(
                 f"UPDATE tasks SET story_points = {-self.last} "
                 f"WHERE id = 'task-sentinel-update-0001' /* {self.key} during */"
             )
-            if self.gauge.is_alive():
-                self.commits.append((-self.last, time.time()))
+            if not running:
+                # One write after the re-copy ended, not timed: the reader waiting for a
+                # checkpoint always gets one more.
+                break
+            self.commits.append((-self.last, time.time()))
             time.sleep(0.1)
         db.close()
 
