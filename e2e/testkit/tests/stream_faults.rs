@@ -7,6 +7,7 @@
 //! stopped) is compared bucket by bucket with an independent evaluation of the
 //! primary's rows: no duplicates, no lost or extra rows, ops adding up to every bucket's
 //! count and checksum. The worker's peak memory during the large transaction is printed.
+//! Also: the worker killed while a table's re-copy holds the stream's writes.
 use testkit::buckets;
 
 use std::collections::BTreeMap;
@@ -336,6 +337,58 @@ fn a_worker_killed_inside_a_large_transaction_applies_it_once_after_restart() {
         .sql("UPDATE lists SET owner_id = 'u3' WHERE id = 'l2'");
     rig.sync_point();
     rig.assert_store_matches_primary("more changes after the restart");
+}
+
+/// Whole checkpoints through a crash (`docs/correctness.md`, section 5): the worker is
+/// killed with SIGKILL while the store holds the stream's writes for a table's re-copy (a
+/// column added under `SELECT *` and a write after it; an open transaction keeps the
+/// re-copy's snapshot waiting). Nothing held was published or acknowledged: the restarted
+/// worker receives the write again, copies the table again and publishes it whole.
+#[test]
+fn a_worker_killed_while_a_recopy_holds_its_writes_starts_over_from_the_last_checkpoint() {
+    let rig = Rig::with_rows(
+        "INSERT INTO todos SELECT 'seed' || g, 'l' || (g % 3 + 1), 'seeded ' || g, false \
+         FROM generate_series(1, 5000) g",
+    );
+    let first = rig.wait_streaming(None);
+    rig.sync_point();
+    let published = lsn(rig.status().unwrap()["replication"]["applied_lsn"]
+        .as_str()
+        .unwrap());
+
+    let blocker = rig.primary.hold_transaction("SELECT txid_current()");
+    rig.primary
+        .sql("ALTER TABLE todos ADD COLUMN priority int DEFAULT 3");
+    let before_write = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    rig.primary
+        .sql("UPDATE todos SET title = 'after the column' WHERE id = 't1'");
+    rig.replica
+        .wait_worker("the re-copy holding the stream's writes", |s| {
+            (s["replication"]["recopying"].as_u64()? > 0).then_some(())
+        });
+    // The re-copy waits for its snapshot; the write is applied, not published.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let holding = rig.status().unwrap();
+    let applied = lsn(holding["replication"]["applied_lsn"].as_str().unwrap());
+    assert!(
+        applied <= before_write,
+        "the write in the table's new shape was published before its re-copy: {holding}"
+    );
+    eprintln!("holding since {published:X}; killing worker {first} during the re-copy");
+    // SAFETY: signalling the worker process of our own test cluster.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    wait_until("the killed worker gone", || (!alive(first)).then_some(()));
+    blocker.commit();
+
+    rig.wait_streaming(Some(first));
+    rig.primary
+        .sql("UPDATE todos SET done = true WHERE id = 'seed7'");
+    rig.sync_point();
+    rig.replica
+        .wait_worker("the re-copy merged after the restart", |s| {
+            (s["replication"]["recopying"].as_u64()? == 0).then_some(())
+        });
+    rig.assert_store_matches_primary("a SIGKILL while a re-copy held the stream's writes");
 }
 
 #[test]
