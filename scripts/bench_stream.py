@@ -260,17 +260,32 @@ def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
     # holds the last one's checkpoint: the probe bucket's sentinel row shows the value the
     # primary has after the last round (a transaction is applied whole, so every row of
     # that round is in the same checkpoint).
+    # The client reads on while the rounds run, on a thread of its own: a client that
+    # stops reading is cut off by the server's write timeout (30 s), as it should be.
+    final = {}
+    reached = threading.Event()
+
+    def follow():
+        while not reached.is_set():
+            stream.until_complete()
+            want = final.get("story_points")
+            if want is not None and sentinel_value(stream, "story_points") == want:
+                reached.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
     t0 = time.time()
+    if rounds:
+        reader.start()
     for _ in range(rounds):
         db.run("UPDATE tasks SET story_points = story_points + 1")
-    final = int(db.run("SELECT story_points FROM tasks WHERE id = 'task-sentinel-update-0001'")[0])
-    sentinel = "task-sentinel-update-0001"
-    while True:
-        data = stream.rows.get(PROBE_BUCKET, {}).get(sentinel)
-        if data is not None and json.loads(data)["story_points"] == final:
-            break
-        stream.until_complete()
+    last = int(db.run("SELECT story_points FROM tasks WHERE id = 'task-sentinel-update-0001'")[0])
+    final["story_points"] = last
+    # The last round's checkpoint may have arrived before its value was known.
+    while rounds and not reached.wait(0.05):
+        if sentinel_value(stream, "story_points") == last:
+            reached.set()
     seconds = time.time() - t0
+    reader.join(timeout=1)
     db.close()
     print(
         json.dumps(
