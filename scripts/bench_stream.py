@@ -351,22 +351,20 @@ def metric(port: int, name: str) -> float:
 
 
 def sentinel_value(stream: "Stream", field: str):
-    """The probe bucket's sentinel row's `field` as the client holds it now (0 without it)."""
+    """The probe bucket's sentinel row's `field` as the client holds it now (None without
+    the row)."""
     data = stream.rows.get(PROBE_BUCKET, {}).get("task-sentinel-update-0001")
-    return json.loads(data)[field] if data is not None else 0
+    return json.loads(data)[field] if data is not None else None
 
 
 def until_sentinel(stream: "Stream", field: str, value, at_most: bool = False) -> None:
     """Reads the stream until the client holds the probe bucket's sentinel row with
     `field` equal to `value` (checkpoints published before that write may come first); with
     `at_most`, until it is `value` or less (a later write of descending values)."""
-    sentinel = "task-sentinel-update-0001"
     while True:
-        data = stream.rows.get(PROBE_BUCKET, {}).get(sentinel)
-        if data is not None:
-            got = json.loads(data)[field]
-            if got == value or (at_most and got <= value):
-                return
+        got = sentinel_value(stream, field)
+        if got is not None and (got == value or (at_most and got <= value)):
+            return
         stream.until_complete()
 
 
@@ -439,7 +437,8 @@ def recopy(port: int, secret: str, psql_argv) -> None:
         while writer.is_alive() or len(during) < len(writer.commits):
             if len(during) < len(writer.commits):
                 value, at = writer.commits[len(during)]
-                if sentinel_value(stream, "story_points") <= value:
+                held = sentinel_value(stream, "story_points")
+                if held is not None and held <= value:
                     during.append(time.time() - at)
                     continue
             elif not writer.is_alive():
@@ -500,6 +499,7 @@ def sentinel(port: int, secret: str, value: int) -> None:
             stream = Stream(port, token(secret, PROBE_USER), PROBE_BODY)
             if stream.status == 200:
                 break
+            stream.conn.close()
         except OSError:
             pass
         time.sleep(0.05)

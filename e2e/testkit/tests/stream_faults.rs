@@ -356,19 +356,23 @@ fn a_worker_killed_while_a_recopy_holds_its_writes_starts_over_from_the_last_che
         .as_str()
         .unwrap());
 
+    let applied_before = rig.status().unwrap()["replication"]["transactions"]
+        .as_u64()
+        .unwrap();
     let blocker = rig.primary.hold_transaction("SELECT txid_current()");
     rig.primary
         .sql("ALTER TABLE todos ADD COLUMN priority int DEFAULT 3");
     let before_write = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
     rig.primary
         .sql("UPDATE todos SET title = 'after the column' WHERE id = 't1'");
-    rig.replica
-        .wait_worker("the re-copy holding the stream's writes", |s| {
-            (s["replication"]["recopying"].as_u64()? > 0).then_some(())
+    // The re-copy waits for its snapshot; the write is applied, and must not be published.
+    let holding = rig
+        .replica
+        .wait_worker("the write applied while the re-copy holds", |s| {
+            let recopying = s["replication"]["recopying"].as_u64()?;
+            let applied = s["replication"]["transactions"].as_u64()?;
+            (recopying > 0 && applied > applied_before).then(|| s.clone())
         });
-    // The re-copy waits for its snapshot; the write is applied, not published.
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let holding = rig.status().unwrap();
     let applied = lsn(holding["replication"]["applied_lsn"].as_str().unwrap());
     assert!(
         applied <= before_write,

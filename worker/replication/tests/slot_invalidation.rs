@@ -16,7 +16,7 @@ use replication::{
 };
 use rules::SyncRules;
 use store::{Checkpoint, Store};
-use testkit::{wait_for_future, Cluster, ClusterKind, PgInstall, TestDir};
+use testkit::{wait_for_future, wait_until, Cluster, ClusterKind, PgInstall, TestDir};
 use tokio::sync::watch;
 
 const SLOT: &str = "psm_lost_slot_test";
@@ -204,21 +204,7 @@ async fn an_invalidated_slot_is_rebuilt_and_unchanged_rows_keep_their_ops() {
     primary.sql("UPDATE items SET body = 'never seen' WHERE id > 20");
     primary.sql("DELETE FROM items WHERE id = 1");
     primary.sql("INSERT INTO items VALUES (31, 'u1', 'new')");
-    let mut rounds = 0;
-    while !slot_state(&primary).starts_with("lost") {
-        rounds += 1;
-        assert!(
-            rounds <= 20,
-            "slot not invalidated: {}",
-            slot_state(&primary)
-        );
-        primary.sql(
-            "INSERT INTO items SELECT 1000 + g, 'filler', repeat('x', 100) \
-             FROM generate_series(1, 2000) g ON CONFLICT (id) DO UPDATE SET body = 'again'",
-        );
-        primary.sql("SELECT pg_switch_wal()");
-        primary.sql("CHECKPOINT");
-    }
+    let rounds = invalidate_slot(&primary);
     eprintln!("slot lost after {rounds} WAL switch + checkpoint rounds");
 
     let (stop, mut checkpoints, task) = start(&plan, &rules, &store);
@@ -227,11 +213,11 @@ async fn an_invalidated_slot_is_rebuilt_and_unchanged_rows_keep_their_ops() {
         stored(&store),
         expected(&connection, &rules, &["items"]).await
     );
-    assert_eq!(
-        slot_state(&primary),
-        "reserved true",
-        "a new slot, followed"
-    );
+    // A new slot, followed: the rebuild publishes at its consistent point just before the
+    // stream starts reading it.
+    wait_until("the new slot followed", || {
+        (slot_state(&primary) == "reserved true").then_some(())
+    });
     // Rows 2..=20 did not change while the slot was gone: their PUTs are the same ops.
     let ops_after = put_op_ids(&store);
     let unchanged: Vec<_> = ops_before
@@ -274,7 +260,6 @@ async fn a_slot_invalidated_while_streaming_is_rebuilt() {
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
     primary.sql(SCHEMA);
-    primary.sql("CREATE TABLE filler (id serial PRIMARY KEY, body text)");
     let Bootstrapped {
         connection,
         plan,
@@ -292,19 +277,7 @@ async fn a_slot_invalidated_while_streaming_is_rebuilt() {
     // restart_lsn stays put while WAL grows.
     let held = primary.hold_transaction("INSERT INTO items VALUES (500, 'u1', 'held open')");
 
-    let mut rounds = 0;
-    while !slot_state(&primary).starts_with("lost") {
-        rounds += 1;
-        assert!(
-            rounds <= 20,
-            "slot not invalidated: {}",
-            slot_state(&primary)
-        );
-        primary
-            .sql("INSERT INTO filler (body) SELECT repeat('x', 100) FROM generate_series(1, 2000)");
-        primary.sql("SELECT pg_switch_wal()");
-        primary.sql("CHECKPOINT");
-    }
+    let rounds = invalidate_slot(&primary);
     eprintln!("slot lost while streaming after {rounds} rounds");
     held.commit();
 
@@ -335,9 +308,9 @@ async fn a_slot_invalidated_while_streaming_is_rebuilt() {
         .unwrap();
 }
 
-/// Makes the primary invalidate slot [`SLOT`] (WAL past `max_slot_wal_keep_size` in a table
-/// no rule reads, switched and checkpointed) while nothing reads it.
-fn invalidate_slot(primary: &Cluster) {
+/// Makes the primary invalidate slot [`SLOT`]: WAL past `max_slot_wal_keep_size` in a table
+/// no rule reads, switched and checkpointed, round by round; returns the rounds it took.
+fn invalidate_slot(primary: &Cluster) -> u32 {
     primary.sql("CREATE TABLE IF NOT EXISTS filler (id serial PRIMARY KEY, body text)");
     let mut rounds = 0;
     while !slot_state(primary).starts_with("lost") {
@@ -352,6 +325,7 @@ fn invalidate_slot(primary: &Cluster) {
         primary.sql("SELECT pg_switch_wal()");
         primary.sql("CHECKPOINT");
     }
+    rounds
 }
 
 /// Whole checkpoints through a rebuild (`docs/correctness.md`): one transaction changes

@@ -396,12 +396,18 @@ impl Store {
                     Ok((result, held.checkpoint, false))
                 }
                 Err(e) => {
-                    // Part of a write cannot be taken back: the whole hold goes.
+                    // Part of a write cannot be taken back: the whole hold goes. The write's
+                    // error is the one returned; failing to keep others' records is logged.
                     let records = self.abandon_held(gate.take());
                     drop(gate);
                     drop(opened);
                     if !records.is_empty() {
-                        self.put_stage_records(&records)?;
+                        if let Err(lost) = self.put_stage_records(&records) {
+                            tracing::error!(
+                                "write-checkpoint requests made while writes were held are \
+                                 lost: {lost}; those clients wait until they ask for another"
+                            );
+                        }
                     }
                     Err(e)
                 }
@@ -560,27 +566,38 @@ impl Store {
     /// first) in a transaction of their own, or into the held writes.
     fn write_stage_records<R>(
         &self,
-        decide: impl FnOnce(
-            &dyn Fn(&str) -> Result<Option<Vec<u8>>, StoreError>,
-        ) -> Result<(R, Vec<(String, Vec<u8>)>), StoreError>,
+        decide: impl FnOnce(&StageRead<'_>) -> Result<(R, StageRecords), StoreError>,
     ) -> Result<R, StoreError> {
         self.refuse_if_poisoned()?;
         let opened = self.opened()?;
         let mut gate = opened.gate.lock();
-        let own = match gate.as_ref() {
-            Some(_) => None,
-            None => Some(
-                opened
-                    .env
-                    .begin_rw_txn()
-                    .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?,
-            ),
-        };
-        let txn = match (&own, gate.as_ref()) {
-            (Some(own), _) => own.borrow(),
-            (None, Some(held)) => held.txn.borrow(),
-            (None, None) => unreachable!("a write without a transaction"),
-        };
+        if let Some(held) = gate.as_mut() {
+            let (result, records) = self.put_stage_records_in(held.txn.borrow(), decide)?;
+            held.changes.merge(stage_changes(&records));
+            held.stage_records.extend(records);
+            return Ok(result);
+        }
+        let own = opened
+            .env
+            .begin_rw_txn()
+            .map_err(|e| StoreError::mdbx(&self.dir, "begin a write", e))?;
+        let (result, records) = self.put_stage_records_in(own.borrow(), decide)?;
+        if let Err(e) = own.commit() {
+            self.poisoned.store(true, Ordering::Release);
+            return Err(StoreError::mdbx(&self.dir, "commit", e));
+        }
+        drop(gate);
+        self.changes.record(stage_changes(&records));
+        self.sync()?;
+        Ok(result)
+    }
+
+    /// The records `decide` returns, written into `txn` (not committed).
+    fn put_stage_records_in<R>(
+        &self,
+        txn: env::Txn<'_, '_, libmdbx::RW>,
+        decide: impl FnOnce(&StageRead<'_>) -> Result<(R, StageRecords), StoreError>,
+    ) -> Result<(R, StageRecords), StoreError> {
         let tables = tables::Tables::open(txn, &self.dir)?;
         let read = |key: &str| {
             txn.get::<Vec<u8>>(&tables.meta, key.as_bytes())
@@ -596,25 +613,7 @@ impl Store {
             )
             .map_err(|e| StoreError::mdbx(&self.dir, "write a stage record", e))?;
         }
-        let changes = Changes {
-            stage_keys: records.iter().map(|(key, _)| key.clone()).collect(),
-            ..Changes::default()
-        };
-        let Some(own) = own else {
-            if let Some(held) = gate.as_mut() {
-                held.changes.merge(changes);
-                held.stage_records.extend(records);
-            }
-            return Ok(result);
-        };
-        if let Err(e) = own.commit() {
-            self.poisoned.store(true, Ordering::Release);
-            return Err(StoreError::mdbx(&self.dir, "commit", e));
-        }
-        drop(gate);
-        self.changes.record(changes);
-        self.sync()?;
-        Ok(result)
+        Ok((result, records))
     }
 
     /// Runs `read` in a short read-only transaction (a consistent view).
@@ -632,6 +631,20 @@ impl Store {
         let codec = self.codec.read().clone();
         let view = ReadTxn::new(txn.borrow(), &opened.read_tables, &self.dir, &codec);
         read(&view)
+    }
+}
+
+/// Stage records by key (without the `stage.` prefix) and value.
+type StageRecords = Vec<(String, Vec<u8>)>;
+
+/// Reads a meta record by its full key, inside a stage-record write.
+type StageRead<'a> = dyn Fn(&str) -> Result<Option<Vec<u8>>, StoreError> + 'a;
+
+/// What writing `records` changed, for the wakeups.
+fn stage_changes(records: &StageRecords) -> Changes {
+    Changes {
+        stage_keys: records.iter().map(|(key, _)| key.clone()).collect(),
+        ..Changes::default()
     }
 }
 

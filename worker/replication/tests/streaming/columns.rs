@@ -287,9 +287,12 @@ async fn a_recopy_interrupted_leaves_the_last_published_checkpoint() {
     wait_until("the re-copy to start", || {
         (streaming.progress.recopying.load(Relaxed) > 0).then_some(())
     });
+    let applied = streaming.progress.transactions.load(Relaxed);
     rig.primary
         .sql("INSERT INTO items VALUES (20001, 'u1', 'during the copy')");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("the insert applied into the held writes", || {
+        (streaming.progress.transactions.load(Relaxed) > applied).then_some(())
+    });
     assert!(
         store.is_held(),
         "the stream's writes are held for the re-copy"
