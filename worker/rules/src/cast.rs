@@ -26,7 +26,7 @@ pub fn bool_value(b: bool) -> Value<'static> {
 }
 
 /// A value as a number (`CAST(x AS numeric)`, used by arithmetic): text by the official
-/// evaluator's unsigned-prefix rule (or 0), NULL stays NULL.
+/// evaluator's signed-prefix rule (or 0), NULL stays NULL.
 pub fn to_number(v: &Value<'_>) -> Value<'static> {
     match v {
         Value::Null => Value::Null,

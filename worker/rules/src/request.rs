@@ -320,6 +320,10 @@ pub(crate) struct BucketResolver {
     pub params: Vec<ParamSource>,
     /// Priority set by `_priority` in the parameter query, if any.
     pub priority: Option<u8>,
+    /// A request value that is NULL makes no bucket (edition 3's compiler: a NULL never
+    /// equals a row's value, so such a bucket could never hold a row). Earlier editions name
+    /// the bucket `[null]`.
+    pub null_makes_no_bucket: bool,
 }
 
 impl BucketResolver {
@@ -360,7 +364,7 @@ impl BucketResolver {
         for c in &choice {
             let mut tuples: Vec<Vec<OwnedValue>> = vec![Vec::new()];
             for p in &self.params {
-                let vals: Vec<OwnedValue> = match p {
+                let mut vals: Vec<OwnedValue> = match p {
                     ParamSource::Request { expr, expands } => {
                         let v = expr.eval(env).into_owned();
                         if *expands {
@@ -377,6 +381,9 @@ impl BucketResolver {
                             .unwrap_or(Value::Null)]
                     }
                 };
+                if self.null_makes_no_bucket {
+                    vals.retain(|v| !matches!(v, Value::Null));
+                }
                 tuples = cross_product(&tuples, &vals);
                 check_limit(tuples.len(), max)?;
             }

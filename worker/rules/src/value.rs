@@ -159,59 +159,73 @@ fn js_parse_int_nonzero(s: &str) -> bool {
     run.iter().any(|d| *d != 0)
 }
 
-/// The official evaluator's text → number rule (`parseNumeric`): an unsigned decimal prefix
-/// (`^\s*(\d+)(\.\d*)?(e[+-]?\d+)?`); INTEGER unless it has a fraction or exponent;
-/// 0 when there is no such prefix.
+/// The length of an optional sign (`+`/`-`) at the start of `b`.
+fn sign_len(b: &[u8]) -> usize {
+    usize::from(matches!(b.first(), Some(b'+' | b'-')))
+}
+
+/// The official evaluator's text → number rule (`parseNumeric`, 0.38): a signed decimal
+/// prefix (`^\s*[+-]?(\d+(\.\d*)?|\.\d+)(e[+-]?\d+)?`); INTEGER unless it has a fraction
+/// or exponent; 0 when there is no such prefix.
 pub(crate) fn js_parse_numeric(s: &str) -> Value<'static> {
     let t = s.trim_start();
     let b = t.as_bytes();
-    let mut end = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    if end == 0 {
-        return Value::Integer(0);
-    }
-    let int_end = end;
-    let mut is_real = false;
-    if b.get(end) == Some(&b'.') {
-        is_real = true;
-        end += 1;
-        end += b[end..].iter().take_while(|c| c.is_ascii_digit()).count();
-    }
-    if matches!(b.get(end), Some(b'e') | Some(b'E')) {
-        let mut e = end + 1;
-        if matches!(b.get(e), Some(b'+') | Some(b'-')) {
-            e += 1;
-        }
-        let digits = b[e.min(b.len())..]
+    let sign = sign_len(b);
+    let digits = |from: usize| {
+        b[from.min(b.len())..]
             .iter()
             .take_while(|c| c.is_ascii_digit())
-            .count();
-        if digits > 0 {
+            .count()
+    };
+    let int_digits = digits(sign);
+    let mut end = sign + int_digits;
+    let mut is_real = false;
+    if int_digits > 0 {
+        if b.get(end) == Some(&b'.') {
             is_real = true;
-            end = e + digits;
+            end += 1 + digits(end + 1);
+        }
+    } else if b.get(end) == Some(&b'.') && digits(end + 1) > 0 {
+        is_real = true;
+        end += 1 + digits(end + 1);
+    } else {
+        return Value::Integer(0);
+    }
+    if matches!(b.get(end), Some(b'e') | Some(b'E')) {
+        let e = end + 1 + sign_len(&b[(end + 1).min(b.len())..]);
+        let exponent = digits(e);
+        if exponent > 0 {
+            is_real = true;
+            end = e + exponent;
         }
     }
-    let text = t.get(..end).unwrap_or("0");
     if !is_real {
-        if let Ok(i) = t[..int_end].parse::<i64>() {
+        if let Ok(i) = t[..end].parse::<i64>() {
             return Value::Integer(i);
         }
     }
+    // JavaScript's parseFloat reads `1.`, `.5` and `+2` as Rust's parser does.
+    let text = t[..end].trim_start_matches('+');
     text.parse::<f64>()
         .map(Value::Real)
         .unwrap_or(Value::Integer(0))
 }
 
-/// The official evaluator's text → integer rule (`parseBigInt`): leading unsigned digits,
-/// 0 when there are none.
+/// The official evaluator's text → integer rule (`parseBigInt`, 0.38): leading digits
+/// with an optional sign, 0 when there are none.
 pub(crate) fn js_parse_bigint(s: &str) -> Value<'static> {
     let t = s.trim_start();
-    let n = t.bytes().take_while(u8::is_ascii_digit).count();
-    match t[..n].parse::<i64>() {
+    let sign = sign_len(t.as_bytes());
+    let n = sign + t[sign..].bytes().take_while(u8::is_ascii_digit).count();
+    if n == sign {
+        return Value::Integer(0);
+    }
+    let text = t[..n].trim_start_matches('+');
+    match text.parse::<i64>() {
         Ok(i) => Value::Integer(i),
-        Err(_) if n > 0 => t[..n]
+        Err(_) => text
             .parse::<f64>()
             .map(Value::Real)
             .unwrap_or(Value::Integer(0)),
-        Err(_) => Value::Integer(0),
     }
 }

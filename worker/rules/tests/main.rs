@@ -8,5 +8,6 @@ mod eval;
 mod fuzz;
 mod golden;
 mod naming;
+mod oracle;
 mod params;
 mod support;

@@ -393,5 +393,7 @@ fn bucket_count_is_limited() {
     let res = rules
         .resolve_request_with_limit(&req, &store, 5000)
         .unwrap();
-    assert_eq!(res.buckets.len(), 1501); // 1500 subscribed + the default by_claim bucket
+    // 1500 subscribed; the default by_claim stream makes none: the token has no `org`,
+    // and at edition 3 a NULL request value makes no bucket.
+    assert_eq!(res.buckets.len(), 1500);
 }

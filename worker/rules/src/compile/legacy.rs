@@ -113,6 +113,7 @@ pub(crate) fn compile(
             groups: vec![q.group],
             params,
             priority: q.priority.or(def.priority),
+            null_makes_no_bucket: false,
         });
     }
     for (j, sql) in def.data.iter().enumerate() {

@@ -176,7 +176,7 @@ fn query(
         shape,
         row_filters,
     };
-    push_query(data, request_filters, links, out);
+    push_query(ctx, data, request_filters, links, out);
     Ok(())
 }
 
@@ -382,7 +382,13 @@ struct DataQuery {
 }
 
 /// Adds a checked query to the stream: its data evaluator and its request resolver.
-fn push_query(data: DataQuery, request_filters: Vec<Expr>, links: Links, out: &mut CompiledStream) {
+fn push_query(
+    ctx: &QueryCtx<'_>,
+    data: DataQuery,
+    request_filters: Vec<Expr>,
+    links: Links,
+    out: &mut CompiledStream,
+) {
     let DataQuery {
         table: data_table,
         prefix,
@@ -426,5 +432,6 @@ fn push_query(data: DataQuery, request_filters: Vec<Expr>, links: Links, out: &m
         groups,
         params,
         priority: None,
+        null_makes_no_bucket: ctx.compat.edition >= 3,
     });
 }

@@ -482,10 +482,13 @@ fn lower_function(
     };
     match names.as_slice() {
         [name] => {
-            let Some((func, lo, hi)) = functions::lookup(name) else {
+            let Some((func, lo, hi)) = functions::lookup_at(name, ctx.compat.edition) else {
                 return Err(ctx.err(
                     ast.span(),
-                    format!("function `{name}` is not supported"),
+                    format!(
+                        "function `{name}` is not supported (at edition {})",
+                        ctx.compat.edition
+                    ),
                     format!("one of: {}", functions::supported_list()),
                 ));
             };
