@@ -46,43 +46,43 @@ pub enum Func {
     JsonKeys,
 }
 
-/// Names accepted by the compiler, with their argument counts (min, max).
-pub const FUNCTIONS: &[(&str, Func, usize, usize)] = &[
-    ("upper", Func::Upper, 1, 1),
-    ("lower", Func::Lower, 1, 1),
-    ("length", Func::Length, 1, 1),
-    ("substring", Func::Substring, 2, 3),
-    ("substr", Func::Substring, 2, 3),
-    ("hex", Func::Hex, 1, 1),
-    ("base64", Func::Base64, 1, 1),
-    ("ifnull", Func::IfNull, 2, 2),
-    ("iif", Func::Iif, 3, 3),
-    ("typeof", Func::TypeOf, 1, 1),
-    ("json_extract", Func::JsonExtract, 2, 2),
-    ("json_array_length", Func::JsonArrayLength, 1, 2),
-    ("json_valid", Func::JsonValid, 1, 1),
-    ("instr", Func::Instr, 2, 2),
-    ("json_keys", Func::JsonKeys, 1, 1),
+/// Names accepted by the compiler: argument counts (min, max) and the last edition that
+/// knows the name (the edition-3 compiler lacks `json_valid` and the `substr` spelling).
+pub const FUNCTIONS: &[(&str, Func, usize, usize, u8)] = &[
+    ("upper", Func::Upper, 1, 1, 3),
+    ("lower", Func::Lower, 1, 1, 3),
+    ("length", Func::Length, 1, 1, 3),
+    ("substring", Func::Substring, 2, 3, 3),
+    ("substr", Func::Substring, 2, 3, 2),
+    ("hex", Func::Hex, 1, 1, 3),
+    ("base64", Func::Base64, 1, 1, 3),
+    ("ifnull", Func::IfNull, 2, 2, 3),
+    ("iif", Func::Iif, 3, 3, 3),
+    ("typeof", Func::TypeOf, 1, 1, 3),
+    ("json_extract", Func::JsonExtract, 2, 2, 3),
+    ("json_array_length", Func::JsonArrayLength, 1, 2, 3),
+    ("json_valid", Func::JsonValid, 1, 1, 2),
+    ("instr", Func::Instr, 2, 2, 3),
+    ("json_keys", Func::JsonKeys, 1, 1, 3),
 ];
 
-/// Look up a function by its lower-case name.
-pub fn lookup(name: &str) -> Option<(Func, usize, usize)> {
-    FUNCTIONS
-        .iter()
-        .find(|(n, ..)| *n == name)
-        .map(|(_, f, lo, hi)| (*f, *lo, *hi))
+/// What the compiler makes of a function name at an edition.
+pub enum Lookup {
+    /// Known: the function and its argument counts (min, max).
+    Known(Func, usize, usize),
+    /// Known only up to this edition.
+    UntilEdition(u8),
+    /// Not a function of the subset.
+    Unknown,
 }
 
-/// Functions the edition-3 compiler does not know (its list is SQLite's names it
-/// implements; `json_valid` and the `substr` spelling are not among them).
-const NOT_AT_EDITION_3: &[&str] = &["json_valid", "substr"];
-
-/// [`lookup`] for a config of `edition`.
-pub fn lookup_at(name: &str, edition: u8) -> Option<(Func, usize, usize)> {
-    if edition >= 3 && NOT_AT_EDITION_3.contains(&name) {
-        return None;
+/// Look up a lower-case function name for a config of `edition`.
+pub fn lookup(name: &str, edition: u8) -> Lookup {
+    match FUNCTIONS.iter().find(|(n, ..)| *n == name) {
+        Some((_, f, lo, hi, last)) if edition <= *last => Lookup::Known(*f, *lo, *hi),
+        Some((.., last)) => Lookup::UntilEdition(*last),
+        None => Lookup::Unknown,
     }
-    lookup(name)
 }
 
 /// The comma-separated list of supported function names, for error hints.

@@ -360,6 +360,14 @@ fn parameter_query_cases() -> Vec<Case> {
 fn stream_cases() -> Vec<Case> {
     vec![
         (
+            stream("SELECT id, json_valid(a) AS v FROM t WHERE a = auth.user_id()"),
+            "s1",
+            "query",
+            1,
+            12,
+            "function `json_valid` is not supported at edition 3",
+        ),
+        (
             stream("SELECT * FROM t WHERE a = auth.user_id() OR b = auth.user_id()"),
             "s1",
             "query",

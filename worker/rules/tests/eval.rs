@@ -181,6 +181,7 @@ fn functions() {
         ("CAST('-5' AS integer)", "-5"),
         ("CAST(' +7x' AS integer)", "7"),
         ("CAST('-.5' AS numeric)", "-0.5"),
+        ("CAST('2.' AS numeric)", "2.0"),
         ("CAST('12.7' AS integer)", "12"),
         ("CAST('x' AS real)", "0.0"),
         ("CAST('2.5' AS numeric)", "2.5"),

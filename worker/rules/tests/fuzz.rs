@@ -5,25 +5,7 @@
 use crate::support;
 
 use rules::{InMemoryLookups, OwnedSourceRow, RequestContext, SyncRules};
-use support::{fixture, ty};
-
-/// xorshift64*: small, deterministic, good enough for input generation.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-}
+use support::{fixture, ty, Rng};
 
 /// Parse, and when it compiles, also evaluate a row and a request (exercising the plans).
 fn exercise(yaml: &str) {

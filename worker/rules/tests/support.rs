@@ -6,6 +6,32 @@ use rules::{OwnedSourceRow, PgType, RowEvaluation, SyncRules};
 
 pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../e2e/fixture");
 
+/// xorshift64*: small, deterministic, good enough for input generation; a seed reproduces
+/// a failing case.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+
+    /// True `percent` times in 100.
+    pub fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+}
+
 pub fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{FIXTURES}/{name}")).unwrap()
 }

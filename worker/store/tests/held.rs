@@ -2,17 +2,8 @@
 //! the hold until it is released, then every held write at once; an abandoned hold (or a
 //! held write that fails) leaves the store as that commit, keeping the stage records
 //! others wrote meanwhile.
-use store::{Checkpoint, RowPut, Store, StoreError};
-
-fn put<'a>(bucket: &'a str, id: &'a str, data: &'a str) -> RowPut<'a> {
-    RowPut {
-        bucket,
-        object_type: "notes",
-        object_id: id,
-        data,
-        checksum: data.len() as u32,
-    }
-}
+use crate::support::put;
+use store::{Checkpoint, Store, StoreError};
 
 const BUCKET: &str = "1#user[\"u1\"]";
 

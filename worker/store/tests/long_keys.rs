@@ -1,8 +1,9 @@
 //! Bucket names, lookup keys and lookup outputs of any length are stored and read back
 //! exactly (libmdbx takes keys and DUPSORT values of about half a page only), and a row's
 //! long entries go when the row changes or is deleted.
+use crate::support::put;
 use store::long_keys::{max_dup_value, max_key};
-use store::{LookupPut, OpKind, RowPut, Store};
+use store::{LookupPut, OpKind, Store};
 
 /// A bucket name of `len` bytes that differs from its neighbours only in its last part.
 fn bucket(len: usize, tail: &str) -> String {
@@ -13,16 +14,6 @@ fn bucket(len: usize, tail: &str) -> String {
     name.push_str(tail);
     name.push_str("\"]");
     name
-}
-
-fn put<'a>(bucket: &'a str, id: &'a str, data: &'a str) -> RowPut<'a> {
-    RowPut {
-        bucket,
-        object_type: "notes",
-        object_id: id,
-        data,
-        checksum: data.len() as u32,
-    }
 }
 
 /// Every live row of `bucket` as (id, data), read as a client would.

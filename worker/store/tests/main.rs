@@ -8,4 +8,5 @@ mod damaged;
 mod held;
 mod laws;
 mod long_keys;
+mod support;
 mod transfer;

@@ -482,15 +482,25 @@ fn lower_function(
     };
     match names.as_slice() {
         [name] => {
-            let Some((func, lo, hi)) = functions::lookup_at(name, ctx.compat.edition) else {
-                return Err(ctx.err(
-                    ast.span(),
-                    format!(
-                        "function `{name}` is not supported (at edition {})",
-                        ctx.compat.edition
-                    ),
-                    format!("one of: {}", functions::supported_list()),
-                ));
+            let (func, lo, hi) = match functions::lookup(name, ctx.compat.edition) {
+                functions::Lookup::Known(func, lo, hi) => (func, lo, hi),
+                functions::Lookup::UntilEdition(last) => {
+                    return Err(ctx.err(
+                        ast.span(),
+                        format!(
+                            "function `{name}` is not supported at edition {} (the official compiler knows it up to edition {last})",
+                            ctx.compat.edition
+                        ),
+                        "another function of the edition (`substring` for `substr`), or `config: edition: 2`",
+                    ))
+                }
+                functions::Lookup::Unknown => {
+                    return Err(ctx.err(
+                        ast.span(),
+                        format!("function `{name}` is not supported"),
+                        format!("one of: {}", functions::supported_list()),
+                    ))
+                }
             };
             if args.len() < lo || args.len() > hi {
                 return Err(ctx.err(

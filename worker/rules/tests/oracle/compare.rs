@@ -209,7 +209,7 @@ pub fn differences(ours: &Value, theirs: &Value) -> Vec<(String, String)> {
 }
 
 /// The failure text of a disagreeing case: the case itself and where it differs.
-pub fn report(case: &Case, _ours: &Value, _theirs: &Value, found: &[(String, String)]) -> String {
+pub fn report(case: &Case, found: &[(String, String)]) -> String {
     let mut out = format!("case `{}`\n--- yaml\n{}\n", case.name, case.yaml.trim_end());
     for (i, r) in case.rows.iter().enumerate() {
         out.push_str(&format!("--- row {i}: {} {:?}\n", r.table, r.columns));

@@ -35,30 +35,7 @@
 use serde_json::{json, Value};
 
 use super::{Case, Request};
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-}
+use crate::support::Rng;
 
 /// The generated table `t`: its columns, their types and the texts a value takes.
 const COLUMNS: &[(&str, &str, &[&str])] = &[
@@ -232,7 +209,7 @@ const FORMATS: &[(u8, bool, &str)] = &[
 fn expression_cases(rng: &mut Rng, n: usize) -> Vec<Case> {
     (0..n)
         .map(|k| {
-            let (edition, legacy, label) = *rng.pick(FORMATS);
+            let (edition, legacy, label) = rng.pick(FORMATS);
             let select = if rng.chance(70) {
                 format!(
                     "SELECT id, {} AS a, {} AS b FROM t",
@@ -279,7 +256,7 @@ fn random_value(rng: &mut Rng) -> Value {
 
 fn random_request(rng: &mut Rng, edition: u8) -> Request {
     let ids = || json!(["u1", "p1", 1.5, "r1"]);
-    let mut claims = json!({"sub": *rng.pick(&["u1", "u2", "1"]), "ids": ids()});
+    let mut claims = json!({"sub": rng.pick(&["u1", "u2", "1"]), "ids": ids()});
     if rng.chance(70) {
         claims["team"] = random_value(rng);
     }
@@ -288,11 +265,11 @@ fn random_request(rng: &mut Rng, edition: u8) -> Request {
         q = q.no_defaults();
     }
     for _ in 0..rng.below(3) {
-        let stream = *rng.pick(&["s", "s", "other"]);
+        let stream = rng.pick(&["s", "s", "other"]);
         let params = if rng.chance(15) {
             Value::Null
         } else {
-            json!({"p": random_value(rng), "ids": [*rng.pick(&["p1", "r2"]), "u1"]})
+            json!({"p": random_value(rng), "ids": [rng.pick(&["p1", "r2"]), "u1"]})
         };
         q = if rng.chance(20) {
             q.subscribe_at(stream, params, rng.below(4) as u8)
@@ -307,9 +284,9 @@ fn random_request(rng: &mut Rng, edition: u8) -> Request {
 fn link_cases(rng: &mut Rng, n: usize) -> Vec<Case> {
     (0..n)
         .map(|k| {
-            let edition = *rng.pick(&[2u8, 3]);
-            let column = *rng.pick(&["v", "n", "s", "id", "i"]);
-            let request = *rng.pick(REQUEST_VALUES);
+            let edition = rng.pick(&[2u8, 3]);
+            let column = rng.pick(&["v", "n", "s", "id", "i"]);
+            let request = rng.pick(REQUEST_VALUES);
             let link = match rng.below(4) {
                 0 => format!("{column} = {request}"),
                 1 => format!("{column} IN {}", rng.pick(&["subscription.parameter('ids')", "connection.parameter('ids')", "auth.parameter('ids')"])),
