@@ -21,6 +21,7 @@ pub(crate) mod functions;
 pub(crate) mod js_number;
 pub mod json;
 pub mod lookup_bytes;
+pub(crate) mod lookup_groups;
 pub mod options;
 pub mod plan;
 pub mod request;

@@ -7,13 +7,15 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::collections::HashMap;
 
-use super::bucket::{bucket_name, bucket_values, cross_product};
+use super::bucket::{bucket_name, cross_product};
 use super::error::RulesError;
 use super::expr::{json_array_values, Env, Expr, RequestRef, RequestValues};
-use super::json::{json_to_value, write_key_value};
-use super::plan::{lookup_key, LookupEntry, LookupKey};
+use super::json::json_to_value;
+use super::lookup_groups;
+pub(crate) use super::lookup_groups::{check_limit, LinkInput, LookupGroup, RequestBranch};
+pub use super::lookup_groups::{InMemoryLookups, LookupReader};
+use super::plan::LookupKey;
 use super::value::{OwnedValue, Value};
 
 /// A stream subscription from the request body (`streams.subscriptions[i]`).
@@ -174,41 +176,6 @@ impl RequestValues for RequestData<'_> {
     }
 }
 
-/// Answers lookup keys with the output rows stored for them at the checkpoint being served.
-///
-/// The store implements this over its parameter index; each returned row is the `outputs`
-/// of one live [`LookupEntry`].
-pub trait LookupReader {
-    /// All output rows currently stored under `key`.
-    fn lookup(&self, key: &LookupKey) -> Result<Vec<Vec<OwnedValue>>, RulesError>;
-}
-
-/// An in-memory [`LookupReader`] for tests and the CLI.
-#[derive(Debug, Clone, Default)]
-pub struct InMemoryLookups {
-    entries: HashMap<LookupKey, Vec<Vec<OwnedValue>>>,
-}
-
-impl InMemoryLookups {
-    /// Empty.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Add entries a row produced (as `TablePlan::evaluate` returned them).
-    pub fn insert(&mut self, entries: impl IntoIterator<Item = LookupEntry>) {
-        for e in entries {
-            self.entries.entry(e.key).or_default().push(e.outputs);
-        }
-    }
-}
-
-impl LookupReader for InMemoryLookups {
-    fn lookup(&self, key: &LookupKey) -> Result<Vec<Vec<OwnedValue>>, RulesError> {
-        Ok(self.entries.get(key).cloned().unwrap_or_default())
-    }
-}
-
 /// Why a bucket is in the request's set (`subscriptions` on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum BucketReason {
@@ -276,38 +243,54 @@ pub(crate) enum ParamSource {
     Request { expr: Expr, expands: bool },
     /// Column `output` of lookup group `group`.
     Lookup { group: usize, output: usize },
+    /// The values every one of these gives (one row column compared with several things:
+    /// `t.a = m.x AND t.a = m.y`), as the official compiler intersects them.
+    All(Vec<ParamSource>),
 }
 
-/// One branch of a lookup query, request side.
-#[derive(Debug, Clone)]
-pub(crate) struct RequestBranch {
-    pub query_id: String,
-    pub requests: Vec<Expr>,
-    /// Request side of each link, and whether it expands.
-    pub links: Vec<(Expr, bool)>,
-}
-
-/// A source of parameter rows at request time.
-#[derive(Debug, Clone)]
-pub(crate) enum LookupGroup {
-    /// A static query: one row of request outputs if the filter holds.
-    Static {
-        outputs: Vec<Expr>,
-        filter: Vec<Expr>,
-    },
-    /// `FROM json_each(<request array>)`: one row per array element (slot 0 = `value`).
-    Each {
-        array: Expr,
-        outputs: Vec<Expr>,
-        filter: Vec<Expr>,
-    },
-    /// A table query: rows from the lookup reader; `request_outputs` fill output columns
-    /// that come from the request rather than the row (by position in `row_width + i`).
-    Table {
-        source: String,
-        branches: Vec<RequestBranch>,
-        request_outputs: Vec<Expr>,
-    },
+impl ParamSource {
+    /// The parameter's values for one choice of group rows `c`.
+    fn values(
+        &self,
+        env: Env<'_>,
+        c: &[usize],
+        group_rows: &[Vec<lookup_groups::GroupRow>],
+    ) -> Vec<OwnedValue> {
+        match self {
+            ParamSource::Request { expr, expands } => {
+                let v = expr.eval(env).into_owned();
+                if *expands {
+                    json_array_values(&v).unwrap_or_default()
+                } else {
+                    vec![v]
+                }
+            }
+            ParamSource::Lookup { group, output } => {
+                let row = c.get(*group).and_then(|i| group_rows.get(*group)?.get(*i));
+                vec![row
+                    .and_then(|r| r.values.get(*output))
+                    .cloned()
+                    .unwrap_or(Value::Null)]
+            }
+            ParamSource::All(sources) => {
+                let mut sets = sources.iter().map(|s| s.values(env, c, group_rows));
+                let first = sets.next().unwrap_or_default();
+                let keys = |vals: &[OwnedValue]| -> Vec<Option<String>> {
+                    vals.iter()
+                        .map(|v| bucket_name("", std::slice::from_ref(v)))
+                        .collect()
+                };
+                let rest: Vec<Vec<Option<String>>> = sets.map(|v| keys(&v)).collect();
+                first
+                    .into_iter()
+                    .filter(|v| {
+                        let k = bucket_name("", std::slice::from_ref(v));
+                        k.is_some() && rest.iter().all(|r| r.contains(&k))
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
 /// How one bucket source (a parameter query of a definition, or a stream query) builds its
@@ -342,45 +325,13 @@ impl BucketResolver {
         if !self.request_filters.iter().all(|f| f.eval(env).is_truthy()) {
             return Ok(Vec::new());
         }
-        let mut group_rows: Vec<Vec<Vec<OwnedValue>>> = Vec::with_capacity(self.groups.len());
-        for g in &self.groups {
-            group_rows.push(group_rows_for(g, env, reader, read, max)?);
-        }
-        // Cross product over groups (rows of one group stay together), then request params.
-        let mut choice: Vec<Vec<usize>> = vec![Vec::new()];
-        for rows in &group_rows {
-            let mut next = Vec::with_capacity(choice.len() * rows.len());
-            for c in &choice {
-                for i in 0..rows.len() {
-                    let mut c2 = c.clone();
-                    c2.push(i);
-                    next.push(c2);
-                }
-            }
-            choice = next;
-            check_limit(choice.len(), max)?;
-        }
+        let group_rows = lookup_groups::rows_of(&self.groups, env, reader, read, max)?;
+        let choice = lookup_groups::combinations(&group_rows, max)?;
         let mut names = Vec::new();
         for c in &choice {
             let mut tuples: Vec<Vec<OwnedValue>> = vec![Vec::new()];
             for p in &self.params {
-                let mut vals: Vec<OwnedValue> = match p {
-                    ParamSource::Request { expr, expands } => {
-                        let v = expr.eval(env).into_owned();
-                        if *expands {
-                            json_array_values(&v).unwrap_or_default()
-                        } else {
-                            vec![v]
-                        }
-                    }
-                    ParamSource::Lookup { group, output } => {
-                        let row = c.get(*group).and_then(|i| group_rows.get(*group)?.get(*i));
-                        vec![row
-                            .and_then(|r| r.get(*output))
-                            .cloned()
-                            .unwrap_or(Value::Null)]
-                    }
-                };
+                let mut vals = p.values(env, c, &group_rows);
                 if self.null_makes_no_bucket {
                     vals.retain(|v| !matches!(v, Value::Null));
                 }
@@ -398,119 +349,4 @@ impl BucketResolver {
         }
         Ok(names)
     }
-}
-
-/// Fail a request whose bucket set (or an intermediate product) exceeds `max`, so hostile
-/// parameters cannot make the server build millions of names.
-pub(crate) fn check_limit(n: usize, max: usize) -> Result<(), RulesError> {
-    if n > max {
-        return Err(RulesError::Request {
-            message: format!(
-                "the request resolves to more than {max} buckets; reduce its parameters or subscriptions \
-                 (or raise the engine's bucket limit)"
-            ),
-        });
-    }
-    Ok(())
-}
-
-fn group_rows_for(
-    g: &LookupGroup,
-    env: Env<'_>,
-    reader: &dyn LookupReader,
-    read: &mut Vec<LookupKey>,
-    max: usize,
-) -> Result<Vec<Vec<OwnedValue>>, RulesError> {
-    match g {
-        LookupGroup::Static { outputs, filter } => {
-            if !filter.iter().all(|f| f.eval(env).is_truthy()) {
-                return Ok(Vec::new());
-            }
-            let row: Vec<OwnedValue> = outputs.iter().map(|e| e.eval(env).into_owned()).collect();
-            // A blob output means no bucket (not representable in a name).
-            if row.iter().any(|v| matches!(v, Value::Blob(_))) {
-                return Ok(Vec::new());
-            }
-            Ok(vec![row])
-        }
-        LookupGroup::Each {
-            array,
-            outputs,
-            filter,
-        } => {
-            let items = json_array_values(&array.eval(env)).unwrap_or_default();
-            check_limit(items.len(), max)?;
-            let mut rows: Vec<Vec<OwnedValue>> = Vec::new();
-            for item in items {
-                let slots = [item];
-                let row_env = Env {
-                    row: &slots,
-                    request: env.request,
-                };
-                if !filter.iter().all(|f| f.eval(row_env).is_truthy()) {
-                    continue;
-                }
-                let row: Vec<OwnedValue> = outputs
-                    .iter()
-                    .map(|e| e.eval(row_env).into_owned())
-                    .collect();
-                if !row.iter().any(|v| matches!(v, Value::Blob(_)))
-                    && !rows.iter().any(|r| same_row(r, &row))
-                {
-                    rows.push(row);
-                }
-            }
-            Ok(rows)
-        }
-        LookupGroup::Table {
-            source,
-            branches,
-            request_outputs,
-        } => {
-            let extra: Vec<OwnedValue> = request_outputs
-                .iter()
-                .map(|e| e.eval(env).into_owned())
-                .collect();
-            let mut rows: Vec<Vec<OwnedValue>> = Vec::new();
-            for b in branches {
-                if !b.requests.iter().all(|f| f.eval(env).is_truthy()) {
-                    continue;
-                }
-                let mut tuples: Vec<Vec<OwnedValue>> = vec![Vec::new()];
-                for (e, expands) in &b.links {
-                    let v = e.eval(env).into_owned();
-                    let vals = if *expands {
-                        json_array_values(&v).unwrap_or_default()
-                    } else {
-                        vec![v]
-                    };
-                    tuples = cross_product(&tuples, &bucket_values(vals));
-                    check_limit(tuples.len(), max)?;
-                }
-                for t in tuples {
-                    let Some(key) = lookup_key(source, &b.query_id, &t) else {
-                        continue;
-                    };
-                    for mut r in reader.lookup(&key)? {
-                        r.extend(extra.iter().cloned());
-                        if !rows.iter().any(|x| same_row(x, &r)) {
-                            rows.push(r);
-                        }
-                    }
-                    if !read.contains(&key) {
-                        read.push(key);
-                    }
-                }
-            }
-            Ok(rows)
-        }
-    }
-}
-
-fn same_row(a: &[OwnedValue], b: &[OwnedValue]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            let (mut s, mut t) = (String::new(), String::new());
-            write_key_value(&mut s, x) == write_key_value(&mut t, y) && s == t
-        })
 }

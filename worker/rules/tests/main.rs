@@ -3,6 +3,7 @@
 
 extern crate powersync_mdbx_rules as rules;
 
+mod access;
 mod errors;
 mod eval;
 mod fuzz;

@@ -55,16 +55,15 @@ pub(crate) fn compile(
     let mut first = true;
     for (i, sql) in queries.iter().enumerate() {
         let ctx = QueryCtx::new(KIND, &def.name, format!("parameters[{i}]"), sql, compat);
-        let q = if def.parameters.is_empty() {
-            LookupQuery {
-                creator: None,
-                group: crate::request::LookupGroup::Static {
+        let mut q = if def.parameters.is_empty() {
+            LookupQuery::single(
+                crate::request::LookupGroup::Static {
                     outputs: Vec::new(),
                     filter: Vec::new(),
                 },
-                outputs: Vec::new(),
-                priority: None,
-            }
+                Vec::new(),
+                None,
+            )
         } else {
             let select = parse_select(&ctx, sql)?;
             lookup_query(
@@ -96,21 +95,21 @@ pub(crate) fn compile(
                 ));
             }
         }
+        let mut groups = Vec::new();
+        let group = q.push_groups(&mut groups);
         let params = out
             .params
             .iter()
             .map(|p| ParamSource::Lookup {
-                group: 0,
+                group,
                 output: q.outputs.iter().position(|o| o == p).unwrap_or(0),
             })
             .collect();
-        if let Some(c) = q.creator {
-            out.lookups.push(c);
-        }
+        out.lookups.append(&mut q.creators);
         out.resolvers.push(BucketResolver {
             prefix: prefix.clone(),
             request_filters: Vec::new(),
-            groups: vec![q.group],
+            groups,
             params,
             priority: q.priority.or(def.priority),
             null_makes_no_bucket: false,

@@ -9,7 +9,7 @@ use super::{from_items, FromItem, MAX_BRANCHES};
 use crate::error::RulesError;
 use crate::expr::Expr;
 use crate::plan::{LookupBranch, LookupCreator, TableRef};
-use crate::request::{LookupGroup, RequestBranch};
+use crate::request::{LinkInput, LookupGroup, RequestBranch};
 use crate::sql::filter::{classify, to_dnf, Branch, Cond, LinkTarget};
 use crate::sql::lower::{fix_in_precedence, lower, lower_side, Side};
 use crate::sql::scope::{RequestStyle, Scope};
@@ -17,14 +17,36 @@ use crate::sql::{ident_name, QueryCtx};
 
 /// A compiled parameter/lookup query (legacy parameter query, stream CTE or subquery).
 pub(crate) struct LookupQuery {
-    /// The lookup creator and its table (table queries only).
-    pub creator: Option<(TableRef, LookupCreator)>,
-    /// The request side.
-    pub group: LookupGroup,
+    /// The lookup creators and their tables: this query's (table queries only) and those of
+    /// the subqueries nested in it.
+    pub creators: Vec<(TableRef, LookupCreator)>,
+    /// The request side: the groups of the nested subqueries, then this query's own (the
+    /// last). A [`LinkInput::Group`] counts from the first.
+    pub groups: Vec<LookupGroup>,
     /// Output names, by position in a group row.
     pub outputs: Vec<String>,
     /// `_priority`, if given.
     pub priority: Option<u8>,
+}
+
+impl LookupQuery {
+    /// A query of one group (static or `json_each`).
+    pub(crate) fn single(group: LookupGroup, outputs: Vec<String>, priority: Option<u8>) -> Self {
+        LookupQuery {
+            creators: Vec::new(),
+            groups: vec![group],
+            outputs,
+            priority,
+        }
+    }
+
+    /// Moves the groups to the end of a resolver's `groups`; returns the index of this
+    /// query's own group there.
+    pub(crate) fn push_groups(&mut self, groups: &mut Vec<LookupGroup>) -> usize {
+        let offset = groups.len();
+        groups.extend(self.groups.drain(..).map(|g| g.rebased(offset)));
+        groups.len() - 1
+    }
 }
 
 /// Compile a parameter query: static (no FROM) or table (one table, links to the request).
@@ -67,48 +89,61 @@ pub(crate) fn lookup_query(
         if let Some(w) = &select.selection {
             conds.push(lower(ctx, &mut scope, &fix_in_precedence(w))?);
         }
-        return Ok(LookupQuery {
-            creator: None,
-            outputs: req_outputs.iter().map(|(n, _)| n.clone()).collect(),
-            group: LookupGroup::Static {
-                outputs: req_outputs.into_iter().map(|(_, e)| e).collect(),
-                filter: conds,
-            },
-            priority,
-        });
+        let names = req_outputs.iter().map(|(n, _)| n.clone()).collect();
+        let group = LookupGroup::Static {
+            outputs: req_outputs.into_iter().map(|(_, e)| e).collect(),
+            filter: conds,
+        };
+        return Ok(LookupQuery::single(group, names, priority));
     };
-    let Some(filter) = filter else {
-        return Err(ctx.err(
-            select.select_token.0.span,
-            "a parameter query that reads a table must filter it by request values",
-            "`WHERE <table>.<column> = request.user_id()` (or auth.user_id() in streams)",
-        ));
+    // In streams a table read without a link to the request is one lookup of all its
+    // (matching) rows, as the official compiler resolves it.
+    let branches = match (filter, style) {
+        (Some(filter), _) => to_dnf(&filter, MAX_BRANCHES).ok_or_else(|| {
+            ctx.err(
+                select.select_token.0.span,
+                "the WHERE clause expands to too many OR branches",
+                "simplify the filter or split it into several queries",
+            )
+        })?,
+        (None, RequestStyle::Streams) => vec![Branch::default()],
+        (None, RequestStyle::Legacy | RequestStyle::Forbidden) => {
+            return Err(ctx.err(
+                select.select_token.0.span,
+                "a parameter query that reads a table must filter it by request values",
+                "`WHERE <table>.<column> = request.user_id()`",
+            ))
+        }
     };
-    let branches = to_dnf(&filter, MAX_BRANCHES).ok_or_else(|| {
-        ctx.err(
-            select.select_token.0.span,
-            "the WHERE clause expands to too many OR branches",
-            "simplify the filter or split it into several queries",
-        )
-    })?;
-    let (creator_branches, request_branches) = lookup_branches(ctx, select, query_id, branches)?;
+    let mut nested = Nested {
+        source,
+        style,
+        creators: Vec::new(),
+        groups: Vec::new(),
+    };
+    let (creator_branches, request_branches) =
+        lookup_branches(ctx, select, query_id, branches, &mut nested)?;
     let mut outputs: Vec<String> = row_outputs.iter().map(|(n, _)| n.clone()).collect();
     outputs.extend(req_outputs.iter().map(|(n, _)| n.clone()));
-    Ok(LookupQuery {
-        creator: Some((
-            table.table.clone(),
-            LookupCreator {
-                source: source.to_string(),
-                slots: scope.slots.clone(),
-                outputs: row_outputs.into_iter().map(|(_, e)| e).collect(),
-                branches: creator_branches,
-            },
-        )),
-        group: LookupGroup::Table {
+    let mut creators = vec![(
+        table.table.clone(),
+        LookupCreator {
             source: source.to_string(),
-            branches: request_branches,
-            request_outputs: req_outputs.into_iter().map(|(_, e)| e).collect(),
+            slots: scope.slots.clone(),
+            outputs: row_outputs.into_iter().map(|(_, e)| e).collect(),
+            branches: creator_branches,
         },
+    )];
+    creators.extend(nested.creators);
+    let mut groups = nested.groups;
+    groups.push(LookupGroup::Table {
+        source: source.to_string(),
+        branches: request_branches,
+        request_outputs: req_outputs.into_iter().map(|(_, e)| e).collect(),
+    });
+    Ok(LookupQuery {
+        creators,
+        groups,
         outputs,
         priority,
     })
@@ -198,6 +233,16 @@ fn parameter_outputs(
     })
 }
 
+/// The subqueries nested in a parameter query's WHERE (`col IN (SELECT ...)`, streams
+/// only), compiled as they are met: their lookup creators, and their groups, which come
+/// before the query's own.
+struct Nested<'s> {
+    source: &'s str,
+    style: RequestStyle,
+    creators: Vec<(TableRef, LookupCreator)>,
+    groups: Vec<LookupGroup>,
+}
+
 /// Each OR branch of a table parameter query: its row side (lookup creator) and its
 /// request side (lookup group), under one query id.
 fn lookup_branches(
@@ -205,6 +250,7 @@ fn lookup_branches(
     select: &Select,
     query_id: &str,
     branches: Vec<Branch>,
+    nested: &mut Nested<'_>,
 ) -> Result<(Vec<LookupBranch>, Vec<RequestBranch>), RulesError> {
     let mut creator_branches = Vec::new();
     let mut request_branches = Vec::new();
@@ -215,8 +261,8 @@ fn lookup_branches(
         } else {
             query_id.to_string()
         };
-        let (row_links, req_links) = branch_links(ctx, b.links)?;
-        if row_links.is_empty() {
+        let (row_links, req_links) = branch_links(ctx, &id, b.links, nested)?;
+        if row_links.is_empty() && nested.style != RequestStyle::Streams {
             return Err(ctx.err(
                 select.selection.as_ref().map(|w| w.span()).unwrap_or(select.select_token.0.span),
                 "every OR branch of a parameter query must compare a row column with a request value",
@@ -238,12 +284,15 @@ fn lookup_branches(
 }
 
 /// The links of one branch, split into their row sides and request sides (each with
-/// whether it expands an array); at most one may expand.
+/// whether it expands an array); at most one may expand. A nested subquery's request side
+/// is its group's output.
 #[allow(clippy::type_complexity)]
 fn branch_links(
     ctx: &QueryCtx<'_>,
+    id: &str,
     links: Vec<Cond>,
-) -> Result<(Vec<(Expr, bool)>, Vec<(Expr, bool)>), RulesError> {
+    nested: &mut Nested<'_>,
+) -> Result<(Vec<(Expr, bool)>, Vec<(LinkInput, bool)>), RulesError> {
     let mut row_links = Vec::new();
     let mut req_links = Vec::new();
     let mut expanding = 0;
@@ -267,7 +316,13 @@ fn branch_links(
                     }
                 }
                 row_links.push((row, row_expands));
-                req_links.push((r, target_expands));
+                req_links.push((LinkInput::Request(r), target_expands));
+            }
+            Cond::Subquery { row, query, span } if nested.style == RequestStyle::Streams => {
+                let sub_id = format!("{id}.in{}", row_links.len());
+                let group = nested_subquery(ctx, &query, span, &sub_id, nested)?;
+                row_links.push((row, false));
+                req_links.push((LinkInput::Group { group, output: 0 }, false));
             }
             Cond::Link { span, .. } | Cond::Subquery { span, .. } => {
                 return Err(ctx.err(
@@ -280,6 +335,48 @@ fn branch_links(
         }
     }
     Ok((row_links, req_links))
+}
+
+/// `col IN (SELECT x FROM t WHERE ...)` inside a parameter query: the subquery is compiled
+/// under `id` and its groups join the nested ones; returns the index of its own group.
+fn nested_subquery(
+    ctx: &QueryCtx<'_>,
+    query: &sqlparser::ast::Query,
+    span: sqlparser::tokenizer::Span,
+    id: &str,
+    nested: &mut Nested<'_>,
+) -> Result<usize, RulesError> {
+    let sub = plain_select(ctx, query, span)?;
+    let mut q = lookup_query(ctx, sub, nested.source, id, nested.style)?;
+    if q.outputs.len() != 1 {
+        return Err(ctx.err(
+            span,
+            "a subquery in IN must select exactly one column",
+            "`IN (SELECT col FROM t WHERE ...)`",
+        ));
+    }
+    nested.creators.append(&mut q.creators);
+    Ok(q.push_groups(&mut nested.groups))
+}
+
+/// The SELECT of `IN (SELECT ...)`: a plain one, without WITH, ORDER BY or LIMIT.
+pub(crate) fn plain_select<'q>(
+    ctx: &QueryCtx<'_>,
+    query: &'q sqlparser::ast::Query,
+    span: sqlparser::tokenizer::Span,
+) -> Result<&'q Select, RulesError> {
+    match query.body.as_ref() {
+        sqlparser::ast::SetExpr::Select(sel)
+            if query.with.is_none() && query.order_by.is_none() && query.limit_clause.is_none() =>
+        {
+            Ok(sel)
+        }
+        _ => Err(ctx.err(
+            span,
+            "only a plain SELECT is supported inside IN (...)",
+            "`IN (SELECT col FROM t WHERE ...)`",
+        )),
+    }
 }
 
 /// `SELECT <exprs of value> FROM json_each(<request array>) [WHERE ...]`: expands a JSON
@@ -361,16 +458,12 @@ fn json_each(
             "`value` (the array element)",
         ));
     }
-    Ok(Some(LookupQuery {
-        creator: None,
-        group: LookupGroup::Each {
-            array,
-            outputs,
-            filter,
-        },
-        outputs: names,
-        priority,
-    }))
+    let group = LookupGroup::Each {
+        array,
+        outputs,
+        filter,
+    };
+    Ok(Some(LookupQuery::single(group, names, priority)))
 }
 
 /// Read one SELECT list item of a parameter query: its output expression and name, or

@@ -2,8 +2,10 @@
 //! `select_list`, parameter/lookup queries in `lookup`). `legacy` handles
 //! `bucket_definitions`, `streams` handles sync streams.
 
+pub mod joins;
 pub mod legacy;
 pub mod lookup;
+pub(crate) mod param_order;
 pub mod select_list;
 pub mod streams;
 
@@ -40,75 +42,81 @@ pub(crate) fn from_items(ctx: &QueryCtx<'_>, select: &Select) -> Result<Vec<From
                 "one table per query; in streams, list a CTE after a comma (`FROM t, cte AS bucket WHERE t.c = bucket.c`) or use `IN (SELECT ...)`",
             ));
         }
-        match &twj.relation {
-            TableFactor::Table {
-                name, alias, args, ..
-            } => {
-                if args.is_some() {
-                    return Err(ctx.err(
-                        twj.relation.span(),
-                        "table-valued functions (such as json_each) are not supported",
-                        "a table name; expand JSON arrays with `x IN <json array>` instead",
-                    ));
-                }
-                if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
-                    return Err(ctx.err(
-                        twj.relation.span(),
-                        "column aliases on a table are not supported",
-                        "`FROM table AS name`",
-                    ));
-                }
-                let mut parts = Vec::new();
-                for p in &name.0 {
-                    match p {
-                        ObjectNamePart::Identifier(id) => parts.push(ident_name(id)),
-                        ObjectNamePart::Function(_) => {
-                            return Err(ctx.err(
-                                twj.relation.span(),
-                                "this table name form is not supported",
-                                "`[schema.]table`",
-                            ))
-                        }
-                    }
-                }
-                let (schema, table, has_schema) = match parts.as_slice() {
-                    [t] => ("public".to_string(), t.clone(), false),
-                    [s, t] => (s.clone(), t.clone(), true),
-                    _ => {
+        out.push(from_item(ctx, &twj.relation)?);
+    }
+    Ok(out)
+}
+
+/// One named relation of FROM: `[schema.]table [AS alias]`.
+pub(crate) fn from_item(
+    ctx: &QueryCtx<'_>,
+    relation: &TableFactor,
+) -> Result<FromItem, RulesError> {
+    match relation {
+        TableFactor::Table {
+            name, alias, args, ..
+        } => {
+            if args.is_some() {
+                return Err(ctx.err(
+                    relation.span(),
+                    "table-valued functions (such as json_each) are not supported",
+                    "a table name; expand JSON arrays with `x IN <json array>` instead",
+                ));
+            }
+            if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+                return Err(ctx.err(
+                    relation.span(),
+                    "column aliases on a table are not supported",
+                    "`FROM table AS name`",
+                ));
+            }
+            let mut parts = Vec::new();
+            for p in &name.0 {
+                match p {
+                    ObjectNamePart::Identifier(id) => parts.push(ident_name(id)),
+                    ObjectNamePart::Function(_) => {
                         return Err(ctx.err(
-                            twj.relation.span(),
-                            "database-qualified table names are not supported",
+                            relation.span(),
+                            "this table name form is not supported",
                             "`[schema.]table`",
                         ))
                     }
-                };
-                if table.contains('%') {
-                    return Err(ctx.err(
-                        twj.relation.span(),
-                        "wildcard table names (`%`) are not supported by powersync_mdbx yet",
-                        "one query per table",
-                    ));
                 }
-                out.push(FromItem {
-                    table: TableRef {
-                        schema,
-                        name: table,
-                    },
-                    has_schema,
-                    alias: alias.as_ref().map(|a| ident_name(&a.name)),
-                    span: twj.relation.span(),
-                });
             }
-            other => {
+            let (schema, table, has_schema) = match parts.as_slice() {
+                [t] => ("public".to_string(), t.clone(), false),
+                [s, t] => (s.clone(), t.clone(), true),
+                _ => {
+                    return Err(ctx.err(
+                        relation.span(),
+                        "database-qualified table names are not supported",
+                        "`[schema.]table`",
+                    ))
+                }
+            };
+            if table.contains('%') {
                 return Err(ctx.err(
-                    other.span(),
-                    "only plain table names are supported in FROM (no subqueries or functions)",
-                    "`FROM [schema.]table [AS name]`",
-                ))
+                    relation.span(),
+                    "wildcard table names (`%`) are not supported by powersync_mdbx yet",
+                    "one query per table",
+                ));
             }
+            Ok(FromItem {
+                table: TableRef {
+                    schema,
+                    name: table,
+                },
+                has_schema,
+                alias: alias.as_ref().map(|a| ident_name(&a.name)),
+                span: relation.span(),
+            })
         }
+        other => Err(ctx.err(
+            other.span(),
+            "only plain table names are supported in FROM (no subqueries or functions)",
+            "`FROM [schema.]table [AS name]`",
+        )),
     }
-    Ok(out)
 }
 
 /// The name a definition's lookups are stored under: tagged like its bucket names when

@@ -6,12 +6,12 @@
 //! `row IN (SELECT ...)`, `row IN <request array>`, `<request> IN <row array>`). Each link
 //! becomes one bucket parameter, in the order written.
 
-use sqlparser::ast::{Query, SetExpr, Spanned};
+use sqlparser::ast::{Query, Spanned};
 use sqlparser::tokenizer::Span;
 
-use super::lookup::{lookup_query, LookupQuery};
+use super::lookup::{lookup_query, plain_select, LookupQuery};
 use super::select_list::{data_projection, Shape};
-use super::{from_items, FromItem, MAX_BRANCHES};
+use super::{from_items, joins, param_order, FromItem, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::expr::Expr;
@@ -116,6 +116,11 @@ fn query(
     out: &mut CompiledStream,
 ) -> Result<(), RulesError> {
     let select = parse_select(ctx, ctx.sql)?;
+    let is_cte = |name: &str| s.with.iter().chain(global_with).any(|(n, _)| n == name);
+    let (select, joined) = match joins::take_apart(ctx, &select, &is_cte)? {
+        Some(j) => (j.select, j.lookups),
+        None => (select, Vec::new()),
+    };
     let from = from_items(ctx, &select)?;
     let Some(data_table) = from.first().cloned() else {
         return Err(ctx.err(
@@ -126,6 +131,13 @@ fn query(
     };
     // Everything after the first FROM item must be a CTE.
     let mut links = joined_ctes(ctx, s, &from[1..], global_with, sources, out)?;
+    for (n, (alias, lookup)) in joined.into_iter().enumerate() {
+        let id = format!("{k}.join{n}");
+        let mut q = lookup_query(ctx, &lookup, &sources.stream, &id, RequestStyle::Streams)?;
+        out.lookups.append(&mut q.creators);
+        let group = q.push_groups(&mut links.groups);
+        links.aliases.push((alias, group, q.outputs));
+    }
     let mut scope = Scope {
         table_qualifiers: [
             Some(data_table.table.name.clone()),
@@ -135,7 +147,7 @@ fn query(
         .flatten()
         .collect(),
         has_table: true,
-        ref_qualifiers: links.aliases.iter().map(|(a, _)| a.clone()).collect(),
+        ref_qualifiers: links.aliases.iter().map(|(a, ..)| a.clone()).collect(),
         request: RequestStyle::Streams,
         slots: Vec::new(),
     };
@@ -158,10 +170,10 @@ fn query(
             links.add(ctx, k, sources, link, out)?;
         }
     }
-    if let Some((alias, _)) = links
+    if let Some((alias, ..)) = links
         .aliases
         .iter()
-        .find(|(a, _)| !links.used_aliases.contains(a))
+        .find(|(a, ..)| !links.used_aliases.contains(a))
     {
         return Err(ctx.err(
             select.select_token.0.span,
@@ -184,15 +196,16 @@ fn query(
 /// bucket parameters, and the data side's filters on them.
 struct Links {
     groups: Vec<LookupGroup>,
-    /// `(alias, output names)` per group.
-    aliases: Vec<(String, Vec<String>)>,
+    /// `(alias, its group, output names)` per CTE or subquery.
+    aliases: Vec<(String, usize, Vec<String>)>,
     data_params: Vec<ParamFilter>,
     params: Vec<ParamSource>,
     /// Aliases some link compared with the table.
     used_aliases: Vec<String>,
 }
 
-/// The CTEs joined after the data table (comma form): each becomes a lookup group.
+/// The CTEs joined after the data table (comma form; `joins` took the queries that join
+/// tables apart): each becomes a lookup group.
 fn joined_ctes(
     ctx: &QueryCtx<'_>,
     s: &RawStream,
@@ -202,30 +215,21 @@ fn joined_ctes(
     out: &mut CompiledStream,
 ) -> Result<Links, RulesError> {
     let mut groups = Vec::new();
-    let mut aliases: Vec<(String, Vec<String>)> = Vec::new();
+    let mut aliases: Vec<(String, usize, Vec<String>)> = Vec::new();
     for item in joined {
-        if item.has_schema {
-            return Err(ctx.err(
-                item.span,
-                "only one table per stream query",
-                "join CTEs from `with:` only, or use `IN (SELECT ...)`",
-            ));
-        }
         let name = &item.table.name;
         let Some(q) = cte_lookup(s, global_with, name, ctx.compat, sources) else {
             return Err(ctx.err(
                 item.span,
-                format!("`{name}` is neither a CTE of this stream nor a global CTE; joining tables is not supported"),
-                "define it under `with:` (one table filtered by request values), or use `IN (SELECT ...)`",
+                format!("`{name}` is neither a CTE of this stream nor a global CTE"),
+                "define it under `with:`, or join the table (`JOIN <table> ON ...`)",
             ));
         };
-        let q = q?;
-        if let Some(c) = q.creator {
-            out.lookups.push(c);
-        }
+        let mut q = q?;
+        out.lookups.append(&mut q.creators);
         let alias = item.alias.clone().unwrap_or_else(|| name.clone());
-        aliases.push((alias, q.outputs.clone()));
-        groups.push(q.group);
+        let group = q.push_groups(&mut groups);
+        aliases.push((alias, group, q.outputs.clone()));
     }
     Ok(Links {
         groups,
@@ -287,27 +291,21 @@ impl Links {
         name: &str,
         span: Span,
     ) -> Result<ParamSource, RulesError> {
-        let aliases = &self.aliases;
-        let group = aliases
-            .iter()
-            .position(|(a, _)| a == qualifier)
-            .unwrap_or(0);
-        let output = aliases
-            .get(group)
-            .and_then(|(_, outs)| outs.iter().position(|o| o == name))
-            .ok_or_else(|| {
-                ctx.err(
-                    span,
-                    format!("`{qualifier}.{name}` is not an output column of the CTE"),
-                    format!(
-                        "one of: {}",
-                        aliases
-                            .get(group)
-                            .map(|(_, o)| o.join(", "))
-                            .unwrap_or_default()
-                    ),
-                )
-            })?;
+        let Some((_, group, outputs)) = self.aliases.iter().find(|(a, ..)| a == qualifier) else {
+            return Err(ctx.err(
+                span,
+                format!("`{qualifier}` is not a CTE joined in this query"),
+                "join the CTE after a comma (`FROM t, cte AS alias`)",
+            ));
+        };
+        let group = *group;
+        let output = outputs.iter().position(|o| o == name).ok_or_else(|| {
+            ctx.err(
+                span,
+                format!("`{qualifier}.{name}` is not an output column of the CTE"),
+                format!("one of: {}", outputs.join(", ")),
+            )
+        })?;
         if !self.used_aliases.iter().any(|a| a == qualifier) {
             self.used_aliases.push(qualifier.to_owned());
         }
@@ -328,24 +326,9 @@ impl Links {
         span: Span,
         out: &mut CompiledStream,
     ) -> Result<(), RulesError> {
-        let sub = match query.body.as_ref() {
-            SetExpr::Select(sel)
-                if query.with.is_none()
-                    && query.order_by.is_none()
-                    && query.limit_clause.is_none() =>
-            {
-                sel
-            }
-            _ => {
-                return Err(ctx.err(
-                    span,
-                    "only a plain SELECT is supported inside IN (...)",
-                    "`IN (SELECT col FROM t WHERE ...)`",
-                ))
-            }
-        };
+        let sub = plain_select(ctx, query, span)?;
         let id = format!("{k}.sub{}", self.groups.len());
-        let q = lookup_query(ctx, sub, &sources.stream, &id, RequestStyle::Streams)?;
+        let mut q = lookup_query(ctx, sub, &sources.stream, &id, RequestStyle::Streams)?;
         if q.outputs.len() != 1 {
             return Err(ctx.err(
                 span,
@@ -353,23 +336,76 @@ impl Links {
                 "`IN (SELECT col FROM t WHERE ...)`",
             ));
         }
-        if let Some(c) = q.creator {
-            out.lookups.push(c);
-        }
+        out.lookups.append(&mut q.creators);
         self.data_params.push(ParamFilter::Param {
             param: i,
             row: row.clone(),
             expands: false,
         });
-        self.params.push(ParamSource::Lookup {
-            group: self.groups.len(),
-            output: 0,
-        });
-        self.groups.push(q.group);
-        self.aliases.push((format!("$sub{i}"), q.outputs));
+        let group = q.push_groups(&mut self.groups);
+        self.params.push(ParamSource::Lookup { group, output: 0 });
+        self.aliases.push((format!("$sub{i}"), group, q.outputs));
         self.used_aliases.push(format!("$sub{i}"));
         Ok(())
     }
+}
+
+/// One parameter per row expression (edition 3): a row value compared with several things
+/// (`t.a = m.x AND t.a = m.y`) is one bucket parameter whose value must be all of them, as
+/// the official compiler keys a bucket by the row expressions it partitions by.
+fn merge_same_keys(data_params: &mut Vec<ParamFilter>, params: &mut Vec<ParamSource>) {
+    let mut written: Vec<Option<ParamSource>> = params.drain(..).map(Some).collect();
+    let mut kept: Vec<ParamFilter> = Vec::new();
+    let mut sources: Vec<Vec<ParamSource>> = Vec::new();
+    for f in data_params.drain(..) {
+        let ParamFilter::Param {
+            param,
+            row,
+            expands,
+        } = f
+        else {
+            kept.push(f);
+            continue;
+        };
+        let source = written.get_mut(param).and_then(Option::take);
+        let same = kept.iter().position(|k| {
+            matches!(k, ParamFilter::Param { row: r, expands: false, .. } if !expands && *r == row)
+        });
+        match (same, source) {
+            (Some(j), Some(source)) => sources[j].push(source),
+            (_, source) => {
+                kept.push(ParamFilter::Param {
+                    param: sources.len(),
+                    row,
+                    expands,
+                });
+                sources.push(source.into_iter().collect());
+            }
+        }
+    }
+    *data_params = kept;
+    *params = sources
+        .into_iter()
+        .map(|mut v| match v.len() {
+            1 => v.remove(0),
+            _ => ParamSource::All(v),
+        })
+        .collect();
+}
+
+/// Puts the parameters in `order` (written indexes): the bucket's values follow it.
+fn reorder(order: &[usize], data_params: &mut [ParamFilter], params: &mut Vec<ParamSource>) {
+    for f in data_params.iter_mut() {
+        if let ParamFilter::Param { param, .. } = f {
+            *param = order.iter().position(|w| w == param).unwrap_or(*param);
+        }
+    }
+    let mut written: Vec<Option<ParamSource>> = params.drain(..).map(Some).collect();
+    params.extend(
+        order
+            .iter()
+            .filter_map(|&w| written.get_mut(w).and_then(Option::take)),
+    );
 }
 
 /// The data side of one stream query, checked.
@@ -398,10 +434,16 @@ fn push_query(
     } = data;
     let Links {
         groups,
-        data_params,
-        params,
+        mut data_params,
+        mut params,
         ..
     } = links;
+    if ctx.compat.edition >= 3 {
+        merge_same_keys(&mut data_params, &mut params);
+        if let Some(order) = param_order::official_order(&data_params, &slots) {
+            reorder(&order, &mut data_params, &mut params);
+        }
+    }
     let mut filter_items: Vec<ParamFilter> =
         row_filters.into_iter().map(ParamFilter::Pred).collect();
     filter_items.extend(data_params);

@@ -94,10 +94,24 @@ fn stream(name: &str, query: &str) -> Case {
     let mut c = Case::new(name, yaml);
     c = access(c, "a1", "u1", "p1");
     c = access(c, "a2", "u2", "p2");
+    c = access(c, "a3", "u3", "p2");
     c = with_task(c, "t1", "p1", "u1");
     c = with_task(c, "t2", "p2", "u2");
-    c.request(Request::claims(json!({"sub": "u1"})).subscribe("s", json!({"project": "p2"})))
-        .request(Request::claims(json!({"sub": "u2"})).subscribe("s", json!({})))
+    for (id, org, admin) in [("u1", "o1", "t"), ("u2", "o2", "f"), ("u3", "o1", "f")] {
+        c = c.row(
+            "users",
+            &[
+                ("id", "text", Some(id)),
+                ("org", "text", Some(org)),
+                ("admin", "bool", Some(admin)),
+            ],
+        );
+    }
+    c.request(
+        Request::claims(json!({"sub": "u1", "org": "o1"})).subscribe("s", json!({"project": "p2"})),
+    )
+    .request(Request::claims(json!({"sub": "u2", "org": "o2"})).subscribe("s", json!({})))
+    .request(Request::claims(json!({"sub": "u3", "org": "o3"})).subscribe("s", json!({})))
 }
 
 /// Stream features, each on its own.
@@ -111,10 +125,49 @@ fn streams() -> Vec<Case> {
         stream("streams/auth-user", "SELECT * FROM tasks WHERE owner_id = auth.user_id()"),
         stream("streams/row-filter", "SELECT id FROM tasks WHERE owner_id = auth.user_id() AND priority > 1"),
         stream(
-            "streams/join",
+            "streams/nested-subquery",
+            "SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM user_project_access WHERE user_id IN (SELECT id FROM users WHERE org = auth.parameter('org')))",
+        ),
+        stream(
+            "streams/nested-subquery-with-filters",
+            "SELECT id, title FROM tasks WHERE priority > 1 AND project_id IN (SELECT project_id FROM user_project_access WHERE user_id IN (SELECT id FROM users WHERE org = auth.parameter('org') AND admin))",
+        ),
+        stream(
+            "streams/nested-subquery-and-request-link",
+            "SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM user_project_access WHERE user_id = auth.user_id() AND user_id IN (SELECT id FROM users WHERE org = auth.parameter('org')))",
+        ),
+        stream(
+            "joins/inner",
             "SELECT tasks.* FROM tasks INNER JOIN user_project_access a ON a.project_id = tasks.project_id WHERE a.user_id = auth.user_id()",
-        )
-        .differs("compile", NOT_BUILT),
+        ),
+        stream(
+            "joins/comma",
+            "SELECT t.id, t.title FROM tasks t, user_project_access a WHERE t.project_id = a.project_id AND a.user_id = auth.user_id()",
+        ),
+        stream(
+            "joins/chain",
+            "SELECT tasks.* FROM tasks JOIN user_project_access a ON a.project_id = tasks.project_id JOIN users u ON u.id = a.user_id WHERE u.org = auth.parameter('org')",
+        ),
+        stream(
+            "joins/filters-on-every-table",
+            "SELECT tasks.id FROM tasks JOIN user_project_access a ON a.project_id = tasks.project_id JOIN users u ON a.user_id = u.id WHERE u.org = auth.parameter('org') AND u.admin AND tasks.priority > 1 AND a.id != 'a9'",
+        ),
+        stream(
+            "joins/composite-key",
+            "SELECT tasks.* FROM tasks JOIN user_project_access a ON a.project_id = tasks.project_id AND a.user_id = tasks.owner_id WHERE a.user_id = auth.user_id()",
+        ),
+        stream(
+            "joins/subscription-parameter",
+            "SELECT tasks.* FROM tasks JOIN user_project_access a ON a.project_id = tasks.project_id WHERE a.project_id = subscription.parameter('project') AND a.user_id = auth.user_id()",
+        ),
+        stream(
+            "joins/joined-table-without-request",
+            "SELECT tasks.* FROM tasks JOIN users u ON u.id = tasks.owner_id WHERE u.admin",
+        ),
+        stream("joins/left-join", "SELECT tasks.* FROM tasks LEFT JOIN users u ON u.id = tasks.owner_id WHERE u.id = auth.user_id()"),
+        stream("joins/unqualified-column", "SELECT tasks.* FROM tasks JOIN users u ON u.id = tasks.owner_id WHERE org = auth.parameter('org')"),
+        stream("joins/star", "SELECT * FROM tasks JOIN users u ON u.id = tasks.owner_id WHERE u.org = auth.parameter('org')"),
+        stream("joins/two-selected-tables", "SELECT tasks.id, u.org FROM tasks JOIN users u ON u.id = tasks.owner_id WHERE u.id = auth.user_id()"),
         stream(
             "streams/not-in-subquery",
             "SELECT * FROM tasks WHERE project_id NOT IN (SELECT project_id FROM user_project_access WHERE user_id = auth.user_id())",

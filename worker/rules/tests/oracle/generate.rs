@@ -313,10 +313,76 @@ fn link_cases(rng: &mut Rng, n: usize) -> Vec<Case> {
         .collect()
 }
 
+/// A row of `m` (memberships: a user and a key) or `g` (users: an id and an org).
+fn side_rows(rng: &mut Rng, case: &mut Case) {
+    for r in 0..4 {
+        let id = format!("m{r}");
+        let key = rng.pick(&["u1", "p1", "1", "abc", "r1"]);
+        let uid = rng.pick(&["u1", "u2", "1"]);
+        let flag = rng.pick(&["t", "f"]);
+        let columns = vec![
+            ("id", "text", Some(id.as_str())),
+            ("key", "text", Some(key)),
+            ("uid", "text", Some(uid)),
+            ("flag", "bool", Some(flag)),
+        ];
+        *case = std::mem::replace(case, Case::new("", "")).row("m", &columns);
+    }
+    for (id, org) in [("u1", "u1"), ("u2", "p1"), ("1", "u1")] {
+        let org = if rng.chance(20) { None } else { Some(org) };
+        *case = std::mem::replace(case, Case::new("", ""))
+            .row("g", &[("id", "text", Some(id)), ("org", "text", org)]);
+    }
+}
+
+/// Joins and streams with several parameters at edition 3: random shapes over `t`, `m`
+/// and `g`, random rows that meet, random requests.
+fn join_cases(rng: &mut Rng, n: usize) -> Vec<Case> {
+    (0..n)
+        .map(|k| {
+            let column = rng.pick(&["v", "s", "id", "n"]);
+            let request = rng.pick(REQUEST_VALUES);
+            let filter = match rng.below(4) {
+                0 => " AND m.flag".to_string(),
+                1 => " AND t.i > 0".to_string(),
+                2 => " AND NOT m.flag AND t.b".to_string(),
+                _ => String::new(),
+            };
+            let select = match rng.below(5) {
+                0 => format!("SELECT t.id, t.v FROM t JOIN m ON m.key = t.{column} WHERE m.uid = {request}{filter}"),
+                1 => format!("SELECT t.* FROM t JOIN m ON t.{column} = m.key JOIN g ON g.id = m.uid WHERE g.org = {request}{filter}"),
+                2 => format!("SELECT t.id FROM t, m WHERE m.key = t.v AND m.uid = t.{column} AND m.uid = {request}{filter}"),
+                3 => format!("SELECT t.id, t.n FROM t JOIN m ON m.key = t.{column}{}", filter.replacen(" AND", " WHERE", 1)),
+                _ => format!(
+                    "SELECT t.id FROM t WHERE t.{column} = {request} AND t.{} = {}",
+                    rng.pick(&["v", "s", "i", "b"]),
+                    rng.pick(REQUEST_VALUES)
+                ),
+            };
+            let yaml = format!(
+                "config:\n  edition: 3\nstreams:\n  s:\n    auto_subscribe: {}\n    query: '{}'\n",
+                rng.chance(50),
+                select.replace('\'', "''")
+            );
+            let mut case = Case::new(format!("joins/generated/{k}"), yaml);
+            for r in 0..3 {
+                let columns = random_row(rng, &format!("r{r}"));
+                case.rows.push(super::Row { table: "t".into(), columns });
+            }
+            side_rows(rng, &mut case);
+            for _ in 0..3 {
+                case = case.request(random_request(rng, 3));
+            }
+            case
+        })
+        .collect()
+}
+
 /// The generated part of the corpus.
 pub fn all(seed: u64) -> Vec<Case> {
     let mut rng = Rng(seed | 1);
     let mut out = expression_cases(&mut rng, 400);
     out.extend(link_cases(&mut rng, 150));
+    out.extend(join_cases(&mut rng, 150));
     out
 }
