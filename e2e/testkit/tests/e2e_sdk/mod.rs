@@ -18,6 +18,7 @@ mod auth;
 mod checkpoint_requests;
 mod deploys;
 mod end_to_end;
+mod joins;
 mod metrics;
 mod selftest;
 mod source_changes;
@@ -72,6 +73,13 @@ impl Rules {
     }
 }
 
+/// The `client_auth` section of the test tokens (HS256 with [`SECRET`]).
+fn client_auth() -> String {
+    format!(
+        "client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: psm-e2e, k: {SECRET}}}\n"
+    )
+}
+
 /// Fields drop in order: the clusters stop (their drop reads the pid from the data
 /// directory) before the directory is removed.
 struct Rig {
@@ -88,15 +96,22 @@ impl Rig {
     /// The primary with the fixture at a small profile and a sync replica streaming
     /// from it; fails when the SDK client is not installed.
     fn start(rules: Rules) -> Self {
-        let client_auth = format!(
-            "client_auth:\n  audience: [{AUDIENCE}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: psm-e2e, k: {SECRET}}}\n"
-        );
-        Self::start_with(rules, &client_auth, PgInstall::pg16())
+        Self::start_with(rules, &client_auth(), PgInstall::pg16())
     }
 
     /// [`Self::start`] with a `client_auth` section (YAML) of the test's own, and servers
     /// started from `install` (which may carry environment variables).
     fn start_with(rules: Rules, client_auth: &str, install: PgInstall) -> Self {
+        let text = std::fs::read_to_string(fixture_dir().join(rules.file())).unwrap();
+        Self::start_serving(rules, &text, client_auth, install)
+    }
+
+    /// [`Self::start`] serving `rules_text` (of the `rules` format) instead of the fixture's.
+    fn start_with_rules(rules: Rules, rules_text: &str) -> Self {
+        Self::start_serving(rules, rules_text, &client_auth(), PgInstall::pg16())
+    }
+
+    fn start_serving(rules: Rules, rules_text: &str, client_auth: &str, install: PgInstall) -> Self {
         require_sdk_client();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
@@ -106,8 +121,7 @@ impl Rig {
             &[("U", "8"), ("P", "12"), ("T", "25"), ("D", "6"), ("S", "4")],
         );
         let http_port = free_port();
-        let rules_text = std::fs::read_to_string(fixture_dir().join(rules.file())).unwrap();
-        let rules_path = dir.write("rules.yaml", &rules_text);
+        let rules_path = dir.write("rules.yaml", rules_text);
         let config = format!(
             "replication:\n  connections:\n    - type: postgresql\n      uri: {}\n      sslmode: disable\n\
              sync_config:\n  path: {}\n{client_auth}port: {http_port}\n",

@@ -1,0 +1,92 @@
+//! The official SDK on streams written with the Sync Streams language's joins: a join chain
+//! (tasks → the user's access rows → projects), a global CTE, `queries:`; the joined
+//! tables change (a user joins and leaves a project, a project changes owner, a project is
+//! filtered out) and the client ends equal to the primary each time.
+use serde_json::json;
+
+use super::{assert_no_warnings, wait_equal_to, Rig, Rules, USER};
+
+const COLUMNS: &str = "tasks.id, tasks.org_id, tasks.project_id, tasks.title, tasks.status, \
+    tasks.priority, tasks.assignee_id, tasks.story_points, tasks.updated_at, tasks.summary";
+
+/// `tasks_by_auth_project` (the stream the test client subscribes) reaches tasks through the
+/// user's access rows and the projects they name; `owned` (a default stream) through a
+/// global CTE of the projects the user owns, and by a second query the user's urgent tasks.
+fn rules() -> String {
+    format!(
+        "config:\n  edition: 3\nwith:\n  owned_projects: SELECT id AS id FROM projects WHERE owner_id = auth.user_id()\n\
+         streams:\n  tasks_by_auth_project:\n    query: SELECT {COLUMNS} FROM tasks \
+         JOIN user_project_access a ON a.project_id = tasks.project_id \
+         JOIN projects p ON p.id = a.project_id WHERE a.user_id = auth.user_id() AND p.priority > 0\n\
+         \x20 owned:\n    auto_subscribe: true\n    queries:\n      \
+         - SELECT {COLUMNS} FROM tasks, owned_projects WHERE tasks.project_id = owned_projects.id\n      \
+         - SELECT {COLUMNS} FROM tasks WHERE tasks.assignee_id = auth.user_id() AND tasks.priority > 4\n"
+    )
+}
+
+/// The tasks the rules give the user, by the primary's own SQL.
+fn expected_filter() -> String {
+    format!(
+        "project_id IN (SELECT a.project_id FROM user_project_access a JOIN projects p ON p.id = a.project_id \
+         WHERE a.user_id = '{USER}' AND p.priority > 0) \
+         OR project_id IN (SELECT id FROM projects WHERE owner_id = '{USER}') \
+         OR (assignee_id = '{USER}' AND priority > 4)"
+    )
+}
+
+#[test]
+fn sdk_syncs_streams_with_joins_ctes_and_queries_as_their_tables_change() {
+    let rig = Rig::start_with_rules(Rules::Streams, &rules());
+    // The fixture has no projects: one per task project, owned by another user, all in.
+    rig.primary.sql(
+        "INSERT INTO projects (id, org_id, code, name, status, priority, owner_id, updated_at, summary) \
+         SELECT DISTINCT project_id, org_id, 'c', 'n', 'active', 1, 'user-org-001-0002', now(), 's' FROM tasks",
+    );
+    rig.wait_replicated();
+    let mut client = rig.client().watch();
+    let expect = |client: &mut testkit::WatchClient, what: &str| {
+        let want = rig.expected_tasks_where(&expected_filter(), "summary");
+        assert!(
+            want.as_array().is_some_and(|rows| !rows.is_empty()),
+            "{what}: the scenario should give the user rows"
+        );
+        wait_equal_to(client, want, what);
+    };
+    expect(&mut client, "initial sync through the join chain");
+
+    // A user joins a project, then leaves another.
+    let joined = rig.primary.sql(&format!(
+        "SELECT min(project_id) FROM tasks WHERE project_id NOT IN \
+         (SELECT project_id FROM user_project_access WHERE user_id = '{USER}')"
+    ));
+    rig.primary.sql(&format!(
+        "INSERT INTO user_project_access VALUES ('access-e2e-join', '{USER}', 'org-001', '{joined}', 'member', now())"
+    ));
+    expect(&mut client, "the user joined a project");
+    let left = rig.primary.sql(&format!(
+        "SELECT min(project_id) FROM user_project_access WHERE user_id = '{USER}' AND project_id <> '{joined}'"
+    ));
+    rig.primary.sql(&format!(
+        "DELETE FROM user_project_access WHERE user_id = '{USER}' AND project_id = '{left}'"
+    ));
+    expect(&mut client, "the user left a project");
+
+    // A project the user has no access row for changes owner to the user, then back.
+    rig.primary.sql(&format!(
+        "UPDATE projects SET owner_id = '{USER}' WHERE id = '{left}'"
+    ));
+    expect(&mut client, "a project changed owner to the user");
+    rig.primary.sql(&format!(
+        "UPDATE projects SET owner_id = 'user-org-001-0002' WHERE id = '{left}'"
+    ));
+    expect(&mut client, "the project changed owner away from the user");
+
+    // The project the user joined is filtered out by the last table of the chain.
+    rig.primary.sql(&format!(
+        "UPDATE projects SET priority = 0 WHERE id = '{joined}'"
+    ));
+    expect(&mut client, "a joined project filtered out");
+    let dump = client.send(&json!({"cmd": "dump"}));
+    assert_no_warnings(&dump, "joins");
+    client.finish();
+}
