@@ -44,12 +44,20 @@ fn sdk_syncs_streams_with_joins_ctes_and_queries_as_their_tables_change() {
     );
     rig.wait_replicated();
     let mut client = rig.client().watch();
+    // Each step must change what the user sees, or it would prove nothing.
+    let previous = std::cell::RefCell::new(serde_json::Value::Null);
     let expect = |client: &mut testkit::WatchClient, what: &str| {
         let want = rig.expected_tasks_where(&expected_filter(), "summary");
         assert!(
             want.as_array().is_some_and(|rows| !rows.is_empty()),
             "{what}: the scenario should give the user rows"
         );
+        assert_ne!(
+            *previous.borrow(),
+            want,
+            "{what}: the step changed nothing the user sees"
+        );
+        previous.replace(want.clone());
         wait_equal_to(client, want, what);
     };
     expect(&mut client, "initial sync through the join chain");

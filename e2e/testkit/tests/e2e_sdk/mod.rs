@@ -111,7 +111,12 @@ impl Rig {
         Self::start_serving(rules, rules_text, &client_auth(), PgInstall::pg16())
     }
 
-    fn start_serving(rules: Rules, rules_text: &str, client_auth: &str, install: PgInstall) -> Self {
+    fn start_serving(
+        rules: Rules,
+        rules_text: &str,
+        client_auth: &str,
+        install: PgInstall,
+    ) -> Self {
         require_sdk_client();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
