@@ -13,7 +13,7 @@
 #   PSM_BENCH_PROFILE_DOWNLOAD=<file> perf record of the worker during the download
 #   PSM_BENCH_PROFILE_RECOPY=<file>   perf record of the worker during the re-copies
 #   PSM_BENCH_DEPLOY=1                at the end, time two rules deploys (scripts/bench_deploy.py):
-#                                     one adding a stream, one renaming tasks_dashboard
+#                                     one adding a stream, one renaming tasks
 #   PSM_BENCH_MIGRATION=1             then ALTER TABLE tasks ADD COLUMN (a column the rules do
 #                                     not read) under a connected client, and time the next
 #                                     PSM_BENCH_COMMITS commits (scripts/bench_stream.py)

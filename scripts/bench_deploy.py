@@ -6,9 +6,10 @@ usage: bench_deploy.py MODE CONFIG RULES_OUT STORE_DIR WORKER_PID -- PSQL_COMMAN
 Both modes deploy inside the served store (docs/operations.md 3.4). MODE `add`: the
 fixture's streams and one more, `my_access` (not subscribed by default), reading only
 `user_project_access`: no bucket of the fixture's streams changes, only that table is
-copied again. MODE `rename`: the fixture's streams with `tasks_dashboard` renamed (a stream
-removed, one added: `tasks` is copied again, every row gets a PUT in the new stream's
-bucket; the old one's is no longer served). Writes the rules to RULES_OUT, points the
+copied again. MODE `rename`: the fixture's streams with `tasks` renamed (a stream removed,
+one added: the global bucket `tasks_dashboard` shares is named after the first of the two,
+so `tasks` is copied again, every row gets a PUT in the renamed stream's bucket; the old
+one's is no longer served). Writes the rules to RULES_OUT, points the
 configuration file's `sync_config.path` at it, calls powersync_mdbx.reload() and polls
 status() every 0.2 s until the new rules are served. Prints one JSON object, keys
 prefixed `deploy_<mode>_`: the deploy's seconds (reload to switch), the worker CPU it took,
@@ -61,7 +62,7 @@ def main():
     if mode == "add":
         rules = rules.rstrip("\n") + "\n" + ADDED_STREAM
     elif mode == "rename":
-        rules = rules.replace("tasks_dashboard:", "tasks_board:")
+        rules = rules.replace("\n  tasks:\n", "\n  tasks_board:\n")
     else:
         sys.exit(f"unknown mode {mode}")
     open(rules_out, "w").write(rules)

@@ -113,6 +113,18 @@ pub(crate) fn check_limit(n: usize, max: usize) -> Result<(), RulesError> {
 }
 
 impl LookupGroup {
+    /// The group without the names its lookups are stored under (to compare what it reads).
+    pub(crate) fn unnamed(mut self) -> Self {
+        if let LookupGroup::Table {
+            source, branches, ..
+        } = &mut self
+        {
+            source.clear();
+            branches.iter_mut().for_each(|b| b.query_id.clear());
+        }
+        self
+    }
+
     /// The group as the `offset`-th and later groups of a longer list: its links to
     /// earlier groups shift with it.
     pub(crate) fn rebased(mut self, offset: usize) -> Self {

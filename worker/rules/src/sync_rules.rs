@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sha2::{Digest, Sha256};
 
 use super::bucket::BucketVersion;
-use super::compile::{legacy, streams};
+use super::compile::{bucket_sources, legacy, streams};
 use super::error::RulesError;
 use super::fingerprint::Fingerprint;
 use super::options::Compatibility;
@@ -106,10 +106,19 @@ impl SyncRules {
                 resolvers: c.resolvers,
             });
         }
+        let mut names = bucket_sources::Names::default();
         for s in &raw.streams {
             let c = streams::compile(s, &raw.with, compat, version)?;
-            note_readers(c.fingerprint, tables_read(&c.data, &c.lookups));
-            data.extend(c.data);
+            let mut resolvers = Vec::new();
+            let mut filled = Vec::new();
+            for b in c.buckets {
+                let share = compat.edition >= 3;
+                let (resolver, evaluators) = names.assign(b, share, version, &c.fingerprint);
+                resolvers.push(resolver);
+                filled.extend(evaluators);
+            }
+            note_readers(c.fingerprint, tables_read(&filled, &c.lookups));
+            data.extend(filled);
             lookups.extend(c.lookups);
             sources.push(BucketSource {
                 name: s.name.clone(),
@@ -117,7 +126,7 @@ impl SyncRules {
                 priority: s.priority.unwrap_or(DEFAULT_PRIORITY),
                 is_default: s.auto_subscribe,
                 parameters: Vec::new(),
-                resolvers: c.resolvers,
+                resolvers,
             });
         }
         let mut plans: BTreeMap<TableRef, TablePlan> = BTreeMap::new();

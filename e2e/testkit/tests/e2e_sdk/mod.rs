@@ -67,7 +67,7 @@ impl Rules {
     /// Buckets that do not depend on the user's project access.
     fn global_buckets(self) -> usize {
         match self {
-            Self::Streams => 2, // tasks, tasks_dashboard
+            Self::Streams => 1, // tasks, which tasks_dashboard shares
             Self::Legacy => 1,  // all_tasks
         }
     }

@@ -2,6 +2,7 @@
 //! `select_list`, parameter/lookup queries in `lookup`). `legacy` handles
 //! `bucket_definitions`, `streams` handles sync streams.
 
+pub(crate) mod bucket_sources;
 pub mod joins;
 pub mod legacy;
 pub mod lookup;

@@ -9,6 +9,7 @@
 use sqlparser::ast::{Query, Spanned};
 use sqlparser::tokenizer::Span;
 
+use super::bucket_sources::{self, StreamBucket};
 use super::lookup::{lookup_query, plain_select, LookupQuery};
 use super::select_list::{data_projection, Shape};
 use super::{from_items, joins, param_order, FromItem, MAX_BRANCHES};
@@ -32,8 +33,8 @@ const KIND: &str = "stream";
 
 /// A compiled stream.
 pub(crate) struct CompiledStream {
-    pub resolvers: Vec<BucketResolver>,
-    pub data: Vec<(TableRef, DataEvaluator)>,
+    /// Its buckets, not yet named (see `bucket_sources`).
+    pub buckets: Vec<StreamBucket>,
     pub lookups: Vec<(TableRef, LookupCreator)>,
     /// What the stream makes of rows (its bucket names carry it).
     pub fingerprint: Fingerprint,
@@ -56,8 +57,7 @@ pub(crate) fn compile(
         ),
     };
     let mut out = CompiledStream {
-        resolvers: Vec::new(),
-        data: Vec::new(),
+        buckets: Vec::new(),
         lookups: Vec::new(),
         fingerprint,
     };
@@ -68,8 +68,11 @@ pub(crate) fn compile(
             "query".to_string()
         };
         let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
-        let prefix = version.prefix(&format!("{}|{k}", s.name), &fingerprint);
-        query(&ctx, s, k, global_with, prefix, &sources, &mut out)?;
+        let name = format!("{}|{k}", s.name);
+        query(&ctx, s, k, global_with, name, &sources, &mut out)?;
+    }
+    if compat.edition >= 3 {
+        out.buckets = bucket_sources::merge_within_stream(std::mem::take(&mut out.buckets));
     }
     Ok(out)
 }
@@ -111,7 +114,7 @@ fn query(
     s: &RawStream,
     k: usize,
     global_with: &[(String, String)],
-    prefix: String,
+    name: String,
     sources: &LookupSources,
     out: &mut CompiledStream,
 ) -> Result<(), RulesError> {
@@ -183,7 +186,7 @@ fn query(
     }
     let data = DataQuery {
         table: data_table,
-        prefix,
+        name,
         slots: scope.slots,
         shape,
         row_filters,
@@ -411,7 +414,7 @@ fn reorder(order: &[usize], data_params: &mut [ParamFilter], params: &mut Vec<Pa
 /// The data side of one stream query, checked.
 struct DataQuery {
     table: FromItem,
-    prefix: String,
+    name: String,
     slots: Vec<String>,
     shape: Shape,
     row_filters: Vec<Expr>,
@@ -427,7 +430,7 @@ fn push_query(
 ) {
     let DataQuery {
         table: data_table,
-        prefix,
+        name,
         slots,
         shape,
         row_filters,
@@ -452,10 +455,10 @@ fn push_query(
     } else {
         ParamFilter::And(filter_items)
     };
-    out.data.push((
+    let evaluator = (
         data_table.table.clone(),
         DataEvaluator {
-            prefix: prefix.clone(),
+            prefix: String::new(),
             object_type: data_table
                 .alias
                 .clone()
@@ -467,13 +470,17 @@ fn push_query(
             filter,
             params: params.len(),
         },
-    ));
-    out.resolvers.push(BucketResolver {
-        prefix,
-        request_filters,
-        groups,
-        params,
-        priority: None,
-        null_makes_no_bucket: ctx.compat.edition >= 3,
+    );
+    out.buckets.push(StreamBucket {
+        name,
+        resolver: BucketResolver {
+            prefix: String::new(),
+            request_filters,
+            groups,
+            params,
+            priority: None,
+            null_makes_no_bucket: ctx.compat.edition >= 3,
+        },
+        evaluators: vec![evaluator],
     });
 }

@@ -78,12 +78,7 @@ fn fixture() -> Vec<Case> {
             c = with_task(c, "t1", "p1", "u1");
             c = with_task(c, "t2", "p2", "u2");
             c = with_task(c, "t3", "p3", "u2");
-            let c = requests.iter().fold(c, |c, r| c.request(r.clone()));
-            if name.starts_with("sync-config") {
-                c.differs("row 3", "the official compiler merges streams with identical queries (`tasks` and `tasks_dashboard`) into one bucket source, `tasks|0[]`; here each stream has its own (docs/sync-rules.md, known differences)")
-            } else {
-                c
-            }
+            requests.iter().fold(c, |c, r| c.request(r.clone()))
         })
         .collect()
 }
@@ -180,9 +175,55 @@ fn streams() -> Vec<Case> {
             let c = access(Case::new("streams/queries-share-a-bucket", yaml), "a1", "u1", "p1");
             with_task(c, "t1", "p1", "u1")
                 .request(Request::claims(json!({"sub": "u1"})))
-                .differs("row 1", "not built yet (the Sync Streams issue): queries of one stream with the same bucket parameters share one bucket (`s|0`); here each query has its own (`s|1`)")
         },
     ]
+}
+
+/// Buckets shared between the queries of a stream and between streams (edition 3).
+fn sharing() -> Vec<Case> {
+    let configs = [
+        (
+            "sharing/identical-streams",
+            "  a:\n    auto_subscribe: true\n    query: SELECT * FROM tasks\n  b:\n    auto_subscribe: true\n    query: SELECT * FROM tasks\n",
+        ),
+        (
+            "sharing/same-partition-other-request-values",
+            "  a:\n    queries:\n      - SELECT * FROM tasks WHERE project_id = auth.parameter('project')\n      - SELECT * FROM tasks WHERE project_id = subscription.parameter('project')\n",
+        ),
+        (
+            "sharing/across-streams-by-partition",
+            "  a:\n    query: SELECT * FROM tasks WHERE project_id = subscription.parameter('project')\n  b:\n    query: SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM user_project_access WHERE user_id = auth.user_id())\n",
+        ),
+        (
+            "sharing/queries-of-two-tables",
+            "  a:\n    queries:\n      - SELECT * FROM tasks WHERE owner_id = auth.user_id()\n      - SELECT * FROM user_project_access WHERE user_id = auth.user_id()\n      - SELECT id FROM tasks WHERE project_id = auth.user_id()\n",
+        ),
+        (
+            "sharing/different-columns-do-not-share",
+            "  a:\n    auto_subscribe: true\n    query: SELECT id FROM tasks\n  b:\n    auto_subscribe: true\n    query: SELECT id, title FROM tasks\n",
+        ),
+    ];
+    configs
+        .iter()
+        .map(|(name, streams)| {
+            let yaml = format!("config:\n  edition: 3\nstreams:\n{streams}");
+            let mut c = Case::new(*name, yaml);
+            c = access(c, "a1", "u1", "p1");
+            c = access(c, "a2", "u1", "p2");
+            c = with_task(c, "t1", "p1", "u1");
+            c = with_task(c, "t2", "p2", "u2");
+            c.request(
+                Request::claims(json!({"sub": "u1", "project": "p1"}))
+                    .subscribe("a", json!({"project": "p2"}))
+                    .subscribe("b", json!({"project": "p1"})),
+            )
+            .request(
+                Request::claims(json!({"sub": "u2"}))
+                    .no_defaults()
+                    .subscribe("b", json!({})),
+            )
+        })
+        .collect()
 }
 
 /// Where this crate differs on purpose.
@@ -202,6 +243,7 @@ fn deliberate() -> Vec<Case> {
 pub fn all() -> Vec<Case> {
     let mut out = fixture();
     out.extend(streams());
+    out.extend(sharing());
     out.extend(deliberate());
     out
 }

@@ -77,6 +77,7 @@ pub fn evaluate(case: &Case) -> Value {
                                 })
                                 .collect();
                             reasons.sort();
+                            reasons.dedup();
                             format!("{} p{} {}", b.name, b.priority, reasons.join(","))
                         })
                         .collect();
