@@ -124,7 +124,10 @@ fn normalize(theirs: &Value) -> Value {
                     format!("{} {} {} {}", s("bucket"), s("table"), s("id"), s("data"))
                 })
                 .collect();
+            // Two data queries of one bucket may both put a row there: the service's storage
+            // keeps one op per (bucket, table, id), as this crate evaluates it.
             puts.sort();
+            puts.dedup();
             let error =
                 r.get("thrown").is_some() || r["errors"].as_array().is_some_and(|e| !e.is_empty());
             json!({"puts": puts, "error": error})

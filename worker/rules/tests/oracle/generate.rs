@@ -378,11 +378,72 @@ fn join_cases(rng: &mut Rng, n: usize) -> Vec<Case> {
         .collect()
 }
 
+/// Query shapes for [`sharing_cases`]: several give the same buckets, some differ only in
+/// how a request instantiates them, some in what they put in a bucket. None selects other
+/// columns of a table another selects: two such queries of one stream reached alike put
+/// one row into one bucket with two different objects (see `deliberate` in `cases.rs`).
+const SHAPES: &[&str] = &[
+    "SELECT * FROM t",
+    "SELECT * FROM m",
+    "SELECT * FROM t WHERE v = auth.user_id()",
+    "SELECT * FROM t WHERE v = subscription.parameter(''p'')",
+    "SELECT * FROM t WHERE v IN subscription.parameter(''ids'')",
+    "SELECT * FROM m WHERE uid = auth.user_id()",
+    "SELECT * FROM m WHERE key = auth.user_id()",
+    "SELECT t.* FROM t JOIN m ON m.key = t.v WHERE m.uid = auth.user_id()",
+    "SELECT * FROM t WHERE v IN (SELECT key FROM m WHERE uid = auth.user_id())",
+    "SELECT * FROM t WHERE v = auth.user_id() AND auth.parameter(''team'') IS NOT NULL",
+];
+
+/// Configs of two or three streams of one to three queries each, drawn from [`SHAPES`]:
+/// which buckets they share and how requests reach them (edition 3).
+fn sharing_cases(rng: &mut Rng, n: usize) -> Vec<Case> {
+    (0..n)
+        .map(|k| {
+            let mut yaml = String::from("config:\n  edition: 3\nstreams:\n");
+            let streams = 2 + rng.below(2);
+            for i in 0..streams {
+                yaml.push_str(&format!(
+                    "  s{i}:\n    auto_subscribe: {}\n    queries:\n",
+                    rng.chance(50)
+                ));
+                for _ in 0..1 + rng.below(3) {
+                    yaml.push_str(&format!("      - '{}'\n", rng.pick(SHAPES)));
+                }
+            }
+            let mut case = Case::new(format!("sharing/generated/{k}"), yaml);
+            for r in 0..3 {
+                let columns = random_row(rng, &format!("r{r}"));
+                case.rows.push(super::Row {
+                    table: "t".into(),
+                    columns,
+                });
+            }
+            side_rows(rng, &mut case);
+            for _ in 0..3 {
+                let mut q = random_request(rng, 3);
+                q.subscriptions = (0..rng.below(3))
+                    .map(|_| {
+                        (
+                            format!("s{}", rng.below(streams)),
+                            json!({"p": random_value(rng), "ids": ["u1", "p1"]}),
+                            None,
+                        )
+                    })
+                    .collect();
+                case = case.request(q);
+            }
+            case
+        })
+        .collect()
+}
+
 /// The generated part of the corpus.
 pub fn all(seed: u64) -> Vec<Case> {
     let mut rng = Rng(seed | 1);
     let mut out = expression_cases(&mut rng, 400);
     out.extend(link_cases(&mut rng, 150));
     out.extend(join_cases(&mut rng, 150));
+    out.extend(sharing_cases(&mut rng, 100));
     out
 }
