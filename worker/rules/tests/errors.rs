@@ -368,7 +368,9 @@ fn stream_cases() -> Vec<Case> {
             "function `json_valid` is not supported at edition 3",
         ),
         (
-            stream("SELECT * FROM t WHERE a = auth.user_id() OR b = auth.user_id()"),
+            // Edition 2 (the alpha compiler); edition 3 makes a bucket of each branch.
+            stream("SELECT * FROM t WHERE a = auth.user_id() OR b = auth.user_id()")
+                .replace("edition: 3", "edition: 2"),
             "s1",
             "query",
             1,

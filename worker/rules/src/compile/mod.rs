@@ -9,6 +9,7 @@ pub mod lookup;
 pub(crate) mod param_order;
 pub mod select_list;
 pub mod streams;
+pub(crate) mod variants;
 
 use sqlparser::ast::{ObjectNamePart, Select, Spanned, TableFactor};
 

@@ -12,7 +12,7 @@ use sqlparser::tokenizer::Span;
 use super::bucket_sources::{self, StreamBucket};
 use super::lookup::{lookup_query, plain_select, LookupQuery};
 use super::select_list::{data_projection, Shape};
-use super::{from_items, joins, param_order, FromItem, MAX_BRANCHES};
+use super::{from_items, joins, param_order, variants, FromItem, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::expr::Expr;
@@ -61,6 +61,7 @@ pub(crate) fn compile(
         lookups: Vec::new(),
         fingerprint,
     };
+    let mut counter = 0;
     for (k, sql) in s.queries.iter().enumerate() {
         let label = if s.uses_queries_key {
             format!("queries[{k}]")
@@ -68,8 +69,7 @@ pub(crate) fn compile(
             "query".to_string()
         };
         let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
-        let name = format!("{}|{k}", s.name);
-        query(&ctx, s, k, global_with, name, &sources, &mut out)?;
+        query(&ctx, s, k, &mut counter, global_with, &sources, &mut out)?;
     }
     if compat.edition >= 3 {
         out.buckets = bucket_sources::merge_within_stream(std::mem::take(&mut out.buckets));
@@ -109,12 +109,15 @@ fn cte_lookup(
     }))
 }
 
+/// One query of a stream: at edition 3 one compiled query per variant of its WHERE clause
+/// (see `variants`), each named by the stream's next number (`counter`).
+#[allow(clippy::too_many_arguments)]
 fn query(
     ctx: &QueryCtx<'_>,
     s: &RawStream,
     k: usize,
+    counter: &mut usize,
     global_with: &[(String, String)],
-    name: String,
     sources: &LookupSources,
     out: &mut CompiledStream,
 ) -> Result<(), RulesError> {
@@ -125,18 +128,90 @@ fn query(
         None => (select, Vec::new()),
     };
     let from = from_items(ctx, &select)?;
-    let Some(data_table) = from.first().cloned() else {
+    let Some(data_table) = from.first() else {
         return Err(ctx.err(
             select.select_token.0.span,
             "a stream query needs FROM <table>",
             "`SELECT ... FROM <table> WHERE ...`",
         ));
     };
+    let variants = if ctx.compat.edition >= 3 {
+        let data: Vec<String> = [
+            Some(data_table.table.name.clone()),
+            data_table.alias.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let refs: Vec<String> = from[1..]
+            .iter()
+            .map(|f| f.alias.clone().unwrap_or_else(|| f.table.name.clone()))
+            .chain(joined.iter().map(|(alias, _)| alias.clone()))
+            .collect();
+        let reads = |e: &sqlparser::ast::Expr| variants::atom_reads(e, &data, &refs);
+        variants::split(ctx, select.selection.as_ref(), &reads)?
+    } else {
+        vec![select.selection.clone()]
+    };
+    for (v, selection) in variants.into_iter().enumerate() {
+        // Lookup ids of the first variant are those of earlier builds (stores keep them).
+        let id = if v == 0 {
+            k.to_string()
+        } else {
+            format!("{k}v{v}")
+        };
+        let name = format!("{}|{counter}", s.name);
+        *counter += 1;
+        let mut variant = select.clone();
+        variant.selection = selection;
+        let parts = QueryParts {
+            id: &id,
+            select: &variant,
+            from: &from,
+            joined: joined.clone(),
+        };
+        compile_variant(ctx, s, parts, global_with, name, sources, out)?;
+    }
+    Ok(())
+}
+
+/// A stream query (one variant of it) taken apart.
+struct QueryParts<'q> {
+    /// What its lookup ids start with.
+    id: &'q str,
+    select: &'q sqlparser::ast::Select,
+    from: &'q [FromItem],
+    /// The lookups standing for its joined tables.
+    joined: Vec<(String, sqlparser::ast::Select)>,
+}
+
+fn compile_variant(
+    ctx: &QueryCtx<'_>,
+    s: &RawStream,
+    parts: QueryParts<'_>,
+    global_with: &[(String, String)],
+    name: String,
+    sources: &LookupSources,
+    out: &mut CompiledStream,
+) -> Result<(), RulesError> {
+    let QueryParts {
+        id,
+        select,
+        from,
+        joined,
+    } = parts;
+    let data_table = from[0].clone();
     // Everything after the first FROM item must be a CTE.
     let mut links = joined_ctes(ctx, s, &from[1..], global_with, sources, out)?;
     for (n, (alias, lookup)) in joined.into_iter().enumerate() {
-        let id = format!("{k}.join{n}");
-        let mut q = lookup_query(ctx, &lookup, &sources.stream, &id, RequestStyle::Streams)?;
+        let lookup_id = format!("{id}.join{n}");
+        let mut q = lookup_query(
+            ctx,
+            &lookup,
+            &sources.stream,
+            &lookup_id,
+            RequestStyle::Streams,
+        )?;
         out.lookups.append(&mut q.creators);
         let group = q.push_groups(&mut links.groups);
         links.aliases.push((alias, group, q.outputs));
@@ -154,7 +229,7 @@ fn query(
         request: RequestStyle::Streams,
         slots: Vec::new(),
     };
-    let shape = data_projection(ctx, &mut scope, &select)?;
+    let shape = data_projection(ctx, &mut scope, select)?;
     let mut row_filters: Vec<Expr> = Vec::new();
     let mut request_filters = Vec::new();
     if let Some(w) = &select.selection {
@@ -167,10 +242,17 @@ fn query(
                 "split the alternatives into separate entries under `queries:`",
             ));
         };
-        row_filters.extend(branch.rows.iter().cloned());
+        // At edition 3 a condition that reads no column filters requests, not rows.
+        for r in &branch.rows {
+            if ctx.compat.edition >= 3 && !r.uses_row() {
+                request_filters.push(r.clone());
+            } else {
+                row_filters.push(r.clone());
+            }
+        }
         request_filters.extend(branch.requests.iter().cloned());
         for link in &branch.links {
-            links.add(ctx, k, sources, link, out)?;
+            links.add(ctx, id, sources, link, out)?;
         }
     }
     if let Some((alias, ..)) = links
@@ -248,7 +330,7 @@ impl Links {
     fn add(
         &mut self,
         ctx: &QueryCtx<'_>,
-        k: usize,
+        id: &str,
         sources: &LookupSources,
         link: &Cond,
         out: &mut CompiledStream,
@@ -279,7 +361,7 @@ impl Links {
                 self.params.push(param);
             }
             Cond::Subquery { row, query, span } => {
-                self.subquery(ctx, k, sources, i, row, query, *span, out)?
+                self.subquery(ctx, id, sources, i, row, query, *span, out)?
             }
             Cond::Row(_) | Cond::Request(_) => {}
         }
@@ -321,7 +403,7 @@ impl Links {
     fn subquery(
         &mut self,
         ctx: &QueryCtx<'_>,
-        k: usize,
+        id: &str,
         sources: &LookupSources,
         i: usize,
         row: &Expr,
@@ -330,8 +412,8 @@ impl Links {
         out: &mut CompiledStream,
     ) -> Result<(), RulesError> {
         let sub = plain_select(ctx, query, span)?;
-        let id = format!("{k}.sub{}", self.groups.len());
-        let mut q = lookup_query(ctx, sub, &sources.stream, &id, RequestStyle::Streams)?;
+        let sub_id = format!("{id}.sub{}", self.groups.len());
+        let mut q = lookup_query(ctx, sub, &sources.stream, &sub_id, RequestStyle::Streams)?;
         if q.outputs.len() != 1 {
             return Err(ctx.err(
                 span,

@@ -167,8 +167,9 @@ fn streams() -> Vec<Case> {
             "streams/not-in-subquery",
             "SELECT * FROM tasks WHERE project_id NOT IN (SELECT project_id FROM user_project_access WHERE user_id = auth.user_id())",
         ),
-        stream("streams/or-between-links", "SELECT * FROM tasks WHERE owner_id = auth.user_id() OR project_id = subscription.parameter('project')")
-            .differs("compile", NOT_BUILT),
+        stream("streams/or-between-links", "SELECT * FROM tasks WHERE owner_id = auth.user_id() OR project_id = subscription.parameter('project')"),
+        stream("streams/or-with-a-request-filter", "SELECT * FROM tasks WHERE owner_id = auth.user_id() AND (priority > 1 OR auth.parameter('org') = 'o1')"),
+        stream("streams/not-over-or", "SELECT * FROM tasks WHERE NOT (priority < 2 OR owner_id != 'u1') AND project_id = subscription.parameter('project')"),
         stream("streams/wildcard-table", "SELECT * FROM \\\"task%\\\" WHERE owner_id = auth.user_id()").differs("compile", NOT_BUILT),
         {
             let yaml = "config:\n  edition: 3\nstreams:\n  s:\n    auto_subscribe: true\n    queries:\n      - SELECT * FROM user_project_access\n      - SELECT * FROM tasks\n";

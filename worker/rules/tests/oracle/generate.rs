@@ -19,16 +19,12 @@
 //!   characters of a JSON string) and `json_array_length` of a non-array (it fails the row);
 //! - the truthiness of text at edition 3 (its evaluator takes `'a.b'` as true) and `!=`
 //!   there (it is `NOT (a = b)`, so `NULL != NULL` is 1);
-//! - a WHERE condition that reads no column at edition 3 (the official compiler keeps the
-//!   row whatever it says: `WHERE NULL` syncs every row), `json_extract` and `->>` paths
-//!   with `[n]` (deliberate: `docs/sync-rules.md`), `x IN <request JSON scalar>`, and `OR`
-//!   in a stream's WHERE at edition 3 (the official compiler makes a bucket source of each
-//!   branch: `s|0`, `s|1`, …);
+//! - `json_extract` and `->>` paths with `[n]` (deliberate: `docs/sync-rules.md`), and
+//!   `x IN <request JSON scalar>`;
 //! - an array or object inside an array a request expands (the official skips it);
 //! - at edition 2, a subscription to a default stream while defaults are off (the official
 //!   alpha compiler gives its buckets both reasons);
-//! - `IN (…)` lists (the official refuses them outside some positions) and `iif` at
-//!   edition 3 (the new compiler does not know it);
+//! - `IN (…)` lists (the official refuses them outside some positions);
 //! - integers inside a JSON array or object of the claims or client parameters, when the
 //!   array becomes text (the official holds them as JavaScript doubles and prints `1.0`).
 
@@ -154,7 +150,7 @@ fn expr(rng: &mut Rng, depth: usize) -> String {
         ),
         15 => format!("instr({}, {})", expr(rng, d), expr(rng, d)),
         16 => format!("ifnull({}, {})", expr(rng, d), expr(rng, d)),
-        17 => format!("ifnull({}, {})", expr(rng, d), expr(rng, d)),
+        17 => format!("iif({}, {}, {})", expr(rng, d), expr(rng, d), expr(rng, d)),
         18 => format!(
             "CAST({} AS {})",
             expr(rng, d),
@@ -178,11 +174,8 @@ fn expr(rng: &mut Rng, depth: usize) -> String {
 fn expr_for(rng: &mut Rng, depth: usize, edition: u8) -> String {
     loop {
         let e = expr(rng, depth);
-        let reads_column = e
-            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
-            .any(|w| COLUMNS.iter().any(|(name, ..)| *name == w));
-        let differs_at_3 = ["!=", "<>", "'", " OR "].iter().any(|s| e.contains(s));
-        if edition < 3 || (reads_column && !differs_at_3) {
+        let differs_at_3 = ["!=", "<>", "'"].iter().any(|s| e.contains(s));
+        if edition < 3 || !differs_at_3 {
             return e;
         }
     }
