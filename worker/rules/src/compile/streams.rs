@@ -31,6 +31,10 @@ use crate::yaml::RawStream;
 /// What errors call a stream.
 const KIND: &str = "stream";
 
+/// Most buckets one stream may define at edition 3 (its queries and their `OR` variants,
+/// after merging), as in the official compiler.
+const MAX_BUCKET_SOURCES: usize = 100;
+
 /// A compiled stream.
 pub(crate) struct CompiledStream {
     /// Its buckets, not yet named (see `bucket_sources`).
@@ -73,6 +77,18 @@ pub(crate) fn compile(
     }
     if compat.edition >= 3 {
         out.buckets = bucket_sources::merge_within_stream(std::mem::take(&mut out.buckets));
+        if out.buckets.len() > MAX_BUCKET_SOURCES {
+            let ctx = QueryCtx::new(KIND, &s.name, "queries".to_string(), "", compat);
+            return Err(ctx.err_at(
+                1,
+                1,
+                format!(
+                    "the stream defines {} buckets; at most {MAX_BUCKET_SOURCES} are allowed",
+                    out.buckets.len()
+                ),
+                "split the queries into separate streams, or move inner OR operators into separate queries",
+            ));
+        }
     }
     Ok(out)
 }

@@ -204,7 +204,14 @@ fn sharing() -> Vec<Case> {
             "  a:\n    auto_subscribe: true\n    query: SELECT id FROM tasks\n  b:\n    auto_subscribe: true\n    query: SELECT id, title FROM tasks\n",
         ),
     ];
-    configs
+    let many: String = (0..101)
+        .map(|i| format!("      - SELECT * FROM tasks WHERE owner_id = auth.parameter('u{i}')\n"))
+        .collect();
+    let too_many = Case::new(
+        "sharing/too-many-buckets",
+        format!("config:\n  edition: 3\nstreams:\n  s:\n    queries:\n{many}"),
+    );
+    let mut out: Vec<Case> = configs
         .iter()
         .map(|(name, streams)| {
             let yaml = format!("config:\n  edition: 3\nstreams:\n{streams}");
@@ -224,7 +231,9 @@ fn sharing() -> Vec<Case> {
                     .subscribe("b", json!({})),
             )
         })
-        .collect()
+        .collect();
+    out.push(too_many);
+    out
 }
 
 /// Where this crate differs on purpose.
