@@ -10,7 +10,7 @@ use crate::expr::Expr;
 use crate::plan::{key_json, Projection};
 use crate::sql::lower::{fix_in_precedence, lower};
 use crate::sql::scope::Scope;
-use crate::sql::{ident_name, QueryCtx};
+use crate::sql::{ident_name, select_item_text, QueryCtx};
 
 /// The output name of a projection item without alias: a bare column keeps its name.
 fn implicit_name(e: &Ast) -> Option<String> {
@@ -51,6 +51,15 @@ pub(crate) fn select_output<'a>(
         SelectItem::QualifiedWildcard(kind, _) => Ok(SelectOutput::QualifiedStar(kind)),
         SelectItem::UnnamedExpr(e) => match implicit_name(e) {
             Some(n) => Ok(SelectOutput::Named(e, n)),
+            // The edition-3 compiler names it by its text as written (and warns).
+            None if ctx.compat.edition >= 3 => match select_item_text(ctx.sql, e.span().start) {
+                Some(text) => Ok(SelectOutput::Named(e, text.to_string())),
+                None => Err(ctx.err(
+                    e.span(),
+                    format!("expression `{e}` needs a name"),
+                    format!("`{e} AS <name>`"),
+                )),
+            },
             None => Err(ctx.err(
                 e.span(),
                 format!("expression `{e}` needs a name"),

@@ -117,6 +117,10 @@ fn streams() -> Vec<Case> {
             "SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM user_project_access WHERE user_id = auth.user_id())",
         ),
         stream("streams/subscription-parameter", "SELECT id, title FROM tasks WHERE project_id = subscription.parameter('project')"),
+        stream(
+            "streams/columns-without-alias",
+            "SELECT id, upper(title), title || 'x',  priority + 1, (priority * 2), substring(title, 1, 2), CAST(priority AS text), tasks.owner_id FROM tasks WHERE owner_id = auth.user_id()",
+        ),
         stream("streams/auth-user", "SELECT * FROM tasks WHERE owner_id = auth.user_id()"),
         stream("streams/row-filter", "SELECT id FROM tasks WHERE owner_id = auth.user_id() AND priority > 1"),
         stream(
