@@ -251,7 +251,10 @@ fn to_param_filter(
                 expands: row_expands,
             }
         }
-        Filter::Leaf(Cond::Request(_)) | Filter::Leaf(Cond::Link { .. }) | Filter::Leaf(Cond::Subquery { .. }) => {
+        Filter::Leaf(Cond::Request(_))
+        | Filter::Leaf(Cond::Link { .. })
+        | Filter::Leaf(Cond::Subquery { .. })
+        | Filter::Leaf(Cond::Gate { .. }) => {
             return Err(ctx.err_at(
                 1,
                 1,

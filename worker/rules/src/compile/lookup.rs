@@ -324,7 +324,7 @@ fn branch_links(
                 row_links.push((row, false));
                 req_links.push((LinkInput::Group { group, output: 0 }, false));
             }
-            Cond::Link { span, .. } | Cond::Subquery { span, .. } => {
+            Cond::Link { span, .. } | Cond::Subquery { span, .. } | Cond::Gate { span, .. } => {
                 return Err(ctx.err(
                     span,
                     "this condition is not supported in a parameter query",

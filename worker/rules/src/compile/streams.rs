@@ -379,6 +379,9 @@ impl Links {
             Cond::Subquery { row, query, span } => {
                 self.subquery(ctx, id, sources, i, row, query, *span, out)?
             }
+            Cond::Gate { value, query, span } => {
+                self.gate(ctx, id, sources, value, query, *span, out)?
+            }
             Cond::Row(_) | Cond::Request(_) => {}
         }
         Ok(())
@@ -411,6 +414,66 @@ impl Links {
             self.used_aliases.push(qualifier.to_owned());
         }
         Ok(ParamSource::Lookup { group, output })
+    }
+
+    /// `<request value> IN (SELECT col FROM t WHERE ...)`: the subquery, with `col = <request
+    /// value>` added, becomes a lookup group that gives no parameter: a request whose group
+    /// has no row gets none of the query's buckets (the official compiler's EXISTS).
+    #[allow(clippy::too_many_arguments)]
+    fn gate(
+        &mut self,
+        ctx: &QueryCtx<'_>,
+        id: &str,
+        sources: &LookupSources,
+        value: &sqlparser::ast::Expr,
+        query: &Query,
+        span: Span,
+        out: &mut CompiledStream,
+    ) -> Result<(), RulesError> {
+        let sub = plain_select(ctx, query, span)?;
+        let [item] = sub.projection.as_slice() else {
+            return Err(ctx.err(
+                span,
+                "a subquery in IN must select exactly one column",
+                "`IN (SELECT col FROM t WHERE ...)`",
+            ));
+        };
+        let output = match item {
+            sqlparser::ast::SelectItem::UnnamedExpr(e)
+            | sqlparser::ast::SelectItem::ExprWithAlias { expr: e, .. } => e.clone(),
+            other => {
+                return Err(ctx.err(
+                    other.span(),
+                    "a subquery in IN must select one column",
+                    "`IN (SELECT col FROM t WHERE ...)`",
+                ))
+            }
+        };
+        let matches = sqlparser::ast::Expr::BinaryOp {
+            left: Box::new(output),
+            op: sqlparser::ast::BinaryOperator::Eq,
+            right: Box::new(value.clone()),
+        };
+        let mut gated = sub.clone();
+        gated.selection = Some(match sub.selection.clone() {
+            Some(w) => sqlparser::ast::Expr::BinaryOp {
+                left: Box::new(sqlparser::ast::Expr::Nested(Box::new(w))),
+                op: sqlparser::ast::BinaryOperator::And,
+                right: Box::new(matches),
+            },
+            None => matches,
+        });
+        let gate_id = format!("{id}.gate{}", self.groups.len());
+        let mut q = lookup_query(
+            ctx,
+            &gated,
+            &sources.stream,
+            &gate_id,
+            RequestStyle::Streams,
+        )?;
+        out.lookups.append(&mut q.creators);
+        q.push_groups(&mut self.groups);
+        Ok(())
     }
 
     /// `row IN (SELECT ...)`: the subquery becomes a lookup group of its own, parameter `i`

@@ -51,6 +51,16 @@ pub enum Cond {
         /// Position, for errors.
         span: Span,
     },
+    /// `<request value> IN (SELECT col FROM t ...)` (streams): the request gets the stream's
+    /// buckets only when the subquery has a row whose `col` is that value.
+    Gate {
+        /// The request side, as written.
+        value: Box<Ast>,
+        /// The subquery.
+        query: Box<Query>,
+        /// Position, for errors.
+        span: Span,
+    },
     /// `row IN (SELECT ...)` (streams).
     Subquery {
         /// The row side.
@@ -105,6 +115,15 @@ pub fn classify(ctx: &QueryCtx<'_>, scope: &mut Scope, ast: &Ast) -> Result<Filt
             let r = lower_side(ctx, scope, right)?;
             in_condition(ctx, ast, l, r)
         }
+        Ast::BinaryOp {
+            left,
+            op: BinaryOperator::PGOverlap,
+            right,
+        } => {
+            let l = lower_side(ctx, scope, left)?;
+            let r = lower_side(ctx, scope, right)?;
+            overlap_condition(ctx, ast, l, r)
+        }
         Ast::In {
             expr,
             target: InTarget::Subquery(subquery),
@@ -121,6 +140,11 @@ pub fn classify(ctx: &QueryCtx<'_>, scope: &mut Scope, ast: &Ast) -> Result<Filt
             match lower_side(ctx, scope, expr)? {
                 Side::Row(row) => Ok(Filter::Leaf(Cond::Subquery {
                     row,
+                    query: subquery.clone(),
+                    span: ast.span(),
+                })),
+                Side::Request(_) => Ok(Filter::Leaf(Cond::Gate {
+                    value: expr.clone(),
                     query: subquery.clone(),
                     span: ast.span(),
                 })),
@@ -241,6 +265,33 @@ fn side_expr(s: Side) -> Expr {
     match s {
         Side::Row(e) | Side::Request(e) | Side::Static(e) => e,
         Side::Ref { .. } => Expr::Literal(crate::value::Value::Null),
+    }
+}
+
+/// `row_array && request_array`: the row is in a bucket per element of its array, the
+/// request gets one per element of its own; they meet where the arrays overlap.
+fn overlap_condition(
+    ctx: &QueryCtx<'_>,
+    ast: &Ast,
+    l: Side,
+    r: Side,
+) -> Result<Filter, RulesError> {
+    let span = ast.span();
+    match (l, r) {
+        (Side::Row(row), Side::Request(arr)) | (Side::Request(arr), Side::Row(row)) => {
+            Ok(Filter::Leaf(Cond::Link {
+                row,
+                row_expands: true,
+                target: LinkTarget::Request(arr),
+                target_expands: true,
+                span,
+            }))
+        }
+        _ => Err(ctx.err(
+            span,
+            "`&&` compares a row's JSON array with a request's here",
+            "`<row json array> && <request json array>`",
+        )),
     }
 }
 
