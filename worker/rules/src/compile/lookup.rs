@@ -346,8 +346,23 @@ fn nested_subquery(
     id: &str,
     nested: &mut Nested<'_>,
 ) -> Result<usize, RulesError> {
+    let mut q = in_subquery(ctx, query, span, nested.source, id, nested.style)?;
+    nested.creators.append(&mut q.creators);
+    Ok(q.push_groups(&mut nested.groups))
+}
+
+/// The subquery of `x IN (SELECT col FROM t WHERE ...)`, compiled under `source` and `id`:
+/// a plain SELECT of exactly one column.
+pub(crate) fn in_subquery(
+    ctx: &QueryCtx<'_>,
+    query: &sqlparser::ast::Query,
+    span: sqlparser::tokenizer::Span,
+    source: &str,
+    id: &str,
+    style: RequestStyle,
+) -> Result<LookupQuery, RulesError> {
     let sub = plain_select(ctx, query, span)?;
-    let mut q = lookup_query(ctx, sub, nested.source, id, nested.style)?;
+    let q = lookup_query(ctx, sub, source, id, style)?;
     if q.outputs.len() != 1 {
         return Err(ctx.err(
             span,
@@ -355,8 +370,7 @@ fn nested_subquery(
             "`IN (SELECT col FROM t WHERE ...)`",
         ));
     }
-    nested.creators.append(&mut q.creators);
-    Ok(q.push_groups(&mut nested.groups))
+    Ok(q)
 }
 
 /// The SELECT of `IN (SELECT ...)`: a plain one, without WITH, ORDER BY or LIMIT.

@@ -10,7 +10,7 @@ use sqlparser::ast::{Query, Spanned};
 use sqlparser::tokenizer::Span;
 
 use super::bucket_sources::{self, StreamBucket};
-use super::lookup::{lookup_query, plain_select, LookupQuery};
+use super::lookup::{in_subquery, lookup_query, plain_select, LookupQuery};
 use super::select_list::{data_projection, Shape};
 use super::{from_items, joins, param_order, variants, FromItem, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
@@ -490,16 +490,15 @@ impl Links {
         span: Span,
         out: &mut CompiledStream,
     ) -> Result<(), RulesError> {
-        let sub = plain_select(ctx, query, span)?;
         let sub_id = format!("{id}.sub{}", self.groups.len());
-        let mut q = lookup_query(ctx, sub, &sources.stream, &sub_id, RequestStyle::Streams)?;
-        if q.outputs.len() != 1 {
-            return Err(ctx.err(
-                span,
-                "a subquery in IN must select exactly one column",
-                "`IN (SELECT col FROM t WHERE ...)`",
-            ));
-        }
+        let mut q = in_subquery(
+            ctx,
+            query,
+            span,
+            &sources.stream,
+            &sub_id,
+            RequestStyle::Streams,
+        )?;
         out.lookups.append(&mut q.creators);
         self.data_params.push(ParamFilter::Param {
             param: i,
