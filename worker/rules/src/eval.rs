@@ -286,8 +286,11 @@ fn build_object(
     for p in &d.projection {
         match p {
             Projection::Star => {
+                let underscored = d.star_takes_underscored();
                 for (c, v) in row.columns.iter().zip(values) {
-                    if c.name.starts_with('_') || d.explicit.iter().any(|e| e == c.name) {
+                    if (c.name.starts_with('_') && !underscored)
+                        || d.explicit.iter().any(|e| e == c.name)
+                    {
                         continue;
                     }
                     if c.name == "id" {

@@ -194,28 +194,35 @@ impl Expr {
     /// Points column references at a source's column order: slot `i` reads column
     /// `columns[i]`, or NULL when the source lacks it ([`super::SlotBinding`]).
     pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
-        match self {
-            Expr::Column(slot) => match columns.get(*slot).copied().flatten() {
-                Some(index) => *slot = index,
-                None => *self = Expr::Literal(Value::Null),
-            },
-            Expr::Literal(_) | Expr::Request(_) => {}
-            Expr::Not(x) | Expr::Neg(x) | Expr::IsNull(x, _) | Expr::Cast(x, _) => {
-                x.bind_columns(columns)
+        self.each_column(&mut |e| {
+            if let Expr::Column(slot) = e {
+                match columns.get(*slot).copied().flatten() {
+                    Some(index) => *slot = index,
+                    None => *e = Expr::Literal(Value::Null),
+                }
             }
+        });
+    }
+
+    /// Calls `f` on every [`Expr::Column`] inside this expression (it may replace it).
+    pub(crate) fn each_column(&mut self, f: &mut dyn FnMut(&mut Expr)) {
+        match self {
+            Expr::Column(_) => f(self),
+            Expr::Literal(_) | Expr::Request(_) => {}
+            Expr::Not(x) | Expr::Neg(x) | Expr::IsNull(x, _) | Expr::Cast(x, _) => x.each_column(f),
             Expr::Binary(_, a, b) | Expr::InJson(a, b) => {
-                a.bind_columns(columns);
-                b.bind_columns(columns);
+                a.each_column(f);
+                b.each_column(f);
             }
             Expr::JsonArrow { value, path, .. } => {
-                value.bind_columns(columns);
-                path.bind_columns(columns);
+                value.each_column(f);
+                path.each_column(f);
             }
             Expr::InList(x, list, _) => {
-                x.bind_columns(columns);
-                list.iter_mut().for_each(|e| e.bind_columns(columns));
+                x.each_column(f);
+                list.iter_mut().for_each(|e| e.each_column(f));
             }
-            Expr::Func(_, args) => args.iter_mut().for_each(|e| e.bind_columns(columns)),
+            Expr::Func(_, args) => args.iter_mut().for_each(|e| e.each_column(f)),
         }
     }
 

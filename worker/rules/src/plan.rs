@@ -21,6 +21,35 @@ pub struct TableRef {
     pub name: String,
 }
 
+impl TableRef {
+    /// True for a wildcard table (`todos_%`): it stands for every table of its schema whose
+    /// name starts with the part before the final `%`, as the official compiler matches it
+    /// (a plain prefix: `_` and other `%` are literal).
+    pub fn is_pattern(&self) -> bool {
+        self.name.ends_with('%')
+    }
+
+    /// True when a table `schema.name` is this table, or one this pattern stands for.
+    pub fn matches(&self, schema: &str, name: &str) -> bool {
+        if self.schema != schema {
+            return false;
+        }
+        match self.name.strip_suffix('%') {
+            Some(prefix) => name.starts_with(prefix),
+            None => self.name == name,
+        }
+    }
+
+    /// The part of `name` after this pattern's prefix (`_table_suffix`); empty for a
+    /// plain table.
+    pub fn suffix_of<'n>(&self, name: &'n str) -> &'n str {
+        match self.name.strip_suffix('%') {
+            Some(prefix) => name.get(prefix.len()..).unwrap_or(""),
+            None => "",
+        }
+    }
+}
+
 impl std::fmt::Display for TableRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{}", self.schema, self.name)
@@ -82,6 +111,20 @@ pub(crate) struct DataEvaluator {
     pub filter: ParamFilter,
     /// Number of bucket parameters.
     pub params: usize,
+    /// A `bucket_definitions` query over a wildcard table: a column named `_table_suffix`
+    /// reads the part of the source table's name after the pattern's prefix.
+    pub table_suffix: bool,
+    /// A stream's query (the official stream evaluator's rules for columns): a selected
+    /// column the source row lacks is left out of `data` rather than written as `null`;
+    /// from edition 3 on, `*` also takes the columns whose names start with `_`.
+    pub stream_columns: Option<StreamColumns>,
+}
+
+/// How a stream's query writes columns (see [`DataEvaluator::stream_columns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StreamColumns {
+    /// `*` takes every column, `_`-prefixed ones too (edition 3).
+    pub star_takes_underscored: bool,
 }
 
 /// One conjunction of a lookup-producing parameter query.
@@ -226,12 +269,12 @@ pub struct TablePlan {
 }
 
 impl ParamFilter {
-    /// See [`Expr::bind_columns`].
-    pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
+    /// See [`Expr::each_column`].
+    fn each_column(&mut self, f: &mut dyn FnMut(&mut Expr)) {
         match self {
-            ParamFilter::Pred(e) | ParamFilter::Param { row: e, .. } => e.bind_columns(columns),
+            ParamFilter::Pred(e) | ParamFilter::Param { row: e, .. } => e.each_column(f),
             ParamFilter::And(items) | ParamFilter::Or(items) => {
-                items.iter_mut().for_each(|i| i.bind_columns(columns))
+                items.iter_mut().for_each(|i| i.each_column(f))
             }
         }
     }
@@ -255,15 +298,56 @@ impl LookupCreator {
 impl DataEvaluator {
     /// See [`Expr::bind_columns`].
     pub(crate) fn bind_columns(&mut self, columns: &[Option<usize>]) {
+        if self.stream_columns.is_some() {
+            // A stream leaves out a selected column the source lacks.
+            self.projection.retain(|p| match p {
+                Projection::Column {
+                    expr: Expr::Column(slot),
+                    ..
+                } => columns.get(*slot).copied().flatten().is_some(),
+                _ => true,
+            });
+        }
+        self.each_column(&mut |e| e.bind_columns(columns));
+    }
+
+    /// True when `*` takes the columns whose names start with `_` too.
+    pub(crate) fn star_takes_underscored(&self) -> bool {
+        self.stream_columns
+            .is_some_and(|s| s.star_takes_underscored)
+    }
+
+    /// See [`Expr::each_column`].
+    fn each_column(&mut self, f: &mut dyn FnMut(&mut Expr)) {
         for p in &mut self.projection {
             if let Projection::Column { expr, .. } = p {
-                expr.bind_columns(columns);
+                expr.each_column(f);
             }
         }
         if let Some(id) = &mut self.id {
-            id.bind_columns(columns);
+            id.each_column(f);
         }
-        self.filter.bind_columns(columns);
+        self.filter.each_column(f);
+    }
+
+    /// This evaluator for rows of table `name` read through the wildcard `pattern`: a
+    /// `bucket_definitions` query's `_table_suffix` column becomes that table's suffix.
+    fn for_table(&self, pattern: &TableRef, name: &str) -> DataEvaluator {
+        let mut copy = self.clone();
+        let Some(slot) = self
+            .table_suffix
+            .then(|| self.slots.iter().position(|s| s == "_table_suffix"))
+            .flatten()
+        else {
+            return copy;
+        };
+        let suffix = Value::Text(pattern.suffix_of(name).to_owned().into());
+        copy.each_column(&mut |e| {
+            if *e == Expr::Column(slot) {
+                *e = Expr::Literal(suffix.clone());
+            }
+        });
+        copy
     }
 
     /// True when `self` and `other` produce the same object for every row.
@@ -277,6 +361,35 @@ impl DataEvaluator {
 }
 
 impl TablePlan {
+    /// A plan of `table` that does nothing yet.
+    pub(crate) fn empty(table: TableRef, compat: Compatibility) -> Self {
+        TablePlan {
+            table,
+            compat,
+            data: Vec::new(),
+            lookups: Vec::new(),
+            twins: Vec::new(),
+        }
+    }
+
+    /// Adds what `wildcard` (the plan of a wildcard table matching this plan's table) does
+    /// with its rows.
+    pub(crate) fn absorb(&mut self, wildcard: &TablePlan) {
+        let name = self.table.name.clone();
+        self.data.extend(
+            wildcard
+                .data
+                .iter()
+                .map(|d| d.for_table(&wildcard.table, &name)),
+        );
+        for l in &wildcard.lookups {
+            if !self.lookups.iter().any(|x| x.same_lookup(l)) {
+                self.lookups.push(l.clone());
+            }
+        }
+        self.find_twins();
+    }
+
     /// Links each data evaluator to the first earlier one with the same output.
     pub(crate) fn find_twins(&mut self) {
         self.twins = (0..self.data.len())
@@ -304,11 +417,11 @@ impl TablePlan {
     /// takes it (every column not starting with `_`). Adding, dropping, renaming or
     /// retyping any other column changes nothing the rules produce.
     pub fn reads_column(&self, name: &str) -> bool {
-        let by_star = !name.starts_with('_')
-            && self.data.iter().any(|d| {
-                d.projection.iter().any(|p| matches!(p, Projection::Star))
-                    || (d.id.is_none() && name == "id")
-            });
+        let by_star = self.data.iter().any(|d| {
+            (d.projection.iter().any(|p| matches!(p, Projection::Star))
+                && (!name.starts_with('_') || d.star_takes_underscored()))
+                || (d.id.is_none() && name == "id")
+        });
         by_star
             || self.data.iter().any(|d| d.slots.iter().any(|s| s == name))
             || self

@@ -1,5 +1,6 @@
 //! [`SyncRules`]: the compiled form of one sync-rules file, the entry point of the module.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
@@ -217,7 +218,19 @@ impl SyncRules {
     /// (the same definitions and streams read it, by [`Fingerprint`]): rules compiled with
     /// the same bucket version then write the same buckets and lookups for its rows.
     pub fn reads_table_as(&self, other: &SyncRules, table: &TableRef) -> bool {
-        self.readers.get(table) == other.readers.get(table)
+        self.readers_of(table) == other.readers_of(table)
+    }
+
+    /// The fingerprints of the definitions and streams that read `table`, by its name or
+    /// through a wildcard table.
+    fn readers_of(&self, table: &TableRef) -> BTreeSet<Fingerprint> {
+        self.readers
+            .iter()
+            .filter(|(t, _)| {
+                t == &table || (t.is_pattern() && t.matches(&table.schema, &table.name))
+            })
+            .flat_map(|(_, readers)| readers.iter().copied())
+            .collect()
     }
 
     /// SHA-256 of the YAML text: identifies a deployment's rules content.
@@ -251,8 +264,9 @@ impl SyncRules {
         &self.sources
     }
 
-    /// Every source table the rules read and how; the replication source checks the
-    /// publication covers them.
+    /// Every source table the rules read and how, wildcard tables (`todos_%`, see
+    /// [`TableRef::is_pattern`]) as they are written; the replication source checks the
+    /// publication covers them, and finds the tables a wildcard stands for.
     pub fn tables(&self) -> Vec<(TableRef, TableUsage)> {
         self.plans
             .iter()
@@ -268,12 +282,37 @@ impl SyncRules {
             .collect()
     }
 
-    /// The plan for rows of `schema.table`, or `None` when the rules ignore that table.
-    pub fn plan_for(&self, schema: &str, table: &str) -> Option<&TablePlan> {
-        self.plans.get(&TableRef {
+    /// The plan for rows of `schema.table`, or `None` when the rules ignore that table: what
+    /// the rules do with it by its name and through every wildcard table it matches.
+    pub fn plan_for(&self, schema: &str, table: &str) -> Option<Cow<'_, TablePlan>> {
+        let named = TableRef {
             schema: schema.to_string(),
             name: table.to_string(),
-        })
+        };
+        let exact = self.plans.get(&named);
+        let mut wildcards = self
+            .plans
+            .iter()
+            .filter(|(t, _)| t.is_pattern() && t.matches(schema, table))
+            .peekable();
+        if wildcards.peek().is_none() {
+            return exact.map(Cow::Borrowed);
+        }
+        let mut plan = exact
+            .cloned()
+            .unwrap_or_else(|| TablePlan::empty(named, self.compat));
+        for (_, wildcard) in wildcards {
+            plan.absorb(wildcard);
+        }
+        Some(Cow::Owned(plan))
+    }
+
+    /// True when the rules read `schema.table` through a wildcard table only: a table the
+    /// stream meets for the first time is followed from then on.
+    pub fn reads_by_wildcard(&self, schema: &str, table: &str) -> bool {
+        self.plans
+            .keys()
+            .any(|t| t.is_pattern() && t.matches(schema, table))
     }
 
     /// Resolve a request's bucket set: default definitions/streams (unless

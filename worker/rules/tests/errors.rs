@@ -213,7 +213,7 @@ fn bucket_parameter_cases() -> Vec<Case> {
     ]
 }
 
-/// Operators and names a data query cannot have: BETWEEN, CASE, wildcard tables, `<@`,
+/// Operators and names a data query cannot have: BETWEEN, CASE, `<@`,
 /// `%`, database-qualified tables, schemas in column references.
 fn operator_and_name_cases() -> Vec<Case> {
     vec![
@@ -232,14 +232,6 @@ fn operator_and_name_cases() -> Vec<Case> {
             1,
             12,
             "CASE",
-        ),
-        (
-            data_def("SELECT id FROM \\\"todos_%\\\" WHERE owner = bucket.p"),
-            "by_user",
-            "data[1]",
-            1,
-            16,
-            "wildcard",
         ),
         (
             data_def("SELECT id FROM t WHERE owner = bucket.p AND a <@ b"),

@@ -187,13 +187,19 @@ fn data_query(
         table.table.clone(),
         DataEvaluator {
             prefix: prefix.to_string(),
-            object_type: table.alias.clone().or(Some(table.table.name.clone())),
+            // An unaliased wildcard table's rows show their own table's name.
+            object_type: table
+                .alias
+                .clone()
+                .or((!table.table.is_pattern()).then(|| table.table.name.clone())),
             slots: scope.slots,
             projection: shape.projection,
             explicit: shape.explicit,
             id: shape.id,
             filter,
             params: params.len(),
+            table_suffix: table.table.is_pattern(),
+            stream_columns: None,
         },
     ))
 }

@@ -96,13 +96,6 @@ pub(crate) fn from_item(
                     ))
                 }
             };
-            if table.contains('%') {
-                return Err(ctx.err(
-                    relation.span(),
-                    "wildcard table names (`%`) are not supported by powersync_mdbx yet",
-                    "one query per table",
-                ));
-            }
             Ok(FromItem {
                 table: TableRef {
                     schema,

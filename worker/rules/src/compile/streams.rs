@@ -18,7 +18,7 @@ use crate::error::RulesError;
 use crate::expr::Expr;
 use crate::fingerprint::{self, Fingerprint};
 use crate::options::Compatibility;
-use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, TableRef};
+use crate::plan::{DataEvaluator, LookupCreator, ParamFilter, StreamColumns, TableRef};
 use crate::request::{BucketResolver, LookupGroup, ParamSource};
 use crate::sql::filter::{classify, to_dnf, Cond, LinkTarget};
 use crate::sql::lower::fix_in_precedence;
@@ -619,16 +619,21 @@ fn push_query(
         data_table.table.clone(),
         DataEvaluator {
             prefix: String::new(),
+            // An unaliased wildcard table's rows show their own table's name.
             object_type: data_table
                 .alias
                 .clone()
-                .or(Some(data_table.table.name.clone())),
+                .or((!data_table.table.is_pattern()).then(|| data_table.table.name.clone())),
             slots,
             projection: shape.projection,
             explicit: shape.explicit,
             id: shape.id,
             filter,
             params: params.len(),
+            table_suffix: false,
+            stream_columns: Some(StreamColumns {
+                star_takes_underscored: ctx.compat.edition >= 3,
+            }),
         },
     );
     out.buckets.push(StreamBucket {

@@ -17,6 +17,7 @@
 mod cases;
 mod compare;
 mod generate;
+mod wildcard;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -177,6 +178,7 @@ fn official(corpus: &[Case]) -> Vec<Value> {
 
 fn corpus() -> Vec<Case> {
     let mut all = cases::all();
+    all.extend(wildcard::all());
     all.extend(generate::all(0x5eed_2026));
     all
 }
