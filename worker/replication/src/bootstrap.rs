@@ -10,6 +10,7 @@ use futures_util::{pin_mut, TryStreamExt};
 
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
 use super::pipeline::{Pipeline, TableJob};
+use crate::covered::covered_tables;
 use crate::error::ReplicationError;
 use crate::plan::SourcePlan;
 use crate::progress::Progress;
@@ -73,9 +74,9 @@ pub async fn bootstrap_with(
     progress: Arc<Progress>,
     start: Start,
 ) -> Result<BootstrapOutcome, ReplicationError> {
-    let tables = covered_tables(&rules);
     progress.reset();
     let client = connect(&plan.connection).await?;
+    let tables = covered_tables(&client, &rules).await?;
     let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
     // A complete store's tables are the stream's to follow (one renamed or dropped since is
     // removed from the buckets there, not refused here).
@@ -157,20 +158,6 @@ pub async fn bootstrap_with(
         consistent_point: intent.consistent_point.unwrap_or(0),
         rows,
     })
-}
-
-/// The tables the rules read, in name order (their store ids follow it).
-fn covered_tables(rules: &SyncRules) -> Vec<SourceTable> {
-    let mut tables: Vec<SourceTable> = rules
-        .tables()
-        .into_iter()
-        .map(|(t, _)| SourceTable {
-            schema: t.schema,
-            name: t.name,
-        })
-        .collect();
-    tables.sort();
-    tables
 }
 
 /// What a bootstrap finds when it starts: the stored record, the slot of the plan's name,

@@ -21,7 +21,10 @@ use tokio::sync::watch;
 
 use super::liveness::{asked, ASK_TIMEOUT};
 use crate::plan::SourcePlan;
-use source::{connect, primary_identity, published_tables, table_columns, ColumnMeta, SourceTable};
+use source::{
+    connect, primary_identity, published_tables, published_with_prefix, table_columns, ColumnMeta,
+    SourceTable, TableInfo,
+};
 
 /// How often the catalog is read.
 pub(super) const EVERY: Duration = Duration::from_secs(2);
@@ -44,6 +47,20 @@ pub(super) struct CatalogState {
     /// The covered tables, in the stream's order; `None` for one not published under its
     /// name (renamed, dropped, or taken out of the publication).
     pub tables: Vec<Option<CatalogTable>>,
+    /// Published tables a wildcard table of the rules matches that are not among them
+    /// (the stream follows those it does not know yet).
+    pub added: Vec<(SourceTable, CatalogTable)>,
+}
+
+/// One reading: the covered tables, then the other tables the wildcards match.
+type Reading = (Vec<Option<CatalogTable>>, Vec<(SourceTable, CatalogTable)>);
+
+/// What the watcher reads: the covered tables, and the wildcard tables of the rules as
+/// `(schema, prefix)`.
+#[derive(Debug, Clone)]
+pub(super) struct Watched {
+    pub tables: Vec<SourceTable>,
+    pub wildcards: Vec<(String, String)>,
 }
 
 /// Reads the catalog of `tables` until the stream drops `out`'s receiver. A read that
@@ -52,11 +69,11 @@ pub(super) struct CatalogState {
 pub(super) async fn watch_catalog(
     plan: SourcePlan,
     system_identifier: String,
-    tables: Vec<SourceTable>,
+    tables: Watched,
     out: watch::Sender<Option<Arc<CatalogState>>>,
 ) {
     let mut client = None;
-    let mut last: Option<Vec<Option<CatalogTable>>> = None;
+    let mut last: Option<Reading> = None;
     let mut last_problem = String::new();
     loop {
         if client.is_none() {
@@ -81,7 +98,8 @@ pub(super) async fn watch_catalog(
                     match asked(confirm(c, &system_identifier, &tables, &seen)).await {
                         Some(Ok(Some(lsn))) => {
                             last = Some(seen.clone());
-                            let state = CatalogState { lsn, tables: seen };
+                            let (tables, added) = seen;
+                            let state = CatalogState { lsn, tables, added };
                             if out.send(Some(Arc::new(state))).is_err() {
                                 return;
                             }
@@ -119,8 +137,8 @@ pub(super) async fn watch_catalog(
 async fn read(
     client: &tokio_postgres::Client,
     system_identifier: &str,
-    tables: &[SourceTable],
-) -> Result<Vec<Option<CatalogTable>>, String> {
+    tables: &Watched,
+) -> Result<Reading, String> {
     client
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
@@ -135,8 +153,8 @@ async fn read(
 async fn read_in_transaction(
     client: &tokio_postgres::Client,
     system_identifier: &str,
-    tables: &[SourceTable],
-) -> Result<Vec<Option<CatalogTable>>, String> {
+    watched: &Watched,
+) -> Result<Reading, String> {
     let reached = primary_identity(client)
         .await
         .map_err(|e| e.to_string())?
@@ -148,35 +166,61 @@ async fn read_in_transaction(
             "the connection leads to another PostgreSQL cluster (system identifier {reached})"
         ));
     }
-    let published = published_tables(client, tables)
+    let published = published_tables(client, &watched.tables)
         .await
         .map_err(|e| e.to_string())?;
-    let mut seen = Vec::with_capacity(tables.len());
+    let mut seen = Vec::with_capacity(watched.tables.len());
     for info in published {
-        let Some(info) = info else {
-            seen.push(None);
-            continue;
-        };
-        let columns = table_columns(client, info.oid)
+        seen.push(match info {
+            Some(info) => Some(catalog_table(client, info).await?),
+            None => None,
+        });
+    }
+    let mut added = Vec::new();
+    for (schema, prefix) in &watched.wildcards {
+        let matching = published_with_prefix(client, schema, prefix)
             .await
             .map_err(|e| e.to_string())?;
-        if !info
-            .identity_columns
-            .iter()
-            .all(|key| columns.iter().any(|c| &c.name == key))
-        {
-            return Err(format!(
-                "table {} has a replica identity column that is not published",
-                info.table
-            ));
+        for table in matching {
+            if watched.tables.contains(&table) {
+                continue;
+            }
+            // One the stream cannot follow (no replica identity, say) is refused when its
+            // first change comes; the others are read.
+            if let Ok([Some(info)]) = published_tables(client, std::slice::from_ref(&table))
+                .await
+                .as_deref()
+            {
+                added.push((table, catalog_table(client, info.clone()).await?));
+            }
         }
-        seen.push(Some(CatalogTable {
-            oid: info.oid,
-            columns,
-            identity: info.identity_columns,
-        }));
     }
-    Ok(seen)
+    Ok((seen, added))
+}
+
+/// A published table's columns, as the catalog shows them.
+async fn catalog_table(
+    client: &tokio_postgres::Client,
+    info: TableInfo,
+) -> Result<CatalogTable, String> {
+    let columns = table_columns(client, info.oid)
+        .await
+        .map_err(|e| e.to_string())?;
+    if !info
+        .identity_columns
+        .iter()
+        .all(|key| columns.iter().any(|c| &c.name == key))
+    {
+        return Err(format!(
+            "table {} has a replica identity column that is not published",
+            info.table
+        ));
+    }
+    Ok(CatalogTable {
+        oid: info.oid,
+        columns,
+        identity: info.identity_columns,
+    })
 }
 
 /// The position at which `seen` holds: the primary's WAL position `P` is taken, then the
@@ -187,12 +231,12 @@ async fn read_in_transaction(
 async fn confirm(
     client: &tokio_postgres::Client,
     system_identifier: &str,
-    tables: &[SourceTable],
-    seen: &[Option<CatalogTable>],
+    tables: &Watched,
+    seen: &Reading,
 ) -> Result<Option<u64>, String> {
     let lsn = position(client).await.map_err(|e| e.to_string())?;
     let again = read(client, system_identifier, tables).await?;
-    Ok((again == seen).then_some(lsn))
+    Ok((&again == seen).then_some(lsn))
 }
 
 /// The primary's WAL position now, with a logical message past it so that an idle
@@ -230,11 +274,14 @@ mod tests {
         }
     }
 
-    fn notes() -> Vec<SourceTable> {
-        vec![SourceTable {
-            schema: "public".into(),
-            name: "notes".into(),
-        }]
+    fn notes() -> Watched {
+        Watched {
+            tables: vec![SourceTable {
+                schema: "public".into(),
+                name: "notes".into(),
+            }],
+            wildcards: Vec::new(),
+        }
     }
 
     /// The catalog of a cluster other than the store's (its system identifier) is not

@@ -54,6 +54,12 @@ pub(super) enum Change {
         /// Why the table is copied again (empty without `recopy`).
         why: String,
     },
+    /// A table the stream follows from here on (the rules read it through a wildcard
+    /// table): it takes the next index, `index`, and its rows are copied (see `recopy`).
+    Added {
+        index: usize,
+        table: Box<StreamTable>,
+    },
     /// The table is gone from the primary under its name (renamed, dropped, or out of the
     /// publication): its rows leave the buckets; a table published under its name again
     /// comes as a `Relation` with `recopy`.

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::intent::{BootstrapIntent, IntentTable};
+use crate::covered::covered_tables;
 use crate::error::ReplicationError;
 use config::SourceConnection;
 use rules::{SyncRules, TableRef};
@@ -47,18 +48,14 @@ pub async fn begin_deploy(
         .ok_or_else(|| {
             ReplicationError::Store(StoreError::corrupt(store.dir(), "bootstrap record missing"))
         })?;
-    let new_tables: Vec<SourceTable> = next
-        .tables()
+    let client = connect(connection).await?;
+    let new_tables: Vec<SourceTable> = covered_tables(&client, next)
+        .await?
         .into_iter()
-        .filter(|(t, _)| intent.table_id(&t.schema, &t.name).is_none())
-        .map(|(t, _)| SourceTable {
-            schema: t.schema,
-            name: t.name,
-        })
+        .filter(|t| intent.table_id(&t.schema, &t.name).is_none())
         .collect();
     let mut added = Vec::new();
     if !new_tables.is_empty() {
-        let client = connect(connection).await?;
         let primary = validate_primary(&client, &new_tables).await?;
         for info in primary.tables {
             let columns = table_columns(&client, info.oid).await?;

@@ -60,7 +60,7 @@ pub fn pgoutput_session<'m>(
 /// The applier's `apply` with the map `kept` in place of the store.
 fn apply(
     rules: &SyncRules,
-    tables: &mut [StreamTable],
+    tables: &mut Vec<StreamTable>,
     kept: &mut HashMap<(usize, Vec<u8>), Stash>,
     change: Change,
 ) -> Result<u64, ReplicationError> {
@@ -98,6 +98,10 @@ fn apply(
             ..
         } => {
             rebind(tables, table, oid, identity, columns, rules)?;
+            return Ok(0);
+        }
+        Change::Added { table, .. } => {
+            tables.push(*table);
             return Ok(0);
         }
         Change::Begin { .. }

@@ -186,21 +186,44 @@ impl BootstrapIntent {
         store_id: u32,
         change: impl FnOnce(&mut IntentTable),
     ) -> Result<(), ReplicationError> {
+        Self::rewrite(write, |intent| {
+            let table = intent
+                .tables
+                .iter_mut()
+                .find(|t| t.id == store_id)
+                .ok_or_else(|| {
+                    ReplicationError::Store(StoreError::corrupt(
+                        write.dir(),
+                        "a streamed table missing from the bootstrap record",
+                    ))
+                })?;
+            change(table);
+            Ok(())
+        })
+    }
+
+    /// Adds the record of a table the stream follows from now on, in `write`'s transaction.
+    pub(super) fn add_table(
+        write: &WriteTxn<'_, '_>,
+        table: IntentTable,
+    ) -> Result<(), ReplicationError> {
+        Self::rewrite(write, |intent| {
+            intent.tables.retain(|t| t.id != table.id);
+            intent.tables.push(table);
+            Ok(())
+        })
+    }
+
+    /// Changes the stored record in `write`'s transaction.
+    fn rewrite(
+        write: &WriteTxn<'_, '_>,
+        change: impl FnOnce(&mut Self) -> Result<(), ReplicationError>,
+    ) -> Result<(), ReplicationError> {
         let bytes = write.stage_record(KEY)?.ok_or_else(|| {
             ReplicationError::Store(StoreError::corrupt(write.dir(), "bootstrap record missing"))
         })?;
         let mut intent = Self::decode(&bytes)?;
-        let table = intent
-            .tables
-            .iter_mut()
-            .find(|t| t.id == store_id)
-            .ok_or_else(|| {
-                ReplicationError::Store(StoreError::corrupt(
-                    write.dir(),
-                    "a streamed table missing from the bootstrap record",
-                ))
-            })?;
-        change(table);
+        change(&mut intent)?;
         Self::save(&intent.encode()?, write)?;
         Ok(())
     }

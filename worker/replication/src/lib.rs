@@ -9,6 +9,7 @@ mod catalog;
 mod change;
 mod context;
 mod copied;
+mod covered;
 mod deploy;
 mod error;
 mod expiry;

@@ -68,6 +68,33 @@ impl StreamTable {
         .with_columns(table.columns.clone(), rules)
     }
 
+    /// A table the stream meets for the first time (see `stream::shape`): `schema.name`,
+    /// with OID `oid`, replica identity `identity` and rows of `columns`, stored as
+    /// `store_id`; `None` when an identity column is not among `columns`.
+    pub fn added(
+        store_id: u32,
+        oid: u32,
+        (schema, name): (&str, &str),
+        identity: Vec<String>,
+        columns: Vec<ColumnMeta>,
+        rules: &SyncRules,
+    ) -> Option<Self> {
+        Self {
+            store_id,
+            oid,
+            identity_names: identity,
+            schema: schema.to_owned(),
+            name: name.to_owned(),
+            columns: Vec::new(),
+            types: Vec::new(),
+            identity: Vec::new(),
+            reads: Vec::new(),
+            plan: None,
+            gone: false,
+        }
+        .with_columns(columns, rules)
+    }
+
     /// This table with rows of `columns`; `None` when a replica identity column is not
     /// among them.
     pub fn with_columns(&self, columns: Vec<ColumnMeta>, rules: &SyncRules) -> Option<Self> {
@@ -86,12 +113,12 @@ impl StreamTable {
         let plan = rules.plan_for(&self.schema, &self.name);
         let reads = columns
             .iter()
-            .map(|c| plan.is_some_and(|p| p.reads_column(&c.name)))
+            .map(|c| plan.as_ref().is_some_and(|p| p.reads_column(&c.name)))
             .collect();
         let plan = plan.map(|plan| {
             Arc::new(BoundPlan {
                 binding: plan.bind(columns.iter().map(|c| c.name.as_str())),
-                plan: plan.clone(),
+                plan: plan.into_owned(),
             })
         });
         Some(Self {

@@ -29,8 +29,8 @@ pub use slot::{
 pub use snapshot::{copy_table, enter_snapshot, estimated_rows, table_columns, ColumnMeta};
 pub use tls::{install_crypto_provider, root_store};
 pub use validate::{
-    published_tables, validate_primary, PrimaryInfo, ReplicaIdentity, SourceTable, TableInfo,
-    PUBLICATION,
+    published_tables, published_with_prefix, validate_primary, PrimaryInfo, ReplicaIdentity,
+    SourceTable, TableInfo, PUBLICATION,
 };
 pub use walsender::{
     primary_identity, slot_walsender, terminate_backend, wal_sender_timeout, PrimaryIdentity,

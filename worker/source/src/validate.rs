@@ -147,6 +147,34 @@ pub async fn published_tables(
     Ok(published)
 }
 
+/// The tables of `schema` the publication includes whose names start with `prefix`, in
+/// name order: what a wildcard table of the sync rules (`todos_%`) stands for now.
+pub async fn published_with_prefix(
+    client: &Client,
+    schema: &str,
+    prefix: &str,
+) -> Result<Vec<SourceTable>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT tablename::text FROM pg_publication_tables \
+             WHERE pubname = $1 AND schemaname = $2 AND starts_with(tablename::text, $3) \
+             ORDER BY 1",
+            &[&PUBLICATION, &schema, &prefix],
+        )
+        .await
+        .map_err(SourceError::query("published tables"))?;
+    rows.iter()
+        .map(|row| {
+            Ok(SourceTable {
+                schema: schema.to_owned(),
+                name: row
+                    .try_get(0)
+                    .map_err(SourceError::query("published tables"))?,
+            })
+        })
+        .collect()
+}
+
 async fn scalar(client: &Client, sql: &str, context: &'static str) -> Result<String, SourceError> {
     let row = client
         .query_one(sql, &[])

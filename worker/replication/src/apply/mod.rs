@@ -102,20 +102,17 @@ impl Applier {
                 }
                 Change::Advance { .. } => {}
                 Change::Begin { commit_lsn } if commit_lsn < self.applied.lsn => {
-                    skip_transaction(&mut input)?;
+                    // A table it starts following is followed still: the stream numbers
+                    // the tables after it.
+                    for added in skip_transaction(&mut input)? {
+                        self.apply_between(added)?;
+                    }
                     self.progress.pending.published(self.visible.lsn);
                 }
                 Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
-                mut relation @ (Change::Relation { .. } | Change::Gone { .. }) => {
-                    let lsn = self.applied.lsn;
-                    let mut tables = std::mem::take(&mut self.tables);
-                    let mut merges = std::mem::take(&mut self.merges);
-                    let written = self.store.write_with(lsn, |w| {
-                        self.apply(w, &mut tables, &mut merges, lsn, &mut relation)
-                    });
-                    (self.tables, self.merges) = (tables, merges);
-                    self.publish(written?.1)?;
-                }
+                relation @ (Change::Relation { .. }
+                | Change::Gone { .. }
+                | Change::Added { .. }) => self.apply_between(relation)?,
                 Change::Recopy(event) => self.merge(event)?,
                 other => {
                     return Err(stream_error(format!(
@@ -124,6 +121,21 @@ impl Applier {
                 }
             }
         }
+    }
+}
+
+impl Applier {
+    /// Applies a change of a table's shape that came between transactions, in a store
+    /// commit of its own.
+    fn apply_between(&mut self, mut change: Change) -> Result<(), ReplicationError> {
+        let lsn = self.applied.lsn;
+        let mut tables = std::mem::take(&mut self.tables);
+        let mut merges = std::mem::take(&mut self.merges);
+        let written = self.store.write_with(lsn, |w| {
+            self.apply(w, &mut tables, &mut merges, lsn, &mut change)
+        });
+        (self.tables, self.merges) = (tables, merges);
+        self.publish(written?.1)
     }
 }
 
@@ -139,13 +151,16 @@ impl Drop for Applier {
     }
 }
 
-/// Drops the changes of a transaction that is already in the store.
-fn skip_transaction(input: &mut ChangeReceiver) -> Result<(), ReplicationError> {
+/// Drops the changes of a transaction that is already in the store; returns the tables
+/// the stream started following in it, to be added all the same (the stream numbers the
+/// tables after them).
+fn skip_transaction(input: &mut ChangeReceiver) -> Result<Vec<Change>, ReplicationError> {
+    let mut added = Vec::new();
     loop {
         match input.blocking_recv() {
-            Some(Change::Commit { .. }) => return Ok(()),
+            Some(Change::Commit { .. }) | None => return Ok(added),
+            Some(change @ Change::Added { .. }) => added.push(change),
             Some(_) => {}
-            None => return Ok(()),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::Applier;
 use crate::change::Change;
 use crate::error::ReplicationError;
-use crate::intent::BootstrapIntent;
+use crate::intent::{BootstrapIntent, IntentTable};
 use crate::merge::Merge;
 use crate::row::{
     evaluate_row, fill_unchanged, identity_of, old_identity_of, values_of, PreparedRow, Presence,
@@ -26,7 +26,7 @@ impl Applier {
     pub(super) fn apply(
         &self,
         w: &mut WriteTxn<'_, '_>,
-        tables: &mut [StreamTable],
+        tables: &mut Vec<StreamTable>,
         merges: &mut HashMap<usize, Merge>,
         commit_lsn: u64,
         change: &mut Change,
@@ -119,11 +119,48 @@ impl Applier {
                 Ok(0)
             }
             Change::Gone { table: index } => self.gone(w, tables, merges, *index),
+            Change::Added { index, table } => self.add(w, tables, merges, *index, table),
             Change::Begin { .. }
             | Change::Commit { .. }
             | Change::Advance { .. }
             | Change::Recopy(_) => Ok(0),
         }
+    }
+
+    /// A table the stream follows from now on (`index`: its place, the next one): recorded
+    /// in the bootstrap record, and its rows copied, holding what clients see until then.
+    fn add(
+        &self,
+        w: &mut WriteTxn<'_, '_>,
+        tables: &mut Vec<StreamTable>,
+        merges: &mut HashMap<usize, Merge>,
+        index: usize,
+        table: &StreamTable,
+    ) -> Result<u64, ReplicationError> {
+        if index != tables.len() {
+            return Err(crate::error::stream_error(format!(
+                "table #{index} added after {} tables (a bug)",
+                tables.len()
+            )));
+        }
+        BootstrapIntent::add_table(
+            w,
+            IntentTable {
+                id: table.store_id,
+                schema: table.schema.clone(),
+                name: table.name.clone(),
+                columns: table.columns.clone(),
+                identity: table.identity_names.clone(),
+                oid: table.oid,
+                recopy: true,
+                rekey_from: Vec::new(),
+                gone: false,
+            },
+        )?;
+        tables.push(table.clone());
+        let why = "it is new, and the sync rules read it through a wildcard table";
+        self.start_recopy(w, tables, merges, index, Vec::new(), why.into())?;
+        Ok(0)
     }
 
     /// A Relation change asks for the table's rows to be copied again: recorded in the

@@ -15,7 +15,7 @@ use pg_walstream::CancellationToken;
 use tokio::sync::watch;
 
 use crate::apply::Applier;
-use crate::catalog::{watch_catalog, CatalogState};
+use crate::catalog::{watch_catalog, CatalogState, Watched};
 use crate::change::Change;
 use crate::context::StreamContext;
 use crate::copied::RecopyEvent;
@@ -133,7 +133,10 @@ pub async fn follow_slot(
     let catalog_watcher = tokio::spawn(watch_catalog(
         plan.clone(),
         intent.system_identifier.clone(),
-        decoder.tables.iter().map(StreamTable::source).collect(),
+        Watched {
+            tables: decoder.tables.iter().map(StreamTable::source).collect(),
+            wildcards: wildcards(&context.rules),
+        },
         catalog_out,
     ));
     let reader = Reader::new(stream, cancel.clone());
@@ -314,8 +317,18 @@ impl Following<'_> {
         else {
             return ControlFlow::Continue(());
         };
-        for (index, table) in state.tables.iter().enumerate() {
-            let change = match self.decoder.check_catalog(index, table.as_ref(), state.lsn) {
+        let shapes = state
+            .tables
+            .iter()
+            .enumerate()
+            .map(|(index, table)| self.decoder.check_catalog(index, table.as_ref(), state.lsn))
+            .collect::<Vec<_>>();
+        let added = state
+            .added
+            .iter()
+            .map(|(table, seen)| self.decoder.added_in_catalog(table, seen));
+        for change in shapes.into_iter().chain(added.collect::<Vec<_>>()) {
+            let change = match change {
                 Ok(Some(change)) => change,
                 Ok(None) => continue,
                 Err(e) => return ControlFlow::Break(Err(e)),
@@ -451,6 +464,15 @@ impl Following<'_> {
     }
 }
 
+/// The wildcard tables of `rules` as `(schema, prefix)`.
+fn wildcards(rules: &SyncRules) -> Vec<(String, String)> {
+    rules
+        .tables()
+        .into_iter()
+        .filter_map(|(t, _)| Some((t.schema.clone(), t.name.strip_suffix('%')?.to_owned())))
+        .collect()
+}
+
 /// Resolves at `at` (never without it).
 async fn sleep_until(at: Option<Instant>) {
     match at {
@@ -469,6 +491,7 @@ fn follow_recopies(recopies: &mut Recopies, decoder: &Decoder<'_>, change: &Chan
             rekey_from,
             ..
         } => recopies.start(*table, &decoder.tables[*table], rekey_from, true),
+        Change::Added { index, .. } => recopies.start(*index, &decoder.tables[*index], &[], true),
         Change::Gone { table } => recopies.stop(*table),
         _ => {}
     }

@@ -8,10 +8,10 @@ use std::time::Instant;
 use super::decode::Decoder;
 use crate::catalog::CatalogTable;
 use crate::change::{rebind_to, Change};
-use crate::error::ReplicationError;
+use crate::error::{stream_error, ReplicationError};
 use crate::table::StreamTable;
 use rules::SyncRules;
-use source::{ColumnMeta, Relation};
+use source::{ColumnMeta, Relation, SourceTable};
 
 impl Decoder<'_> {
     /// A Relation message for a table the rules read: it must be the table of that name.
@@ -25,7 +25,7 @@ impl Decoder<'_> {
     ) -> Result<Option<Change>, ReplicationError> {
         let qualified = relation.qualified();
         let index = match (self.by_oid.get(&relation.oid), self.by_name.get(&qualified)) {
-            (None, None) => return Ok(None),
+            (None, None) => return self.added(relation),
             (Some(&i), _) | (None, Some(&i)) => i,
         };
         self.described_at[index] = self.commit_lsn;
@@ -44,6 +44,95 @@ impl Decoder<'_> {
             .map(|c| c.name.clone())
             .collect();
         self.check_shape(index, relation.oid, &qualified, &shape, identity)
+    }
+
+    /// A Relation message for a table the stream does not follow yet: see [`Self::follow`].
+    fn added(&mut self, relation: &Relation) -> Result<Option<Change>, ReplicationError> {
+        let identity = relation
+            .columns
+            .iter()
+            .filter(|c| c.is_key)
+            .map(|c| c.name.clone())
+            .collect();
+        let columns: Vec<Column<'_>> = relation
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.type_oid, 0))
+            .collect();
+        let columns = rebound_columns(&[], &columns);
+        let name = (relation.namespace.as_str(), relation.name.as_str());
+        self.follow(name, relation.oid, identity, columns)
+    }
+
+    /// A published table the catalog shows that the stream does not follow yet: see
+    /// [`Self::follow`].
+    pub(super) fn added_in_catalog(
+        &mut self,
+        table: &SourceTable,
+        seen: &CatalogTable,
+    ) -> Result<Option<Change>, ReplicationError> {
+        if self
+            .by_name
+            .contains_key(&format!("{}.{}", table.schema, table.name))
+        {
+            return Ok(None);
+        }
+        let name = (table.schema.as_str(), table.name.as_str());
+        self.follow(name, seen.oid, seen.identity.clone(), seen.columns.clone())
+    }
+
+    /// A table `schema.name` the stream does not follow yet (OID `oid`, replica identity
+    /// `identity`, rows of `columns`): when the rules read it through a wildcard table
+    /// (`todos_%`), it is followed from here on and its rows are copied (those written
+    /// before may predate the slot's position, or the table's place in the publication),
+    /// as a table created again is.
+    fn follow(
+        &mut self,
+        (schema, name): (&str, &str),
+        oid: u32,
+        identity: Vec<String>,
+        columns: Vec<ColumnMeta>,
+    ) -> Result<Option<Change>, ReplicationError> {
+        if !self.rules.reads_by_wildcard(schema, name) {
+            return Ok(None);
+        }
+        let qualified = format!("{schema}.{name}");
+        if identity.is_empty() {
+            return Err(ReplicationError::Stream {
+                code: "PSM_R2012",
+                message: format!(
+                    "table {qualified} is new on the primary and the sync rules read it through \
+                     a wildcard table, but it has no replica identity (no primary key): its \
+                     updates and deletes cannot be followed. Nothing of it was applied; give it \
+                     a primary key (or ALTER TABLE … REPLICA IDENTITY FULL), or rename it out \
+                     of the wildcard's prefix"
+                ),
+                operator: true,
+            });
+        }
+        let store_id = self.tables.iter().map(|t| t.store_id).max().unwrap_or(0) + 1;
+        let table =
+            StreamTable::added(store_id, oid, (schema, name), identity, columns, self.rules)
+                .ok_or_else(|| {
+                    stream_error(format!(
+                        "new table {qualified}: a key column is not published"
+                    ))
+                })?;
+        let index = self.tables.len();
+        self.tables.push(table.clone());
+        self.by_oid.insert(oid, index);
+        self.by_name.insert(qualified.clone(), index);
+        self.layouts.push(None);
+        self.described_at.push(self.commit_lsn);
+        tracing::info!(
+            table = %qualified,
+            "a new table the sync rules read through a wildcard table; it is followed from \
+             here on and its rows are copied while the stream goes on"
+        );
+        Ok(Some(Change::Added {
+            index,
+            table: Box::new(table),
+        }))
     }
 
     /// The catalog's view of covered table `index` at LSN `lsn` (see `catalog`), applied
@@ -277,7 +366,7 @@ fn changed_columns_read<'c>(
     then: &[Column<'c>],
 ) -> Vec<&'c str> {
     let plan = rules.plan_for(&known.schema, &known.name);
-    let read = |column: &str| plan.is_some_and(|p| p.reads_column(column));
+    let read = |column: &str| plan.as_ref().is_some_and(|p| p.reads_column(column));
     // Added, dropped (a rename is both) or retyped columns the rules read.
     now.iter()
         .filter(|c| !then.iter().any(|t| same_column(c, t)))
