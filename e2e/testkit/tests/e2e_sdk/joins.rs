@@ -1,7 +1,8 @@
 //! The official SDK on streams written with the Sync Streams language's joins: a join chain
-//! (tasks → the user's access rows → projects), a global CTE, `queries:`; the joined
-//! tables change (a user joins and leaves a project, a project changes owner, a project is
-//! filtered out) and the client ends equal to the primary each time.
+//! (tasks → the user's access rows → projects), a global CTE, `queries:`, a wildcard table;
+//! the joined tables change (a user joins and leaves a project, a project changes owner, a
+//! project is filtered out), a table the wildcard matches is created, and the client ends
+//! equal to the primary each time.
 use serde_json::json;
 
 use super::{assert_no_warnings, wait_equal_to, Rig, Rules, USER};
@@ -11,7 +12,9 @@ const COLUMNS: &str = "tasks.id, tasks.org_id, tasks.project_id, tasks.title, ta
 
 /// `tasks_by_auth_project` (the stream the test client subscribes) reaches tasks through the
 /// user's access rows and the projects they name; `owned` (a default stream) through a
-/// global CTE of the projects the user owns, and by a second query the user's urgent tasks.
+/// global CTE of the projects the user owns, and by a second query the user's urgent tasks;
+/// `archived` (a default stream) the user's tasks in every `tasks_archive…` table, shown as
+/// `tasks`.
 fn rules() -> String {
     format!(
         "config:\n  edition: 3\nwith:\n  owned_projects: SELECT id AS id FROM projects WHERE owner_id = auth.user_id()\n\
@@ -20,18 +23,40 @@ fn rules() -> String {
          JOIN projects p ON p.id = a.project_id WHERE a.user_id = auth.user_id() AND p.priority > 0\n\
          \x20 owned:\n    auto_subscribe: true\n    queries:\n      \
          - SELECT {COLUMNS} FROM tasks, owned_projects WHERE tasks.project_id = owned_projects.id\n      \
-         - SELECT {COLUMNS} FROM tasks WHERE tasks.assignee_id = auth.user_id() AND tasks.priority > 4\n"
+         - SELECT {COLUMNS} FROM tasks WHERE tasks.assignee_id = auth.user_id() AND tasks.priority > 4\n\
+         \x20 archived:\n    auto_subscribe: true\n    query: SELECT {COLUMNS} FROM \"tasks_archive%\" AS tasks \
+         WHERE tasks.assignee_id = auth.user_id()\n"
     )
 }
 
-/// The tasks the rules give the user, by the primary's own SQL.
+/// The table the wildcard of `archived` matches, created during the test.
+const ARCHIVE: &str = "tasks_archive_2025";
+
+/// The tasks the rules give the user, by the primary's own SQL, over the rows of
+/// [`tasks_and_archive`].
 fn expected_filter() -> String {
     format!(
-        "project_id IN (SELECT a.project_id FROM user_project_access a JOIN projects p ON p.id = a.project_id \
-         WHERE a.user_id = '{USER}' AND p.priority > 0) \
+        "NOT archived AND (project_id IN (SELECT a.project_id FROM user_project_access a \
+         JOIN projects p ON p.id = a.project_id WHERE a.user_id = '{USER}' AND p.priority > 0) \
          OR project_id IN (SELECT id FROM projects WHERE owner_id = '{USER}') \
-         OR (assignee_id = '{USER}' AND priority > 4)"
+         OR (assignee_id = '{USER}' AND priority > 4)) \
+         OR archived AND assignee_id = '{USER}'"
     )
+}
+
+/// The rows of `tasks`, and of [`ARCHIVE`] once it exists, marked by where they are.
+fn tasks_and_archive(rig: &Rig) -> String {
+    let archive = rig
+        .primary
+        .sql(&format!("SELECT to_regclass('{ARCHIVE}') IS NOT NULL"));
+    if archive == "t" {
+        format!(
+            "(SELECT *, false AS archived FROM tasks UNION ALL \
+             SELECT *, true FROM {ARCHIVE}) AS tasks"
+        )
+    } else {
+        "(SELECT *, false AS archived FROM tasks) AS tasks".to_owned()
+    }
 }
 
 #[test]
@@ -47,7 +72,7 @@ fn sdk_syncs_streams_with_joins_ctes_and_queries_as_their_tables_change() {
     // Each step must change what the user sees, or it would prove nothing.
     let previous = std::cell::RefCell::new(serde_json::Value::Null);
     let expect = |client: &mut testkit::WatchClient, what: &str| {
-        let want = rig.expected_tasks_where(&expected_filter(), "summary");
+        let want = rig.expected_tasks_in(&tasks_and_archive(&rig), &expected_filter(), "summary");
         assert!(
             want.as_array().is_some_and(|rows| !rows.is_empty()),
             "{what}: the scenario should give the user rows"
@@ -94,6 +119,26 @@ fn sdk_syncs_streams_with_joins_ctes_and_queries_as_their_tables_change() {
         "UPDATE projects SET priority = 0 WHERE id = '{joined}'"
     ));
     expect(&mut client, "a joined project filtered out");
+
+    // A table the wildcard matches is created while the client is connected: its rows
+    // (filled before it was published) reach the client, then a row written to it after.
+    rig.primary.sql_each(&[
+        format!("CREATE TABLE {ARCHIVE} (LIKE tasks INCLUDING ALL)").as_str(),
+        format!(
+            "INSERT INTO {ARCHIVE} SELECT 'archived-' || id, org_id, project_id, owner_id, title, \
+             status, priority, assignee_id, story_points, updated_at, summary FROM tasks \
+             WHERE assignee_id = '{USER}' ORDER BY id LIMIT 5"
+        )
+        .as_str(),
+        format!("ALTER PUBLICATION powersync ADD TABLE {ARCHIVE}").as_str(),
+    ]);
+    expect(&mut client, "a table the wildcard matches created");
+    rig.primary.sql(&format!(
+        "INSERT INTO {ARCHIVE} SELECT 'archived-late-' || id, org_id, project_id, owner_id, \
+         title, status, priority, assignee_id, story_points, updated_at, summary FROM tasks \
+         WHERE assignee_id = '{USER}' ORDER BY id DESC LIMIT 1"
+    ));
+    expect(&mut client, "a row written to the new table");
     let dump = client.send(&json!({"cmd": "dump"}));
     assert_no_warnings(&dump, "joins");
     client.finish();

@@ -174,11 +174,17 @@ impl Rig {
 
     /// The tasks `filter` selects, with `summary` as the expression for that column.
     fn expected_tasks_where(&self, filter: &str, summary: &str) -> Value {
+        self.expected_tasks_in("tasks", filter, summary)
+    }
+
+    /// [`Self::expected_tasks_where`] over the rows of `source` (a table, or a subquery
+    /// with an alias) instead of `tasks`.
+    fn expected_tasks_in(&self, source: &str, filter: &str, summary: &str) -> Value {
         let sql = format!(
             "SELECT coalesce(json_agg(json_build_object('id', id, 'org_id', org_id, \
              'project_id', project_id, 'title', title, 'status', status, 'priority', priority, \
              'assignee_id', assignee_id, 'story_points', story_points, 'updated_at', {}, \
-             'summary', {summary}) ORDER BY id), '[]') FROM tasks WHERE {filter}",
+             'summary', {summary}) ORDER BY id), '[]') FROM {source} WHERE {filter}",
             self.rules.updated_at_sql()
         );
         serde_json::from_str(&self.primary.sql(&sql)).unwrap()
