@@ -163,13 +163,8 @@ async fn a_table_dropped_and_created_again_is_copied_again() {
     streaming.stop().await.unwrap();
 }
 
-/// A wildcard table (`"todos_%"`): the snapshot copies every published table it matches;
-/// a matching table created later is followed from its first change without a restart,
-/// its rows written before it was published copied too, and it stays followed after a
-/// restart; a table the prefix does not match stays out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wildcard_table_follows_the_tables_it_matches_created_later_too() {
-    const SCHEMA: &str = "
+/// Tables `todos_a`, `todos_b` (and `todosx`, which the prefix does not match).
+const WILDCARD_SCHEMA: &str = "
         CREATE TABLE lists (id text PRIMARY KEY, owner_id text NOT NULL);
         CREATE TABLE todos_a (id text PRIMARY KEY, list_id text, title text);
         CREATE TABLE todos_b (id text PRIMARY KEY, list_id text, title text);
@@ -180,19 +175,26 @@ async fn a_wildcard_table_follows_the_tables_it_matches_created_later_too() {
         INSERT INTO todos_b VALUES ('b1', 'l1', 'three');
         INSERT INTO todosx VALUES ('x1', 'l1', 'not matched');
     ";
-    const RULES: &str = r#"
+const WILDCARD_RULES: &str = r#"
 bucket_definitions:
   by_list:
     parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
     data:
       - SELECT id, title, _table_suffix AS kind FROM "todos_%" WHERE list_id = bucket.list_id
 "#;
+
+/// A wildcard table (`"todos_%"`): the snapshot copies every published table it matches;
+/// a matching table created later is followed from its first change without a restart,
+/// its rows written before it was published copied too, and it stays followed after a
+/// restart; a table the prefix does not match stays out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_table_follows_the_tables_it_matches_created_later_too() {
     const FIRST: &[&str] = &["lists", "todos_a", "todos_b", "todosx"];
     const THEN: &[&str] = &["lists", "todos_a", "todos_b", "todosx", "todos_c"];
     const ALL: &[&str] = &[
         "lists", "todos_a", "todos_b", "todosx", "todos_c", "todos_d",
     ];
-    let rig = Rig::with(SCHEMA, RULES);
+    let rig = Rig::with(WILDCARD_SCHEMA, WILDCARD_RULES);
     let store = bootstrapped(&rig).await;
     let mut streaming = start_streaming(&rig, &store);
     streaming.sync_point(&rig.primary).await;
@@ -232,4 +234,30 @@ bucket_definitions:
     streaming.sync_point(&rig.primary).await;
     until_tables_match(&rig, &store, &streaming, ALL, "after a restart").await;
     streaming.stop().await.unwrap();
+}
+
+/// A new table the wildcard matches without a replica identity: the stream stops with
+/// `PSM_R2012` naming it, before anything of it is applied, and the other tables' rows are
+/// served as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_table_a_wildcard_matches_without_a_key_stops_the_stream_with_its_name() {
+    let rig = Rig::with(WILDCARD_SCHEMA, WILDCARD_RULES);
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(&rig.primary).await;
+    let before = stored(&store);
+    rig.primary.sql_each(&[
+        "CREATE TABLE todos_nokey (id text, list_id text, title text)",
+        "ALTER PUBLICATION powersync ADD TABLE todos_nokey",
+        "INSERT INTO todos_nokey VALUES ('n1', 'l1', 'no key')",
+    ]);
+    let ended = wait_for_future("the stream to end", || (), streaming.task)
+        .await
+        .unwrap();
+    let message = ended.unwrap_err().to_string();
+    assert!(
+        message.starts_with("PSM_R2012") && message.contains("public.todos_nokey"),
+        "{message}"
+    );
+    assert!(stored(&store) == before, "the stored rows changed");
 }
