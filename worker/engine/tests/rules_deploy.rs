@@ -488,3 +488,58 @@ fn connect(rig: &EngineRig, t: &str) -> (Client, Lines) {
     client.apply(&lines.until_complete());
     (client, lines)
 }
+
+/// Rules deployed inside the served store add a wildcard table: the tables it matches that
+/// the store did not follow are copied, and one created afterwards reaches the connected
+/// client too.
+#[test]
+fn a_deployed_wildcard_table_copies_the_tables_it_matches_and_follows_new_ones() {
+    const SCHEMA: &str = "
+        CREATE TABLE items (id text PRIMARY KEY, owner text NOT NULL, kind text NOT NULL, n int);
+        CREATE TABLE archive_2024 (id text PRIMARY KEY, body text);
+        CREATE PUBLICATION powersync FOR ALL TABLES;
+        INSERT INTO items VALUES ('i1', 'u1', 'a', 1), ('i2', 'u2', 'b', 2);
+        INSERT INTO archive_2024 VALUES ('old1', 'x'), ('old2', 'y');
+    ";
+    let with_archive = format!(
+        "{RULES_V1}  archive:\n    data:\n      - SELECT id, _table_suffix AS year FROM \"archive_%\"\n"
+    );
+    let rig = EngineRig::start(SCHEMA, RULES_V1, SLOT);
+    let (mut client, mut lines) = connect(&rig, &token("u1", 3600));
+    assert_eq!(untagged(&client), vec![r#"mine["u1"]"#]);
+
+    rig.deploy_rules(&with_archive);
+    until_buckets(
+        &rig,
+        &mut lines,
+        &mut client,
+        &["archive[]", r#"mine["u1"]"#],
+        &[],
+    );
+    wait_for(&rig, "the deploy to end", || {
+        rig.status.snapshot().rules_hash == Some(rules_hash(&with_archive))
+    });
+    let mine = "SELECT id, owner, kind, n FROM items WHERE owner = 'u1'";
+    let archived = |tables: &[&str]| {
+        tables
+            .iter()
+            .map(|t| format!("SELECT id, substr('{t}', 9) AS year FROM {t}"))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
+    };
+    let mut want = expected(&rig, mine);
+    want.extend(expected(&rig, &archived(&["archive_2024"])));
+    assert_eq!(held(&client), want);
+
+    rig.primary.sql(
+        "CREATE TABLE archive_2025 (id text PRIMARY KEY, body text);
+         INSERT INTO archive_2025 VALUES ('new1', 'z');",
+    );
+    let mut want = expected(&rig, mine);
+    want.extend(expected(&rig, &archived(&["archive_2024", "archive_2025"])));
+    assert!(want.contains_key("new1"));
+    wait_for(&rig, "the new table's rows at the client", || {
+        client.apply(&lines.until_complete());
+        held(&client) == want
+    });
+}
