@@ -59,6 +59,16 @@ fn check(file: &str, out: &mut dyn Write) -> Result<(), CliError> {
         };
         writeln!(out, "table {t}: {how}").map_err(io)?;
     }
+    for event in rules.event_definitions() {
+        let tables: Vec<String> = event.tables.iter().map(ToString::to_string).collect();
+        writeln!(
+            out,
+            "event {}: {} (checked; events have no effect here)",
+            event.name,
+            tables.join(", ")
+        )
+        .map_err(io)?;
+    }
     Ok(())
 }
 

@@ -25,6 +25,28 @@ fn check_prints_a_summary() {
     assert!(out.contains("table public.user_project_access: parameters\n"));
 }
 
+/// Wildcard tables as written, and event definitions with the tables their payloads read.
+#[test]
+fn check_lists_wildcard_tables_and_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.yaml");
+    std::fs::write(
+        &file,
+        "bucket_definitions:\n  b:\n    data:\n      - SELECT id, _table_suffix AS y FROM \"todos_%\"\n\
+         event_definitions:\n  write_checkpoints:\n    payloads:\n      - SELECT user_id, client_id, checkpoint FROM checkpoints\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&["rules", "check", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("table public.todos_%: data\n"), "{out}");
+    assert!(
+        out.contains(
+            "event write_checkpoints: public.checkpoints (checked; events have no effect here)\n"
+        ),
+        "{out}"
+    );
+}
+
 #[test]
 fn check_reports_errors_with_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();

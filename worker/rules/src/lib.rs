@@ -35,6 +35,7 @@ pub(crate) mod yaml;
 
 pub use bucket::{bucket_name, BucketVersion};
 pub use checksum::{add_checksums, put_checksum};
+pub use compile::events::EventDefinition;
 pub use error::{RulesError, SqlLocation};
 pub use eval::SlotBinding;
 pub use fingerprint::Fingerprint;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sha2::{Digest, Sha256};
 
 use super::bucket::BucketVersion;
+use super::compile::events::{self, EventDefinition};
 use super::compile::{bucket_sources, legacy, streams};
 use super::error::RulesError;
 use super::fingerprint::Fingerprint;
@@ -68,6 +69,8 @@ pub struct SyncRules {
     plans: BTreeMap<TableRef, TablePlan>,
     /// For each table, the fingerprints of the definitions and streams that read it.
     readers: BTreeMap<TableRef, BTreeSet<Fingerprint>>,
+    /// `event_definitions`, compiled and checked (they have no effect: see `events`).
+    events: Vec<EventDefinition>,
 }
 
 impl SyncRules {
@@ -159,6 +162,11 @@ impl SyncRules {
         for plan in plans.values_mut() {
             plan.find_twins();
         }
+        let events = raw
+            .events
+            .iter()
+            .map(|e| events::compile(e, compat))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(SyncRules {
             compat,
             version,
@@ -167,6 +175,7 @@ impl SyncRules {
             sources,
             plans,
             readers,
+            events,
         })
     }
 
@@ -257,6 +266,12 @@ impl SyncRules {
     /// The bucket-name version these rules were compiled with.
     pub fn bucket_version(&self) -> BucketVersion {
         self.version
+    }
+
+    /// The `event_definitions`, in file order: compiled and checked, with no effect (as in
+    /// the official open-source service, where nothing consumes the events).
+    pub fn event_definitions(&self) -> &[EventDefinition] {
+        &self.events
     }
 
     /// Definitions and streams in file order (`checkpoint.streams` order).

@@ -39,6 +39,15 @@ pub struct RawStream {
     pub with: Vec<(String, String)>,
 }
 
+/// An `event_definitions` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEvent {
+    /// Event name.
+    pub name: String,
+    /// Its payload queries.
+    pub payloads: Vec<String>,
+}
+
 /// The checked outline of a sync-rules file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawRules {
@@ -50,6 +59,8 @@ pub struct RawRules {
     pub streams: Vec<RawStream>,
     /// Global `with:` CTEs.
     pub with: Vec<(String, String)>,
+    /// `event_definitions`, in file order.
+    pub events: Vec<RawEvent>,
 }
 
 fn yaml_err(message: impl Into<String>, hint: impl Into<String>) -> RulesError {
@@ -175,22 +186,18 @@ pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
     let mut defs_v = None;
     let mut streams_v = None;
     let mut with_v = None;
+    let mut events_v = None;
     for (k, v) in mapping(&root, "the document")? {
         match k.as_str() {
             "config" => compat = config(v)?,
             "bucket_definitions" => defs_v = Some(v),
             "streams" => streams_v = Some(v),
             "with" => with_v = Some(v),
-            "event_definitions" => {
-                return Err(yaml_err(
-                    "`event_definitions` are not supported by powersync_mdbx",
-                    "remove event_definitions (custom write checkpoints are not implemented)",
-                ))
-            }
+            "event_definitions" => events_v = Some(v),
             other => {
                 return Err(yaml_err(
                     format!("unknown top-level key `{other}`"),
-                    "config, bucket_definitions, streams, with",
+                    "config, bucket_definitions, streams, with, event_definitions",
                 ))
             }
         }
@@ -206,7 +213,13 @@ pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
         definitions: Vec::new(),
         streams: Vec::new(),
         with: Vec::new(),
+        events: Vec::new(),
     };
+    if let Some(v) = events_v {
+        for (name, e) in mapping(v, "event_definitions")? {
+            rules.events.push(event(&name, e)?);
+        }
+    }
     if let Some(v) = with_v {
         if compat.edition < 3 {
             return Err(RulesError::config(
@@ -295,6 +308,48 @@ fn config(v: &Y) -> Result<Compatibility, RulesError> {
         }
     }
     Ok(c)
+}
+
+/// An `event_definitions` entry: `payloads`, a list of SQL strings.
+fn event(name: &str, v: &Y) -> Result<RawEvent, RulesError> {
+    let mut payloads = None;
+    for (k, val) in mapping(v, &format!("event definition `{name}`"))? {
+        match (k.as_str(), val) {
+            ("payloads", Y::Sequence(items)) => {
+                payloads = Some(
+                    items
+                        .iter()
+                        .map(|i| sql_string(i, name, "payloads"))
+                        .collect::<Result<Vec<_>, _>>()?,
+                )
+            }
+            ("payloads", other) => {
+                return Err(RulesError::config(
+                    name,
+                    format!("event payloads must be a list, found {}", short(other)),
+                    "payloads: [SELECT <columns> FROM <table>]",
+                ))
+            }
+            (other, _) => {
+                return Err(RulesError::config(
+                    name,
+                    format!("unknown key `{other}` in an event definition"),
+                    "payloads",
+                ))
+            }
+        }
+    }
+    let payloads = payloads.ok_or_else(|| {
+        RulesError::config(
+            name,
+            "event definition has no `payloads`",
+            "payloads: [SELECT <columns> FROM <table>]",
+        )
+    })?;
+    Ok(RawEvent {
+        name: name.to_owned(),
+        payloads,
+    })
 }
 
 fn definition(name: &str, v: &Y) -> Result<RawDefinition, RulesError> {

@@ -495,7 +495,8 @@ fn yaml_and_config_errors_name_the_rule() {
         ("config:\n  edition: 2\nstreams:\n  s:\n    query: SELECT * FROM t\n    with:\n      c: SELECT 1 AS x", "s: `with:` needs edition 3"),
         ("streams:\n  s:\n    query: SELECT * FROM t", "streams need edition 2 or 3"),
         ("bucket_definitions:\n  a:\n    data: [SELECT id FROM t]\n  a:\n    data: [SELECT id FROM u]", "duplicate"),
-        ("event_definitions:\n  e:\n    payloads: [SELECT 1]", "event_definitions"),
+        ("bucket_definitions:\n  a:\n    data: [SELECT id FROM t]\nevent_definitions:\n  e:\n    payloads: SELECT x FROM t", "e: event payloads must be a list"),
+        ("bucket_definitions:\n  a:\n    data: [SELECT id FROM t]\nevent_definitions:\n  e:\n    query: SELECT x FROM t", "e: unknown key `query`"),
         ("config:\n  edition: 2\n  timestamp_max_precision: seconds\nstreams: {}", "timestamp_max_precision"),
         (
             "bucket_definitions:\n  a:\n    parameters: [SELECT request.user_id() AS x, SELECT request.user_id() AS y]\n    data: [SELECT id FROM t WHERE o = bucket.x]",

@@ -3,6 +3,7 @@
 //! `bucket_definitions`, `streams` handles sync streams.
 
 pub(crate) mod bucket_sources;
+pub mod events;
 pub mod joins;
 pub mod legacy;
 pub mod lookup;

@@ -86,6 +86,16 @@ pub(crate) fn data_projection(
     scope: &mut Scope,
     select: &Select,
 ) -> Result<Shape, RulesError> {
+    row_projection(ctx, scope, select, true)
+}
+
+/// [`data_projection`], with an `id` column required or not (an event's payload).
+pub(crate) fn row_projection(
+    ctx: &QueryCtx<'_>,
+    scope: &mut Scope,
+    select: &Select,
+    needs_id: bool,
+) -> Result<Shape, RulesError> {
     let mut shape = Shape {
         projection: Vec::new(),
         explicit: Vec::new(),
@@ -157,7 +167,7 @@ pub(crate) fn data_projection(
             expr: lowered,
         });
     }
-    if shape.id.is_none() && !has_star {
+    if needs_id && shape.id.is_none() && !has_star {
         return Err(ctx.err(
             select.select_token.0.span,
             "query must return an \"id\" column",

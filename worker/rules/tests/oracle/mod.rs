@@ -16,6 +16,7 @@
 
 mod cases;
 mod compare;
+mod events;
 mod generate;
 mod wildcard;
 
@@ -179,6 +180,7 @@ fn official(corpus: &[Case]) -> Vec<Value> {
 fn corpus() -> Vec<Case> {
     let mut all = cases::all();
     all.extend(wildcard::all());
+    all.extend(events::all());
     all.extend(generate::all(0x5eed_2026));
     all
 }
