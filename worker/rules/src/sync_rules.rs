@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sha2::{Digest, Sha256};
 
 use super::bucket::BucketVersion;
-use super::compile::{bucket_sources, legacy, streams};
+use super::compile::{bucket_sources, legacy, streams, warnings};
 use super::error::RulesError;
 use super::fingerprint::Fingerprint;
 use super::options::Compatibility;
@@ -15,6 +15,7 @@ use super::request::{
     check_limit, BucketReason, BucketResolver, LookupReader, RequestContext, RequestData,
     Resolution, SubscriptionError,
 };
+use super::warning::RulesWarning;
 use super::yaml;
 
 /// The default bucket priority when neither the rule nor the request sets one.
@@ -68,6 +69,8 @@ pub struct SyncRules {
     plans: BTreeMap<TableRef, TablePlan>,
     /// For each table, the fingerprints of the definitions and streams that read it.
     readers: BTreeMap<TableRef, BTreeSet<Fingerprint>>,
+    /// What the official compiler would warn about (see [`Self::warnings`]).
+    warnings: Vec<RulesWarning>,
 }
 
 impl SyncRules {
@@ -108,8 +111,12 @@ impl SyncRules {
             });
         }
         let mut names = bucket_sources::Names::default();
+        let mut warned = warnings::of_file(&raw);
         for s in &raw.streams {
             let c = streams::compile(s, &raw.with, compat, version)?;
+            warned.extend(warnings::of_stream_buckets(
+                s, &raw.with, compat, &c.buckets,
+            ));
             let mut resolvers = Vec::new();
             let mut filled = Vec::new();
             for b in c.buckets {
@@ -167,6 +174,7 @@ impl SyncRules {
             sources,
             plans,
             readers,
+            warnings: warned,
         })
     }
 
@@ -231,6 +239,13 @@ impl SyncRules {
             })
             .flat_map(|(_, readers)| readers.iter().copied())
             .collect()
+    }
+
+    /// What the official compiler warns about in these rules: they compile and sync, but
+    /// probably not as meant (`docs/sync-rules.md`, "Warnings"). Each names where it is;
+    /// their order is stable, not the file's.
+    pub fn warnings(&self) -> &[RulesWarning] {
+        &self.warnings
     }
 
     /// SHA-256 of the YAML text: identifies a deployment's rules content.
