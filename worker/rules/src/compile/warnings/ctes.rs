@@ -21,10 +21,12 @@ pub(super) fn unused(raw: &RawRules) -> Vec<RulesWarning> {
             let ctx = QueryCtx::new("stream", &s.name, query_label(s, k), sql, raw.compat);
             let Some(select) = parsed(&ctx) else { continue };
             for name in tables_read(&select) {
-                if let Some(i) = position(&s.with, &name) {
-                    local_used[i] = true;
-                } else if let Some(i) = position(&raw.with, &name) {
-                    global_used[i] = true;
+                let used = match position(&s.with, &name) {
+                    Some(i) => local_used.get_mut(i),
+                    None => position(&raw.with, &name).and_then(|i| global_used.get_mut(i)),
+                };
+                if let Some(used) = used {
+                    *used = true;
                 }
             }
         }
