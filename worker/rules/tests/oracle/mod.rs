@@ -17,10 +17,8 @@
 mod cases;
 mod compare;
 mod generate;
-mod wildcard;
-
-/// The official compiler's warnings, each in the formats it has (after the generated cases).
 mod warnings;
+mod wildcard;
 
 use std::io::Write;
 use std::path::PathBuf;
