@@ -1,7 +1,8 @@
 // The official sync-config compiler as a differential oracle: reads a corpus of cases (JSON on
 // stdin: [{yaml, rows: [{table, columns: [[name, pg_type, text|null], ...]}], requests: [...]}]),
 // evaluates each with @powersync/service-sync-rules (the version pinned in ../package.json) the
-// way the official service does, and writes one result per case as JSON on stdout. The rules
+// way the official service does, and writes one result per case as JSON on stdout (whether it
+// compiles, its warnings, each row's buckets, each request's buckets). The rules
 // crate's differential test (worker/rules/tests/oracle) compares them with its own evaluation.
 //
 // Rows arrive as PostgreSQL text, decoded like the official replication (jpgwire's text
@@ -45,10 +46,19 @@ function decode(type, text) {
 
 const message = (e) => (e instanceof Error ? `${e.constructor.name}: ${e.message}` : String(e));
 
+/** A warning's message and the text it points at: within its query when it is about SQL
+ * (the whole query when the compiler gives no position), else within the YAML (a key). */
+function warning(e, yaml) {
+  const s = e.source;
+  const inSql = s && typeof s.sql === 'string' && s.location;
+  const excerpt = inSql ? s.sql.slice(s.location.start, s.location.end) : yaml.slice(e.location.start, e.location.end);
+  return { message: e.message, excerpt };
+}
+
 async function evaluateCase(c) {
   const { config, errors } = SqlSyncRules.fromYaml(c.yaml, { defaultSchema: SCHEMA, throwOnError: false });
   const fatal = errors.filter((e) => e.type !== 'warning').map((e) => e.message);
-  const warnings = errors.filter((e) => e.type === 'warning').map((e) => e.message);
+  const warnings = errors.filter((e) => e.type === 'warning').map((e) => warning(e, c.yaml));
   const out = { fatal, warnings, rows: [], requests: [] };
   if (fatal.length > 0) return out;
   const hydrated = config.hydrate({ hydrationState: DEFAULT_HYDRATION_STATE, sqlite: nodeSqlite(DatabaseSync) });

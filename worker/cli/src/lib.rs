@@ -16,6 +16,8 @@ usage:
                  [--claims JSON] [--params JSON] [--subscribe STREAM[=JSON]]...
                  [--no-defaults] [--generation N]
 
+`check` prints the official compiler's warnings on stderr; they do not fail it.
+
 --row maps each column, in table order, to its PostgreSQL type and text value:
   '{\"id\":{\"type\":\"text\",\"value\":\"t1\"},\"n\":{\"type\":\"int8\",\"value\":\"5\"}}'
   (\"value\": null is SQL NULL; \"oid\": 20 may be given instead of \"type\").
@@ -25,7 +27,7 @@ Output: one JSON object per line (ops, lookups, then request buckets with --clai
 /// Run the tool with `args` (without the program name); returns the exit code.
 pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match args.first().map(String::as_str) {
-        Some("rules") => rules_cmd::run(&args[1..], out),
+        Some("rules") => rules_cmd::run(&args[1..], out, err),
         Some("help") | Some("--help") | Some("-h") => {
             let _ = write!(out, "{USAGE}");
             return 0;

@@ -10,10 +10,14 @@ use rules::{
     RequestContext, SourceKind, Subscription, SyncRules, Value,
 };
 
-pub(super) fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
+pub(super) fn run(
+    args: &[String],
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CliError> {
     match args.first().map(String::as_str) {
         Some("check") => match args {
-            [_, file] => check(file, out),
+            [_, file] => check(file, out, err),
             _ => Err(CliError::Usage(
                 "`rules check` takes exactly one FILE".into(),
             )),
@@ -36,7 +40,9 @@ fn io(e: std::io::Error) -> CliError {
     CliError::Failed(format!("cannot write output: {e}"))
 }
 
-fn check(file: &str, out: &mut dyn Write) -> Result<(), CliError> {
+/// The summary on `out`; the official compiler's warnings on `err`, one a line, like
+/// errors (they do not fail the check).
+fn check(file: &str, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), CliError> {
     let rules = load(file, BucketVersion::default())?;
     let defs = rules
         .sources()
@@ -68,6 +74,9 @@ fn check(file: &str, out: &mut dyn Write) -> Result<(), CliError> {
             tables.join(", ")
         )
         .map_err(io)?;
+    }
+    for w in rules.warnings() {
+        writeln!(err, "warning: {file}: {w}").map_err(io)?;
     }
     Ok(())
 }

@@ -70,6 +70,46 @@ fn check_reports_errors_with_non_zero_exit() {
 }
 
 #[test]
+fn check_prints_warnings_on_stderr_and_still_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("warned.yaml");
+    std::fs::write(
+        &file,
+        "config:\n  edition: 3\nstreams:\n  s:\n    query: SELECT id, upper(title) FROM todos WHERE list = subscription.parameter('list')\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let (code, out, err) = run(&["rules", "check", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("ok: edition 3, 0 bucket definition(s), 1 stream(s)"),
+        "{out}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "warning: {path}: [PSM_RULES_WARN_UNNAMED_COLUMN] stream `s`, query `SELECT id, upper(title) FROM todos WHERE list = subscription.parameter('list')` at line 1, column 12 (`upper(title)`): "
+        )),
+        "{err}"
+    );
+    assert!(lines[0].ends_with("Fix: `upper(title) AS <name>`"), "{err}");
+    assert!(
+        lines[1].contains("[PSM_RULES_WARN_UNAUTHENTICATED] stream `s`, query `")
+            && lines[1].contains("at line 1, column 49 (`subscription.parameter('list')`)"),
+        "{err}"
+    );
+    assert!(
+        lines[1].contains("accept_potentially_dangerous_queries: true"),
+        "{err}"
+    );
+
+    // Without anything to warn about, stderr stays empty.
+    let (code, _, err) = run(&["rules", "check", &format!("{FIXTURES}/sync-config.yaml")]);
+    assert_eq!((code, err.as_str()), (0, ""));
+}
+
+#[test]
 fn eval_prints_ops_lookups_and_request_buckets() {
     let rules = format!("{FIXTURES}/sync-config.yaml");
     let row = r#"{"id":{"type":"text","value":"task-org-001-0001-0001"},"org_id":{"type":"text","value":"org-001"},

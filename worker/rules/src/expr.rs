@@ -236,6 +236,30 @@ impl Expr {
         self.any(&|e| matches!(e, Expr::Request(_)))
     }
 
+    /// The request values the expression reads, in the order written (left to right).
+    pub(crate) fn request_refs<'a>(&'a self, out: &mut Vec<&'a RequestRef>) {
+        match self {
+            Expr::Request(r) => out.push(r),
+            Expr::Literal(_) | Expr::Column(_) => {}
+            Expr::Not(x) | Expr::Neg(x) | Expr::IsNull(x, _) | Expr::Cast(x, _) => {
+                x.request_refs(out)
+            }
+            Expr::Binary(_, a, b) | Expr::InJson(a, b) => {
+                a.request_refs(out);
+                b.request_refs(out);
+            }
+            Expr::JsonArrow { value, path, .. } => {
+                value.request_refs(out);
+                path.request_refs(out);
+            }
+            Expr::InList(x, l, _) => {
+                x.request_refs(out);
+                l.iter().for_each(|e| e.request_refs(out));
+            }
+            Expr::Func(_, args) => args.iter().for_each(|e| e.request_refs(out)),
+        }
+    }
+
     fn any(&self, p: &dyn Fn(&Expr) -> bool) -> bool {
         if p(self) {
             return true;

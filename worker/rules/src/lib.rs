@@ -31,6 +31,7 @@ pub mod sync_rules;
 pub mod types;
 pub mod validate;
 pub mod value;
+pub mod warning;
 pub(crate) mod yaml;
 
 pub use bucket::{bucket_name, BucketVersion};
@@ -52,3 +53,4 @@ pub use sync_rules::{
 };
 pub use types::PgType;
 pub use value::{OwnedValue, Value};
+pub use warning::{RulesWarning, WarningKind};

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::bucket::BucketVersion;
 use super::compile::events::{self, EventDefinition};
-use super::compile::{bucket_sources, legacy, streams};
+use super::compile::{bucket_sources, legacy, streams, warnings};
 use super::error::RulesError;
 use super::fingerprint::Fingerprint;
 use super::options::Compatibility;
@@ -16,6 +16,7 @@ use super::request::{
     check_limit, BucketReason, BucketResolver, LookupReader, RequestContext, RequestData,
     Resolution, SubscriptionError,
 };
+use super::warning::RulesWarning;
 use super::yaml;
 
 /// The default bucket priority when neither the rule nor the request sets one.
@@ -71,6 +72,8 @@ pub struct SyncRules {
     readers: BTreeMap<TableRef, BTreeSet<Fingerprint>>,
     /// `event_definitions`, compiled and checked (they have no effect: see `events`).
     events: Vec<EventDefinition>,
+    /// What the official compiler would warn about (see [`Self::warnings`]).
+    warnings: Vec<RulesWarning>,
 }
 
 impl SyncRules {
@@ -111,8 +114,12 @@ impl SyncRules {
             });
         }
         let mut names = bucket_sources::Names::default();
+        let mut warned = warnings::of_file(&raw);
         for s in &raw.streams {
             let c = streams::compile(s, &raw.with, compat, version)?;
+            warned.extend(warnings::of_stream_buckets(
+                s, &raw.with, compat, &c.buckets,
+            ));
             let mut resolvers = Vec::new();
             let mut filled = Vec::new();
             for b in c.buckets {
@@ -176,6 +183,7 @@ impl SyncRules {
             plans,
             readers,
             events,
+            warnings: warned,
         })
     }
 
@@ -240,6 +248,13 @@ impl SyncRules {
             })
             .flat_map(|(_, readers)| readers.iter().copied())
             .collect()
+    }
+
+    /// What the official compiler warns about in these rules: they compile and sync, but
+    /// probably not as meant (`docs/sync-rules.md`, "Warnings"). Each names where it is;
+    /// their order is stable, not the file's.
+    pub fn warnings(&self) -> &[RulesWarning] {
+        &self.warnings
     }
 
     /// SHA-256 of the YAML text: identifies a deployment's rules content.

@@ -20,6 +20,8 @@ pub struct RawDefinition {
     pub data: Vec<String>,
     /// `priority`, if set.
     pub priority: Option<u8>,
+    /// `accept_potentially_dangerous_queries: true` (silences a warning).
+    pub accept_dangerous: bool,
 }
 
 /// A `streams` entry.
@@ -37,6 +39,8 @@ pub struct RawStream {
     pub priority: Option<u8>,
     /// Stream-level `with:` CTEs, in order.
     pub with: Vec<(String, String)>,
+    /// `accept_potentially_dangerous_queries: true` (silences a warning).
+    pub accept_dangerous: bool,
 }
 
 /// An `event_definitions` entry.
@@ -61,6 +65,9 @@ pub struct RawRules {
     pub with: Vec<(String, String)>,
     /// `event_definitions`, in file order.
     pub events: Vec<RawEvent>,
+    /// `config.storage_version`, if set (it has no effect here; the official service
+    /// warns about unstable versions).
+    pub storage_version: Option<u8>,
 }
 
 fn yaml_err(message: impl Into<String>, hint: impl Into<String>) -> RulesError {
@@ -183,13 +190,14 @@ pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
         }
     })?;
     let mut compat = Compatibility::default();
+    let mut storage_version = None;
     let mut defs_v = None;
     let mut streams_v = None;
     let mut with_v = None;
     let mut events_v = None;
     for (k, v) in mapping(&root, "the document")? {
         match k.as_str() {
-            "config" => compat = config(v)?,
+            "config" => (compat, storage_version) = config(v)?,
             "bucket_definitions" => defs_v = Some(v),
             "streams" => streams_v = Some(v),
             "with" => with_v = Some(v),
@@ -214,6 +222,7 @@ pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
         streams: Vec::new(),
         with: Vec::new(),
         events: Vec::new(),
+        storage_version,
     };
     if let Some(v) = events_v {
         for (name, e) in mapping(v, "event_definitions")? {
@@ -264,7 +273,8 @@ pub fn parse(yaml: &str) -> Result<RawRules, RulesError> {
     Ok(rules)
 }
 
-fn config(v: &Y) -> Result<Compatibility, RulesError> {
+/// The edition options and the storage version of `config`.
+fn config(v: &Y) -> Result<(Compatibility, Option<u8>), RulesError> {
     let entries = mapping(v, "config")?;
     let edition = match entries.iter().find(|(k, _)| k == "edition") {
         None => 1,
@@ -280,6 +290,7 @@ fn config(v: &Y) -> Result<Compatibility, RulesError> {
         },
     };
     let mut c = Compatibility::for_edition(edition);
+    let mut storage_version = None;
     for (k, val) in &entries {
         match k.as_str() {
             "edition" => {}
@@ -288,7 +299,7 @@ fn config(v: &Y) -> Result<Compatibility, RulesError> {
             "fixed_json_extract" => c.fixed_json_extract = boolean(val, "config", k)?,
             "custom_postgres_types" => c.custom_postgres_types = boolean(val, "config", k)?,
             "storage_version" => match val.as_u64() {
-                Some(1..=3) => {}
+                Some(n @ 1..=3) => storage_version = Some(n as u8),
                 _ => return Err(RulesError::config("config", "storage_version must be 1, 2 or 3", "remove storage_version")),
             },
             "unstable_sqlite_expression_engine" | "timestamp_max_precision" => {
@@ -307,7 +318,7 @@ fn config(v: &Y) -> Result<Compatibility, RulesError> {
             }
         }
     }
-    Ok(c)
+    Ok((c, storage_version))
 }
 
 /// An `event_definitions` entry: `payloads`, a list of SQL strings.
@@ -358,6 +369,7 @@ fn definition(name: &str, v: &Y) -> Result<RawDefinition, RulesError> {
         parameters: Vec::new(),
         data: Vec::new(),
         priority: None,
+        accept_dangerous: false,
     };
     let mut has_data = false;
     for (k, val) in mapping(v, &format!("bucket definition `{name}`"))? {
@@ -369,7 +381,7 @@ fn definition(name: &str, v: &Y) -> Result<RawDefinition, RulesError> {
             }
             "priority" => d.priority = Some(priority(val, name)?),
             "accept_potentially_dangerous_queries" => {
-                boolean(val, name, &k)?;
+                d.accept_dangerous = boolean(val, name, &k)?;
             }
             other => {
                 return Err(RulesError::config(
@@ -398,6 +410,7 @@ fn stream(name: &str, v: &Y, edition: u8) -> Result<RawStream, RulesError> {
         auto_subscribe: false,
         priority: None,
         with: Vec::new(),
+        accept_dangerous: false,
     };
     let (mut query, mut queries) = (None, None);
     for (k, val) in mapping(v, &format!("stream `{name}`"))? {
@@ -413,7 +426,7 @@ fn stream(name: &str, v: &Y, edition: u8) -> Result<RawStream, RulesError> {
                 s.with = ctes(val, name)?;
             }
             "accept_potentially_dangerous_queries" => {
-                boolean(val, name, &k)?;
+                s.accept_dangerous = boolean(val, name, &k)?;
             }
             other => {
                 return Err(RulesError::config(

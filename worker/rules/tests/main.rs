@@ -12,3 +12,4 @@ mod naming;
 mod oracle;
 mod params;
 mod support;
+mod warnings;

@@ -17,6 +17,8 @@ use crate::request::{BucketResolver, LookupGroup};
 /// instances, and the data queries that fill it.
 pub(crate) struct StreamBucket {
     pub name: String,
+    /// The stream query it came from (`query`, `queries[k]`), for warnings.
+    pub query_label: String,
     pub resolver: BucketResolver,
     pub evaluators: Vec<(TableRef, DataEvaluator)>,
 }
@@ -65,6 +67,7 @@ impl Names {
             name,
             mut resolver,
             mut evaluators,
+            ..
         } = b;
         if share {
             let mut keys: Vec<String> = evaluators.iter().map(behaviour).collect();

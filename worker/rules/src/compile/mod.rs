@@ -11,6 +11,7 @@ pub(crate) mod param_order;
 pub mod select_list;
 pub mod streams;
 pub(crate) mod variants;
+pub(crate) mod warnings;
 
 use sqlparser::ast::{ObjectNamePart, Select, Spanned, TableFactor};
 

@@ -638,6 +638,7 @@ fn push_query(
     );
     out.buckets.push(StreamBucket {
         name,
+        query_label: ctx.label.clone(),
         resolver: BucketResolver {
             prefix: String::new(),
             request_filters,

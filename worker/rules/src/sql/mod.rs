@@ -90,7 +90,7 @@ pub fn ident_name(id: &sqlparser::ast::Ident) -> String {
 
 /// The byte offset of a sqlparser location (lines and columns count from 1, columns in
 /// characters) in `sql`.
-fn offset_of(sql: &str, loc: sqlparser::tokenizer::Location) -> Option<usize> {
+pub(crate) fn offset_of(sql: &str, loc: sqlparser::tokenizer::Location) -> Option<usize> {
     let line_start: usize = sql
         .split_inclusive('\n')
         .take(usize::try_from(loc.line).ok()?.checked_sub(1)?)

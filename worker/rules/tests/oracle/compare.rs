@@ -1,16 +1,114 @@
 //! Both sides of the differential test in one normalized form, and their differences.
 //!
-//! A result is `{compiles, rows: [{puts, error}], requests: [{buckets, errors}]}`: a put is
-//! `bucket object_type object_id data`, a request bucket `bucket p<priority> <reasons>`, both
-//! sorted (the order of a row's buckets and of a request's set carries no meaning).
+//! A result is `{compiles, warnings, rows: [{puts, error}], requests: [{buckets, errors}]}`:
+//! a put is `bucket object_type object_id data`, a request bucket `bucket p<priority>
+//! <reasons>`, a warning `<kind> <excerpt>` (see [`OFFICIAL_WARNINGS`]), all sorted (their
+//! order carries no meaning).
 
 use rules::{
     BucketReason, BucketVersion, InMemoryLookups, OwnedSourceRow, PgType, RequestContext,
-    Subscription, SyncRules,
+    RulesWarning, Subscription, SyncRules, WarningKind,
 };
 use serde_json::{json, Value};
 
 use super::Case;
+
+/// The official warnings this crate reports, by the start of their message: the kind it
+/// gives them, and whether their position is compared. A position is the text the warning
+/// points at (`RulesWarning::excerpt` here; the official error's location within its query,
+/// or within the YAML for a key): an identifier, a call, a column, a whole query, a CTE's
+/// name. The alpha-streams and storage-version warnings point at YAML values (the whole
+/// `streams` section, the version) and are compared by kind alone. A message not listed
+/// here is compared as itself, so a warning this crate does not report fails the case.
+const OFFICIAL_WARNINGS: &[(&str, WarningKind, bool)] = &[
+    (
+        "Potentially dangerous query based on parameters set by the client",
+        WarningKind::ClientParameterQuery,
+        true,
+    ),
+    (
+        "Clients can send any value for this unauthenticated parameter",
+        WarningKind::UnauthenticatedParameter,
+        true,
+    ),
+    (
+        "Unquoted identifiers are converted to lower-case",
+        WarningKind::IdentifierCase,
+        true,
+    ),
+    (
+        "This is using an alpha version of Sync Streams",
+        WarningKind::AlphaStreams,
+        false,
+    ),
+    (
+        "Clients subscribe to this stream by default, but it uses subscription parameters",
+        WarningKind::DefaultSubscriptionParameters,
+        true,
+    ),
+    (
+        "The name of this column is unspecified",
+        WarningKind::UnnamedColumn,
+        true,
+    ),
+    (
+        "A '*' column after aliased columns may give unexpected results",
+        WarningKind::StarAfterAlias,
+        true,
+    ),
+    (
+        "This common table expression isn't referenced",
+        WarningKind::UnusedCte,
+        true,
+    ),
+    (
+        "Storage version",
+        WarningKind::UnstableStorageVersion,
+        false,
+    ),
+];
+
+/// A warning in the compared form: `<code> <excerpt>`, or `<code>` alone.
+fn warning_key(kind: WarningKind, excerpt: &str) -> String {
+    let positioned = OFFICIAL_WARNINGS
+        .iter()
+        .any(|(_, k, positioned)| *k == kind && *positioned);
+    if positioned {
+        format!("{} {}", kind.code(), excerpt.trim())
+    } else {
+        kind.code().to_string()
+    }
+}
+
+fn our_warnings(warnings: &[RulesWarning]) -> Vec<String> {
+    let mut out: Vec<String> = warnings
+        .iter()
+        .map(|w| warning_key(w.kind, &w.excerpt))
+        .collect();
+    out.sort();
+    out
+}
+
+fn official_warnings(theirs: &Value) -> Vec<String> {
+    let mut out: Vec<String> = theirs["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| {
+            let message = w["message"].as_str().unwrap_or_default();
+            let excerpt = w["excerpt"].as_str().unwrap_or_default();
+            match OFFICIAL_WARNINGS
+                .iter()
+                .find(|(m, ..)| message.starts_with(m))
+            {
+                Some((_, kind, _)) => warning_key(*kind, excerpt),
+                None => format!("unknown: {message} at `{excerpt}`"),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
 
 /// This crate's result for a case.
 pub fn evaluate(case: &Case) -> Value {
@@ -98,7 +196,7 @@ pub fn evaluate(case: &Case) -> Value {
             }
         })
         .collect();
-    json!({"compiles": true, "rows": rows, "requests": requests})
+    json!({"compiles": true, "warnings": our_warnings(rules.warnings()), "rows": rows, "requests": requests})
 }
 
 /// The official result in the same form.
@@ -173,7 +271,7 @@ fn normalize(theirs: &Value) -> Value {
             json!({"buckets": buckets, "errors": errors})
         })
         .collect();
-    json!({"compiles": true, "rows": rows, "requests": requests})
+    json!({"compiles": true, "warnings": official_warnings(theirs), "rows": rows, "requests": requests})
 }
 
 /// The parts where the results differ: `(part, ours vs theirs)`; empty when they agree.
@@ -208,6 +306,15 @@ pub fn differences(ours: &Value, theirs: &Value) -> Vec<(String, String)> {
                 found.push((format!("{label} {i}"), format!("here: {x}\nofficial: {y}")));
             }
         }
+    }
+    if ours["warnings"] != theirs["warnings"] {
+        found.push((
+            "warnings".to_string(),
+            format!(
+                "here: {}\nofficial: {}",
+                ours["warnings"], theirs["warnings"]
+            ),
+        ));
     }
     found
 }

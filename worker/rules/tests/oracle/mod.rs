@@ -18,6 +18,7 @@ mod cases;
 mod compare;
 mod events;
 mod generate;
+mod warnings;
 mod wildcard;
 
 use std::io::Write;
@@ -182,6 +183,7 @@ fn corpus() -> Vec<Case> {
     all.extend(wildcard::all());
     all.extend(events::all());
     all.extend(generate::all(0x5eed_2026));
+    all.extend(warnings::all());
     all
 }
 
@@ -191,8 +193,18 @@ fn the_official_compiler_agrees_with_this_crate_on_the_corpus() {
     let official = official(&corpus);
     let mut failures = Vec::new();
     let mut by_feature = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    let mut warned = std::collections::BTreeMap::<String, usize>::new();
     for (case, theirs) in corpus.iter().zip(&official) {
         let ours = compare::evaluate(case);
+        for w in ours["warnings"].as_array().into_iter().flatten() {
+            let code = w
+                .as_str()
+                .unwrap_or_default()
+                .split(' ')
+                .next()
+                .unwrap_or_default();
+            *warned.entry(code.to_string()).or_default() += 1;
+        }
         let found = compare::differences(&ours, theirs);
         let feature = case.name.split('/').next().unwrap_or_default().to_string();
         let tally = by_feature.entry(feature).or_default();
@@ -211,6 +223,10 @@ fn the_official_compiler_agrees_with_this_crate_on_the_corpus() {
     println!("corpus: {} cases", corpus.len());
     for (feature, (n, differing)) in &by_feature {
         println!("  {feature}: {n} cases, {differing} with a listed difference");
+    }
+    println!("warnings reported here (and compared):");
+    for (code, n) in &warned {
+        println!("  {code}: {n}");
     }
     assert!(
         failures.is_empty(),
