@@ -10,6 +10,7 @@ use std::cmp::Ordering;
 use super::cast::{bool_value, cast, to_number, CastType};
 use super::functions::{self, Func, FunctionArgs};
 use super::json::{follow, json_to_value, parse_dollar_path, PathStep};
+pub use super::value::compare;
 use super::value::{OwnedValue, Value};
 
 /// Binary operators of the supported subset.
@@ -327,28 +328,6 @@ impl<'e> FunctionArgs<'e> for CallArgs<'e> {
             .get(i)
             .map(|a| a.eval(self.env))
             .unwrap_or(Value::Null)
-    }
-}
-
-/// SQLite ordering: NULL is incomparable; numbers < text < blob; numbers compare by value.
-pub fn compare(x: &Value<'_>, y: &Value<'_>) -> Option<Ordering> {
-    fn class(v: &Value<'_>) -> u8 {
-        match v {
-            Value::Null => 0,
-            Value::Integer(_) | Value::Real(_) => 1,
-            Value::Text(_) => 2,
-            Value::Blob(_) => 3,
-        }
-    }
-    match (x, y) {
-        (Value::Null, _) | (_, Value::Null) => None,
-        (Value::Integer(a), Value::Integer(b)) => Some(a.cmp(b)),
-        (Value::Integer(a), Value::Real(b)) => (*a as f64).partial_cmp(b),
-        (Value::Real(a), Value::Integer(b)) => a.partial_cmp(&(*b as f64)),
-        (Value::Real(a), Value::Real(b)) => a.partial_cmp(b),
-        (Value::Text(a), Value::Text(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
-        (Value::Blob(a), Value::Blob(b)) => Some(a.as_ref().cmp(b.as_ref())),
-        _ => Some(class(x).cmp(&class(y))),
     }
 }
 

@@ -4,6 +4,7 @@
 //! supported ones, never a silent NULL.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::fmt::Write as _;
 
 use base64::engine::general_purpose::STANDARD;
@@ -11,7 +12,7 @@ use base64::Engine as _;
 
 use super::cast::{bool_value, cast, CastType};
 use super::json::{follow, json_to_value, parse_dollar_path};
-use super::value::Value;
+use super::value::{compare, Value};
 
 /// A supported scalar function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,13 @@ pub enum Func {
     IfNull,
     /// `iif(cond, a, b)`
     Iif,
+    /// `x BETWEEN low AND high` at edition 3 (no name: the compiler makes it), arguments
+    /// `[x, low, high]`: NULL when either comparison is, else whether both hold.
+    Between,
+    /// `CASE operand WHEN … THEN … [ELSE …] END` at edition 3 (no name: the compiler makes
+    /// it), arguments `[operand, else, when₁, then₁, when₂, then₂, …]`: the operand is
+    /// evaluated once.
+    CaseOf,
     /// `typeof(x)`
     TypeOf,
     /// `json_extract(json, '$.path')`
@@ -174,6 +182,26 @@ pub fn call<'e>(f: Func, args: &impl FunctionArgs<'e>) -> Value<'e> {
             } else {
                 args.value(2)
             }
+        }
+        Func::Between => {
+            let x = args.value(0);
+            let above = compare(&x, &args.value(1)).map(|o| o != Ordering::Less);
+            let below = compare(&x, &args.value(2)).map(|o| o != Ordering::Greater);
+            match (above, below) {
+                (Some(a), Some(b)) => Value::Integer(i64::from(a && b)),
+                _ => Value::Null,
+            }
+        }
+        Func::CaseOf => {
+            let operand = args.value(0);
+            let mut arm = 2;
+            while arm + 1 < args.count() {
+                if compare(&operand, &args.value(arm)) == Some(Ordering::Equal) {
+                    return args.value(arm + 1);
+                }
+                arm += 2;
+            }
+            args.value(1)
         }
         Func::TypeOf => Value::text(args.value(0).type_name()),
         Func::Instr => {

@@ -5,6 +5,7 @@
 //! borrow from the source row where possible so the hot path does not copy column data.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 
 use super::js_number::js_number;
 
@@ -227,5 +228,27 @@ pub(crate) fn js_parse_bigint(s: &str) -> Value<'static> {
             .parse::<f64>()
             .map(Value::Real)
             .unwrap_or(Value::Integer(0)),
+    }
+}
+
+/// SQLite ordering: NULL is incomparable; numbers < text < blob; numbers compare by value.
+pub fn compare(x: &Value<'_>, y: &Value<'_>) -> Option<Ordering> {
+    fn class(v: &Value<'_>) -> u8 {
+        match v {
+            Value::Null => 0,
+            Value::Integer(_) | Value::Real(_) => 1,
+            Value::Text(_) => 2,
+            Value::Blob(_) => 3,
+        }
+    }
+    match (x, y) {
+        (Value::Null, _) | (_, Value::Null) => None,
+        (Value::Integer(a), Value::Integer(b)) => Some(a.cmp(b)),
+        (Value::Integer(a), Value::Real(b)) => (*a as f64).partial_cmp(b),
+        (Value::Real(a), Value::Integer(b)) => a.partial_cmp(&(*b as f64)),
+        (Value::Real(a), Value::Real(b)) => a.partial_cmp(b),
+        (Value::Text(a), Value::Text(b)) => Some(a.as_bytes().cmp(b.as_bytes())),
+        (Value::Blob(a), Value::Blob(b)) => Some(a.as_ref().cmp(b.as_ref())),
+        _ => Some(class(x).cmp(&class(y))),
     }
 }

@@ -304,3 +304,21 @@ fn random_column_text_never_panics() {
         }
     }
 }
+
+/// Edition 3's `BETWEEN` and `CASE operand` nested in their operand: each part is compiled
+/// once (a form that repeated its operand per comparison or arm would grow exponentially
+/// with the nesting and never finish).
+#[test]
+fn nested_between_and_case_compile_each_part_once() {
+    let between = (0..40).fold("a".to_string(), |x, _| format!("({x} BETWEEN 1 AND 2)"));
+    let case = (0..40).fold("a".to_string(), |x, _| {
+        format!("(CASE {x} WHEN 1 THEN 1 WHEN 2 THEN 2 WHEN 3 THEN 3 END)")
+    });
+    for e in [between, case] {
+        let yaml = format!(
+            "config:\n  edition: 3\nstreams:\n  s:\n    query: \"SELECT id, {e} AS x FROM t\"\n"
+        );
+        // Refused (too many tokens or too deep) or compiled: either way it ends.
+        let _ = SyncRules::parse(&yaml);
+    }
+}

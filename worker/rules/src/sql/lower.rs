@@ -223,8 +223,28 @@ pub fn lower(ctx: &QueryCtx<'_>, scope: &mut Scope, ast: &Ast) -> Result<Expr, R
                 "=, !=, <, >, IN, or functions such as substring()/lower()",
             ))
         }
+        Ast::Between {
+            expr,
+            negated,
+            low,
+            high,
+        } if ctx.compat.edition >= 3 => {
+            let between = lower_between(ctx, scope, expr, low, high)?;
+            match negated {
+                true => Expr::Not(Box::new(between)),
+                false => between,
+            }
+        }
         Ast::Between { .. } => {
             return Err(unsupported(ctx, ast, "BETWEEN", "`x >= a AND x <= b`"))
+        }
+        Ast::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } if ctx.compat.edition >= 3 => {
+            lower_case(ctx, scope, operand.as_deref(), conditions, else_result.as_deref())?
         }
         Ast::Case { .. } => return Err(unsupported(ctx, ast, "CASE", "iif(cond, a, b) or ifnull(a, b)")),
         Ast::Subquery(_) | Ast::Exists { .. } => {
@@ -237,6 +257,57 @@ pub fn lower(ctx: &QueryCtx<'_>, scope: &mut Scope, ast: &Ast) -> Result<Expr, R
         }
         other => return Err(unsupported(ctx, other, "this expression", EXPR_HINT)),
     })
+}
+
+/// `x BETWEEN low AND high` as the edition-3 evaluator has it (`Func::Between`).
+fn lower_between(
+    ctx: &QueryCtx<'_>,
+    scope: &mut Scope,
+    x: &Ast,
+    low: &Ast,
+    high: &Ast,
+) -> Result<Expr, RulesError> {
+    let args = [x, low, high]
+        .into_iter()
+        .map(|a| lower(ctx, scope, a))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Expr::Func(functions::Func::Between, args))
+}
+
+/// `CASE [operand] WHEN … THEN … [ELSE …] END` as the edition-3 evaluator has it: the
+/// result of the first `WHEN` that is true (equal to the operand: `Func::CaseOf`), else the
+/// `ELSE` or NULL. Each part appears once in what it becomes.
+fn lower_case(
+    ctx: &QueryCtx<'_>,
+    scope: &mut Scope,
+    operand: Option<&Ast>,
+    conditions: &[sqlparser::ast::CaseWhen],
+    otherwise: Option<&Ast>,
+) -> Result<Expr, RulesError> {
+    let operand = operand.map(|o| lower(ctx, scope, o)).transpose()?;
+    let mut arms = Vec::with_capacity(conditions.len());
+    for arm in conditions {
+        arms.push((
+            lower(ctx, scope, &arm.condition)?,
+            lower(ctx, scope, &arm.result)?,
+        ));
+    }
+    let otherwise = match otherwise {
+        Some(e) => lower(ctx, scope, e)?,
+        None => Expr::Literal(Value::Null),
+    };
+    if let Some(operand) = operand {
+        let mut args = vec![operand, otherwise];
+        for (when, then) in arms {
+            args.extend([when, then]);
+        }
+        return Ok(Expr::Func(functions::Func::CaseOf, args));
+    }
+    let mut out = otherwise;
+    for (when, then) in arms.into_iter().rev() {
+        out = Expr::Func(functions::Func::Iif, vec![when, then, out]);
+    }
+    Ok(out)
 }
 
 /// A binary operator: comparisons, arithmetic, `||`, AND/OR, `->`/`->>` and `@>`.
@@ -284,11 +355,18 @@ fn lower_binary(
             ))
         }
     };
-    Ok(Expr::Binary(
+    let binary = Expr::Binary(
         bop,
         Box::new(lower(ctx, scope, left)?),
         Box::new(lower(ctx, scope, right)?),
-    ))
+    );
+    Ok(match binary {
+        // The edition-3 evaluator reads `a != b` as `NOT (a = b)` (`NULL != NULL` is 1).
+        Expr::Binary(BinOp::Ne, l, r) if ctx.compat.edition >= 3 => {
+            Expr::Not(Box::new(Expr::Binary(BinOp::Eq, l, r)))
+        }
+        other => other,
+    })
 }
 
 /// A unary operator: NOT, `+` and `-` (a negated literal stays a literal).
@@ -303,6 +381,19 @@ fn lower_unary(
         UnaryOperator::Not => Expr::Not(Box::new(lower(ctx, scope, expr)?)),
         UnaryOperator::Plus => lower(ctx, scope, expr)?,
         UnaryOperator::Minus => match lower(ctx, scope, expr)? {
+            Expr::Literal(Value::Integer(i)) if is_number(expr) => {
+                Expr::Literal(Value::Integer(i.wrapping_neg()))
+            }
+            Expr::Literal(Value::Real(f)) if is_number(expr) => Expr::Literal(Value::Real(-f)),
+            // The edition-3 compiler takes a minus only before a number.
+            _ if ctx.compat.edition >= 3 => {
+                return Err(ctx.err(
+                    ast.span(),
+                    "unary minus is only supported before a number at edition 3 (as in the \
+                     official compiler)",
+                    "`0 - x`",
+                ))
+            }
             Expr::Literal(Value::Integer(i)) => Expr::Literal(Value::Integer(i.wrapping_neg())),
             Expr::Literal(Value::Real(f)) => Expr::Literal(Value::Real(-f)),
             other => Expr::Neg(Box::new(other)),
@@ -315,6 +406,14 @@ fn lower_unary(
             ))
         }
     })
+}
+
+/// True for a number as written (not `(1)` or an expression).
+fn is_number(ast: &Ast) -> bool {
+    matches!(
+        ast,
+        Ast::Value(v) if matches!(v.value, sqlparser::ast::Value::Number(..))
+    )
 }
 
 fn lower_compound(

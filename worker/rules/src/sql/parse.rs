@@ -388,6 +388,18 @@ pub(crate) fn too_deep(e: &Expr, depth: usize) -> bool {
         Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } => {
             too_deep(expr, d) || too_deep(pattern, d)
         }
+        Expr::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => {
+            operand.as_ref().is_some_and(|x| too_deep(x, d))
+                || conditions
+                    .iter()
+                    .any(|c| too_deep(&c.condition, d) || too_deep(&c.result, d))
+                || else_result.as_ref().is_some_and(|x| too_deep(x, d))
+        }
         _ => false,
     }
 }

@@ -275,7 +275,16 @@ fn deliberate() -> Vec<Case> {
         "row 0",
         "two queries of one stream, reached alike, share a bucket and give one row two objects: the official evaluator emits both and its storage keeps one of them; here the first query's object is the one",
     );
-    vec![conflicting, Case::new(
+    let cut = Case::new(
+        "deliberate/substring-cuts-a-character",
+        "config:\n  edition: 2\nbucket_definitions:\n  b:\n    data:\n      - SELECT id, substring(s, -1, 1) AS last FROM t\n",
+    )
+    .row("t", &[("id", "text", Some("r1")), ("s", "text", Some("ab😀"))])
+    .differs(
+        "row 0",
+        "substring counts UTF-16 code units in the official evaluator (JavaScript) and can return half of a character beyond the BMP, a lone surrogate that is not Unicode (its JSON escape `\\ude00`); here the half becomes U+FFFD",
+    );
+    vec![conflicting, cut, Case::new(
         "deliberate/json-path-index",
         "config:\n  edition: 2\nbucket_definitions:\n  b:\n    data:\n      - SELECT id, json_extract(j, '$.b[1]') AS x FROM t\n",
     )

@@ -16,6 +16,7 @@
 
 mod cases;
 mod compare;
+mod edition3;
 mod events;
 mod generate;
 mod warnings;
@@ -181,6 +182,7 @@ fn official(corpus: &[Case]) -> Vec<Value> {
 fn corpus() -> Vec<Case> {
     let mut all = cases::all();
     all.extend(wildcard::all());
+    all.extend(edition3::all());
     all.extend(events::all());
     all.extend(generate::all(0x5eed_2026));
     all.extend(warnings::all());

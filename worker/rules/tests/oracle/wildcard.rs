@@ -45,7 +45,8 @@ fn with_rows(mut case: Case) -> Case {
         .request(Request::claims(json!({"sub": "u2"})).subscribe("s", json!({"list": "l2"})))
 }
 
-fn stream(name: &str, query: &str) -> Case {
+/// One edition-3 stream `s`, auto-subscribed, over the rows of [`with_rows`].
+pub(super) fn stream(name: &str, query: &str) -> Case {
     stream_at(name, 3, query)
 }
 
