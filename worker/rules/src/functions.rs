@@ -120,6 +120,30 @@ fn bytes_of<'v>(v: &'v Value<'_>) -> Option<Cow<'v, [u8]>> {
     }
 }
 
+/// [`Func::Between`].
+fn between<'e>(args: &impl FunctionArgs<'e>) -> Value<'e> {
+    let x = args.value(0);
+    let above = compare(&x, &args.value(1)).map(|o| o != Ordering::Less);
+    let below = compare(&x, &args.value(2)).map(|o| o != Ordering::Greater);
+    match (above, below) {
+        (Some(a), Some(b)) => Value::Integer(i64::from(a && b)),
+        _ => Value::Null,
+    }
+}
+
+/// [`Func::CaseOf`].
+fn case_of<'e>(args: &impl FunctionArgs<'e>) -> Value<'e> {
+    let operand = args.value(0);
+    let mut arm = 2;
+    while arm + 1 < args.count() {
+        if compare(&operand, &args.value(arm)) == Some(Ordering::Equal) {
+            return args.value(arm + 1);
+        }
+        arm += 2;
+    }
+    args.value(1)
+}
+
 /// Call `f` with already-checked argument count.
 pub fn call<'e>(f: Func, args: &impl FunctionArgs<'e>) -> Value<'e> {
     match f {
@@ -183,26 +207,8 @@ pub fn call<'e>(f: Func, args: &impl FunctionArgs<'e>) -> Value<'e> {
                 args.value(2)
             }
         }
-        Func::Between => {
-            let x = args.value(0);
-            let above = compare(&x, &args.value(1)).map(|o| o != Ordering::Less);
-            let below = compare(&x, &args.value(2)).map(|o| o != Ordering::Greater);
-            match (above, below) {
-                (Some(a), Some(b)) => Value::Integer(i64::from(a && b)),
-                _ => Value::Null,
-            }
-        }
-        Func::CaseOf => {
-            let operand = args.value(0);
-            let mut arm = 2;
-            while arm + 1 < args.count() {
-                if compare(&operand, &args.value(arm)) == Some(Ordering::Equal) {
-                    return args.value(arm + 1);
-                }
-                arm += 2;
-            }
-            args.value(1)
-        }
+        Func::Between => between(args),
+        Func::CaseOf => case_of(args),
         Func::TypeOf => Value::text(args.value(0).type_name()),
         Func::Instr => {
             let (hay, needle) = (args.value(0), args.value(1));
