@@ -2,6 +2,7 @@
 //! [`crate::expr::Expr`] within a scope that says which names mean what.
 
 pub mod filter;
+pub(crate) mod in_forms;
 pub mod lower;
 pub mod parse;
 pub mod request_fn;

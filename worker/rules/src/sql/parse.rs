@@ -98,7 +98,11 @@ pub fn parse_select(ctx: &QueryCtx<'_>, sql: &str) -> Result<Select, RulesError>
             return Err(ctx.err(Span::empty(), "the query is empty", "a SELECT statement"));
         }
     };
-    check_query(ctx, *query, start)
+    let mut select = check_query(ctx, *query, start)?;
+    if ctx.compat.edition >= 3 {
+        super::in_forms::edition3_in_forms(ctx, &mut select)?;
+    }
+    Ok(select)
 }
 
 /// The span of `e`, or `fallback` when `e` is too deep to walk safely.

@@ -25,7 +25,8 @@
 //! - an array or object inside an array a request expands (the official skips it);
 //! - at edition 2, a subscription to a default stream while defaults are off (the official
 //!   alpha compiler gives its buckets both reasons);
-//! - `IN (…)` lists (the official refuses them outside some positions);
+//! - `IN (…)` lists before edition 3 (at edition 3 the generated `IN ARRAY[…]`/`ROW(…)`
+//!   forms stand for them; `x NOT IN ARRAY[…]` is refused here, not there);
 //! - integers inside a JSON array or object of the claims or client parameters, when the
 //!   array becomes text (the official holds them as JavaScript doubles and prints `1.0`).
 
@@ -186,10 +187,25 @@ fn expr_for(rng: &mut Rng, depth: usize, edition: u8) -> String {
     }
 }
 
-/// `BETWEEN` or `CASE` (both forms) over random expressions: edition 3 only.
+/// `BETWEEN`, `CASE` (both forms) or `IN ARRAY[…]`/`ROW(…)` over random expressions:
+/// edition 3 only.
 fn edition3_form(rng: &mut Rng, depth: usize) -> String {
     let d = depth.saturating_sub(1);
-    match rng.below(3) {
+    match rng.below(4) {
+        3 => {
+            let (open, close) = rng.pick(&[("ARRAY[", "]"), ("ROW(", ")")]);
+            let member = format!(
+                "({} IN {open}{}, {}{close})",
+                expr(rng, d),
+                expr(rng, d),
+                expr(rng, d)
+            );
+            if rng.chance(30) {
+                format!("(NOT {member})")
+            } else {
+                member
+            }
+        }
         0 => format!(
             "({} {}BETWEEN {} AND {})",
             expr(rng, d),
