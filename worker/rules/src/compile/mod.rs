@@ -9,6 +9,7 @@ pub mod legacy;
 pub mod lookup;
 pub(crate) mod param_order;
 pub mod select_list;
+pub(crate) mod stream_ctes;
 pub mod streams;
 pub(crate) mod variants;
 pub(crate) mod warnings;

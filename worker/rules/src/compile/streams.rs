@@ -10,8 +10,9 @@ use sqlparser::ast::{Query, Spanned};
 use sqlparser::tokenizer::Span;
 
 use super::bucket_sources::{self, StreamBucket};
-use super::lookup::{in_subquery, lookup_query, plain_select, LookupQuery};
+use super::lookup::{in_subquery, lookup_query, plain_select};
 use super::select_list::{data_projection, Shape};
+use super::stream_ctes::{cte_column, LookupSources};
 use super::{from_items, joins, param_order, variants, FromItem, MAX_BRANCHES};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
@@ -59,6 +60,9 @@ pub(crate) fn compile(
             "$with",
             &fingerprint::of_global_with(global_with, compat),
         ),
+        stream_name: s.name.clone(),
+        stream_with: s.with.clone(),
+        global_with: global_with.to_vec(),
     };
     let mut out = CompiledStream {
         buckets: Vec::new(),
@@ -73,7 +77,7 @@ pub(crate) fn compile(
             "query".to_string()
         };
         let ctx = QueryCtx::new(KIND, &s.name, label, sql, compat);
-        query(&ctx, s, k, &mut counter, global_with, &sources, &mut out)?;
+        query(&ctx, s, k, &mut counter, &sources, &mut out)?;
     }
     if compat.edition >= 3 {
         out.buckets = bucket_sources::merge_within_stream(std::mem::take(&mut out.buckets));
@@ -93,52 +97,18 @@ pub(crate) fn compile(
     Ok(out)
 }
 
-/// The names a stream's lookups are stored under (see `lookup_source`): its own CTEs and
-/// subqueries, and the file's CTEs (shared by every stream that reads them).
-struct LookupSources {
-    stream: String,
-    global: String,
-}
-
-fn cte_lookup(
-    s: &RawStream,
-    global_with: &[(String, String)],
-    name: &str,
-    compat: Compatibility,
-    sources: &LookupSources,
-) -> Option<Result<LookupQuery, RulesError>> {
-    let (source, sql) = if let Some((_, q)) = s.with.iter().find(|(n, _)| n == name) {
-        (sources.stream.clone(), q)
-    } else {
-        let (_, q) = global_with.iter().find(|(n, _)| n == name)?;
-        (sources.global.clone(), q)
-    };
-    let ctx = QueryCtx::new(KIND, &s.name, format!("with.{name}"), sql, compat);
-    Some(parse_select(&ctx, sql).and_then(|sel| {
-        lookup_query(
-            &ctx,
-            &sel,
-            &source,
-            &format!("with.{name}"),
-            RequestStyle::Streams,
-        )
-    }))
-}
-
 /// One query of a stream: at edition 3 one compiled query per variant of its WHERE clause
 /// (see `variants`), each named by the stream's next number (`counter`).
-#[allow(clippy::too_many_arguments)]
 fn query(
     ctx: &QueryCtx<'_>,
     s: &RawStream,
     k: usize,
     counter: &mut usize,
-    global_with: &[(String, String)],
     sources: &LookupSources,
     out: &mut CompiledStream,
 ) -> Result<(), RulesError> {
     let select = parse_select(ctx, ctx.sql)?;
-    let is_cte = |name: &str| s.with.iter().chain(global_with).any(|(n, _)| n == name);
+    let is_cte = |name: &str| sources.is_cte(name);
     let (select, joined) = match joins::take_apart(ctx, &select, &is_cte)? {
         Some(j) => (j.select, j.lookups),
         None => (select, Vec::new()),
@@ -186,7 +156,7 @@ fn query(
             from: &from,
             joined: joined.clone(),
         };
-        compile_variant(ctx, s, parts, global_with, name, sources, out)?;
+        compile_variant(ctx, parts, name, sources, out)?;
     }
     Ok(())
 }
@@ -203,9 +173,7 @@ struct QueryParts<'q> {
 
 fn compile_variant(
     ctx: &QueryCtx<'_>,
-    s: &RawStream,
     parts: QueryParts<'_>,
-    global_with: &[(String, String)],
     name: String,
     sources: &LookupSources,
     out: &mut CompiledStream,
@@ -218,7 +186,7 @@ fn compile_variant(
     } = parts;
     let data_table = from[0].clone();
     // Everything after the first FROM item must be a CTE.
-    let mut links = joined_ctes(ctx, s, &from[1..], global_with, sources, out)?;
+    let mut links = joined_ctes(ctx, &from[1..], sources, out)?;
     for (n, (alias, lookup)) in joined.into_iter().enumerate() {
         let lookup_id = format!("{id}.join{n}");
         let mut q = lookup_query(
@@ -309,9 +277,7 @@ struct Links {
 /// tables apart): each becomes a lookup group.
 fn joined_ctes(
     ctx: &QueryCtx<'_>,
-    s: &RawStream,
     joined: &[FromItem],
-    global_with: &[(String, String)],
     sources: &LookupSources,
     out: &mut CompiledStream,
 ) -> Result<Links, RulesError> {
@@ -319,7 +285,7 @@ fn joined_ctes(
     let mut aliases: Vec<(String, usize, Vec<String>)> = Vec::new();
     for item in joined {
         let name = &item.table.name;
-        let Some(q) = cte_lookup(s, global_with, name, ctx.compat, sources) else {
+        let Some(q) = sources.cte(name, ctx.compat) else {
             return Err(ctx.err(
                 item.span,
                 format!("`{name}` is neither a CTE of this stream nor a global CTE"),
@@ -490,6 +456,9 @@ impl Links {
         span: Span,
         out: &mut CompiledStream,
     ) -> Result<(), RulesError> {
+        if let Some((cte, column)) = cte_column(ctx, query, span, sources)? {
+            return self.cte_subquery(ctx, sources, i, row, (&cte, &column), span, out);
+        }
         let sub_id = format!("{id}.sub{}", self.groups.len());
         let mut q = in_subquery(
             ctx,
@@ -507,6 +476,49 @@ impl Links {
         });
         let group = q.push_groups(&mut self.groups);
         self.params.push(ParamSource::Lookup { group, output: 0 });
+        self.aliases.push((format!("$sub{i}"), group, q.outputs));
+        self.used_aliases.push(format!("$sub{i}"));
+        Ok(())
+    }
+}
+
+impl Links {
+    /// `row IN (SELECT col FROM cte)`: the CTE's lookup group, parameter `i` its output
+    /// `col`, as when the CTE is joined (`FROM t, cte AS c WHERE row = c.col`).
+    #[allow(clippy::too_many_arguments)]
+    fn cte_subquery(
+        &mut self,
+        ctx: &QueryCtx<'_>,
+        sources: &LookupSources,
+        i: usize,
+        row: &Expr,
+        (cte, column): (&str, &str),
+        span: Span,
+        out: &mut CompiledStream,
+    ) -> Result<(), RulesError> {
+        let Some(q) = sources.cte(cte, ctx.compat) else {
+            return Err(ctx.err(
+                span,
+                format!("`{cte}` is not a CTE"),
+                "define it under `with:`",
+            ));
+        };
+        let mut q = q?;
+        let Some(output) = q.outputs.iter().position(|o| o == column) else {
+            return Err(ctx.err(
+                span,
+                format!("`{column}` is not an output column of CTE `{cte}`"),
+                format!("one of: {}", q.outputs.join(", ")),
+            ));
+        };
+        out.lookups.append(&mut q.creators);
+        self.data_params.push(ParamFilter::Param {
+            param: i,
+            row: row.clone(),
+            expands: false,
+        });
+        let group = q.push_groups(&mut self.groups);
+        self.params.push(ParamSource::Lookup { group, output });
         self.aliases.push((format!("$sub{i}"), group, q.outputs));
         self.used_aliases.push(format!("$sub{i}"));
         Ok(())

@@ -106,6 +106,15 @@ fn stream(name: &str, query: &str) -> Case {
     .request(Request::claims(json!({"sub": "u3", "org": "o3"})).subscribe("s", json!({})))
 }
 
+/// One edition-3 stream over [`stream`]'s rows whose query reads the CTEs `with` (YAML
+/// lines of a global `with:`).
+fn cte_stream(name: &str, with: &str, query: &str) -> Case {
+    let mut c = stream(name, query);
+    c.yaml =
+        format!("config:\n  edition: 3\nwith:\n{with}streams:\n  s:\n    query: \"{query}\"\n");
+    c
+}
+
 /// Stream features, each on its own.
 fn streams() -> Vec<Case> {
     vec![
@@ -126,6 +135,30 @@ fn streams() -> Vec<Case> {
         stream("streams/json-each-of-a-row-column", "SELECT * FROM tasks WHERE auth.user_id() IN (SELECT value FROM json_each(tasks.summary))")
             .differs("compile", "not built yet (the Sync Streams issue): json_each over a row column in a subquery; `auth.user_id() IN tasks.summary` says the same"),
         stream("streams/auth-user", "SELECT * FROM tasks WHERE owner_id = auth.user_id()"),
+        cte_stream(
+            "ctes/in-subquery-of-a-cte",
+            "  mine: SELECT project_id FROM user_project_access WHERE user_id = auth.user_id()\n",
+            "SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM mine)",
+        ),
+        cte_stream(
+            "ctes/in-subquery-of-a-cte-aliased",
+            "  mine: SELECT project_id AS p, user_id FROM user_project_access WHERE user_id = auth.user_id()\n",
+            "SELECT id FROM tasks WHERE project_id IN (SELECT m.p FROM mine AS m) AND owner_id = auth.user_id()",
+        ),
+        cte_stream(
+            "ctes/in-subquery-of-a-cte-filtered",
+            "  mine: SELECT project_id, user_id FROM user_project_access WHERE user_id = auth.user_id()\n",
+            "SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM mine WHERE project_id != 'p9')",
+        )
+        .differs(
+            "compile",
+            "a subquery of a CTE with a filter is refused here (the CTE would otherwise be read as a table): join the CTE instead",
+        ),
+        cte_stream(
+            "ctes/name-case",
+            "  Mine: SELECT project_id FROM user_project_access WHERE user_id = auth.user_id()\n",
+            "SELECT tasks.* FROM tasks, mine WHERE tasks.project_id = mine.project_id",
+        ),
         stream("streams/row-filter", "SELECT id FROM tasks WHERE owner_id = auth.user_id() AND priority > 1"),
         stream(
             "streams/nested-subquery",
