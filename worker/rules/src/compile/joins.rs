@@ -9,7 +9,8 @@
 //! stay together), and a table compared with a joined one becomes a subquery nested in that
 //! one's lookup (`b.x IN (SELECT c.y FROM c WHERE …)`). The lookups are rewritten SQL
 //! (sqlparser's tree) built from the written expressions, so errors still point into the
-//! query as written.
+//! query as written. A CTE in the query stays beside the selected table, compared with it
+//! as in a query without joins.
 
 use std::ops::ControlFlow;
 
@@ -64,16 +65,11 @@ pub(crate) fn take_apart(
     if !joins_tables {
         return Ok(None);
     }
-    if let Some(cte) = tables
+    // CTEs stay joined to the selected table as in a query without joins (comma form).
+    let cte: Vec<bool> = tables
         .iter()
-        .find(|t| !t.item.has_schema && is_cte(&t.item.table.name))
-    {
-        return Err(ctx.err(
-            cte.item.span,
-            "a query that joins tables cannot also join a CTE",
-            "compare the CTE's table in the query (a join or `IN (SELECT ...)`) instead",
-        ));
-    }
+        .map(|t| !t.item.has_schema && is_cte(&t.item.table.name))
+        .collect();
     let data = selected_table(ctx, select, &tables)?;
     let mut conditions: Vec<&Ast> = Vec::new();
     for c in on.into_iter().chain(select.selection.as_ref()) {
@@ -81,8 +77,21 @@ pub(crate) fn take_apart(
     }
     let mut own: Vec<Vec<&Ast>> = vec![Vec::new(); tables.len()];
     let mut edges: Vec<Edge<'_>> = Vec::new();
+    let mut with_ctes: Vec<&Ast> = Vec::new();
     for cond in conditions {
-        match tables_read(ctx, cond, &tables)?.as_slice() {
+        let read = tables_read(ctx, cond, &tables)?;
+        if read.iter().any(|&t| cte[t]) {
+            if !read.iter().all(|&t| t == data || cte[t]) {
+                return Err(ctx.err(
+                    cond.span(),
+                    "a CTE in a query that joins tables can be compared with the selected table only",
+                    "compare the CTE with the table whose rows sync, or nest it: `b.x IN (SELECT col FROM cte)`",
+                ));
+            }
+            with_ctes.push(cond);
+            continue;
+        }
+        match read.as_slice() {
             [] => own[data].push(cond),
             [t] => own[*t].push(cond),
             [_, _] => edges.push(edge(ctx, cond, &tables)?),
@@ -95,9 +104,10 @@ pub(crate) fn take_apart(
             }
         }
     }
-    let tree = Tree::grow(ctx, data, &tables, &edges)?;
+    let tree = Tree::grow(ctx, data, &tables, &edges, &cte)?;
     let mut lookups = Vec::new();
     let mut data_conditions = std::mem::take(&mut own[data]);
+    data_conditions.extend(with_ctes);
     for t in tree.children(data) {
         data_conditions.extend(tree.up[t].iter().map(|e| e.cond));
         let outputs = tree.up[t].iter().map(|e| e.ends[1].1).collect::<Vec<_>>();
@@ -105,10 +115,13 @@ pub(crate) fn take_apart(
         lookups.push((tables[t].alias.clone(), lookup));
     }
     let mut rewritten = select.clone();
-    rewritten.from = vec![TableWithJoins {
-        relation: tables[data].relation.clone(),
-        joins: Vec::new(),
-    }];
+    rewritten.from = std::iter::once(data)
+        .chain((0..tables.len()).filter(|&t| cte[t]))
+        .map(|t| TableWithJoins {
+            relation: tables[t].relation.clone(),
+            joins: Vec::new(),
+        })
+        .collect();
     rewritten.selection = and_all(data_conditions);
     Ok(Some(Joins {
         select: rewritten,
@@ -342,9 +355,11 @@ impl<'a> Tree<'a> {
         root: usize,
         tables: &[Table<'_>],
         edges: &[Edge<'a>],
+        ctes: &[bool],
     ) -> Result<Self, RulesError> {
         let n = tables.len();
-        let mut placed = vec![false; n];
+        // The CTEs stay beside the root, outside the tree.
+        let mut placed = ctes.to_vec();
         placed[root] = true;
         let mut tree = Tree {
             parent: vec![None; n],
