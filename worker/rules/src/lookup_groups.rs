@@ -139,6 +139,35 @@ impl LookupGroup {
     }
 }
 
+/// The groups a group's links read (`LinkInput::Group`).
+fn groups_read(g: &LookupGroup) -> impl Iterator<Item = usize> + '_ {
+    let branches = match g {
+        LookupGroup::Table { branches, .. } => branches.as_slice(),
+        _ => &[],
+    };
+    branches
+        .iter()
+        .flat_map(|b| b.links.iter())
+        .filter_map(|(input, _)| match input {
+            LinkInput::Group { group, .. } => Some(*group),
+            LinkInput::Request(_) => None,
+        })
+}
+
+/// Keeps one row per provenance of a group whose values nothing reads (not a parameter,
+/// nor a later group's link): such a group only gates the buckets (a CTE joined and never
+/// compared, an `EXISTS` subquery), and its rows of one provenance are alike.
+fn gate_once(rows: &mut Vec<GroupRow>) {
+    let mut seen: Vec<Vec<(usize, usize)>> = Vec::new();
+    rows.retain(|r| {
+        let first = !seen.contains(&r.from);
+        if first {
+            seen.push(r.from.clone());
+        }
+        first
+    });
+}
+
 /// One row of a lookup group.
 #[derive(Debug, Clone)]
 pub(crate) struct GroupRow {
@@ -149,16 +178,32 @@ pub(crate) struct GroupRow {
 }
 
 /// Every group's rows, in order (a group reads only groups before it).
+/// Groups whose values a parameter reads (`params_read`) or a later group's link does keep
+/// every row; the others only gate the buckets (see [`gate_once`]).
 pub(crate) fn rows_of(
     groups: &[LookupGroup],
+    params_read: &[usize],
     env: Env<'_>,
     reader: &dyn LookupReader,
     read: &mut Vec<LookupKey>,
     max: usize,
 ) -> Result<Vec<Vec<GroupRow>>, RulesError> {
+    let mut needed = vec![false; groups.len()];
+    for g in params_read
+        .iter()
+        .copied()
+        .chain(groups.iter().flat_map(groups_read))
+    {
+        if let Some(n) = needed.get_mut(g) {
+            *n = true;
+        }
+    }
     let mut all: Vec<Vec<GroupRow>> = Vec::with_capacity(groups.len());
-    for g in groups {
-        let rows = rows_for(g, env, &all, reader, read, max)?;
+    for (g, needed) in groups.iter().zip(needed) {
+        let mut rows = rows_for(g, env, &all, reader, read, max)?;
+        if !needed {
+            gate_once(&mut rows);
+        }
         check_limit(rows.len(), max)?;
         all.push(rows);
     }

@@ -249,6 +249,15 @@ pub(crate) enum ParamSource {
 }
 
 impl ParamSource {
+    /// Adds the groups whose values this parameter reads to `out`.
+    fn groups(&self, out: &mut Vec<usize>) {
+        match self {
+            ParamSource::Request { .. } => {}
+            ParamSource::Lookup { group, .. } => out.push(*group),
+            ParamSource::All(all) => all.iter().for_each(|p| p.groups(out)),
+        }
+    }
+
     /// The parameter's values for one choice of group rows `c`.
     fn values(
         &self,
@@ -325,7 +334,10 @@ impl BucketResolver {
         if !self.request_filters.iter().all(|f| f.eval(env).is_truthy()) {
             return Ok(Vec::new());
         }
-        let group_rows = lookup_groups::rows_of(&self.groups, env, reader, read, max)?;
+        let mut params_read = Vec::new();
+        self.params.iter().for_each(|p| p.groups(&mut params_read));
+        let group_rows =
+            lookup_groups::rows_of(&self.groups, &params_read, env, reader, read, max)?;
         let choice = lookup_groups::combinations(&group_rows, max)?;
         let mut names = Vec::new();
         for c in &choice {

@@ -179,3 +179,29 @@ streams:
     assert!(names[0].ends_with(r#"s|0["p1","o1"]"#), "{names:?}");
     assert!(names[1].ends_with(r#"s|0["p2","o2"]"#), "{names:?}");
 }
+
+/// A CTE joined and never compared only gates the stream: its bucket comes when the CTE
+/// has a row for the request, once however many rows it has (they are not combined into
+/// as many copies of the same bucket, which would pass the request's bucket limit).
+#[test]
+fn a_cte_never_compared_gates_once_however_many_rows_it_has() {
+    let rules = SyncRules::parse(
+        "config:\n  edition: 3\nwith:\n  mine: SELECT project FROM members WHERE user_id = auth.user_id()\nstreams:\n  s:\n    query: SELECT tasks.* FROM tasks, mine\n",
+    )
+    .unwrap();
+    let rows: Vec<OwnedSourceRow> = (0..1500)
+        .map(|i| member(&format!("m{i}"), "u1", &format!("p{i}"), true))
+        .collect();
+    let lookups = stored(&rules, &rows);
+    let resolve = |user: &str| {
+        let mut req = RequestContext::from_claims(json!({"sub": user}));
+        req.subscriptions = vec![Subscription {
+            stream: "s".into(),
+            parameters: json!({}),
+            override_priority: None,
+        }];
+        rules.resolve_request(&req, &lookups).unwrap().buckets.len()
+    };
+    assert_eq!(resolve("u1"), 1, "a member gets the stream's one bucket");
+    assert_eq!(resolve("u2"), 0, "a user the CTE has no row for gets none");
+}

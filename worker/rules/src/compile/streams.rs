@@ -239,17 +239,6 @@ fn compile_variant(
             links.add(ctx, id, sources, link, out)?;
         }
     }
-    if let Some((alias, ..)) = links
-        .aliases
-        .iter()
-        .find(|(a, ..)| !links.used_aliases.contains(a))
-    {
-        return Err(ctx.err(
-            select.select_token.0.span,
-            format!("CTE `{alias}` is joined but never compared with the table"),
-            format!("add `WHERE <table>.<column> = {alias}.<column>`"),
-        ));
-    }
     let data = DataQuery {
         table: data_table,
         name,

@@ -119,6 +119,18 @@ fn cte_stream(name: &str, with: &str, query: &str) -> Case {
 fn ctes() -> Vec<Case> {
     vec![
         cte_stream(
+            "ctes/unused-in-a-variant",
+            "  mine: SELECT project_id FROM user_project_access WHERE user_id = auth.user_id()\n",
+            "SELECT tasks.* FROM tasks, mine WHERE tasks.project_id = mine.project_id OR tasks.owner_id = auth.parameter('org')",
+        )
+        .request(Request::claims(json!({"sub": "u9", "org": "u1"})).subscribe("s", json!({}))),
+        cte_stream(
+            "ctes/never-compared",
+            "  mine: SELECT project_id FROM user_project_access WHERE user_id = auth.user_id()\n",
+            "SELECT tasks.* FROM tasks, mine",
+        )
+        .request(Request::claims(json!({"sub": "u9"})).subscribe("s", json!({}))),
+        cte_stream(
             "ctes/in-subquery-of-a-cte",
             "  mine: SELECT project_id FROM user_project_access WHERE user_id = auth.user_id()\n",
             "SELECT * FROM tasks WHERE project_id IN (SELECT project_id FROM mine)",
