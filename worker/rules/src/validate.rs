@@ -6,8 +6,10 @@ use serde_json::{json, Value};
 use super::error::RulesError;
 use super::sync_rules::{SourceKind, SyncRules};
 
-/// `{"valid": true, "buckets": [...], "streams": [...], "tables": [...]}` for rules that
-/// compile; `{"valid": false, "errors": [{code, message, hint, ...location}]}` otherwise.
+/// `{"valid": true, "buckets": [...], "streams": [...], "tables": [...], "events": [...],
+/// "warnings": [{code, message, hint, ...location}]}` for rules that compile (warnings: what
+/// the official compiler warns about); `{"valid": false, "errors": [{code, message, hint,
+/// ...location}]}` otherwise.
 pub fn validation_report(yaml: &str) -> Value {
     match SyncRules::parse(yaml) {
         Ok(rules) => {
@@ -24,12 +26,40 @@ pub fn validation_report(yaml: &str) -> Value {
                 .into_iter()
                 .map(|(t, u)| json!({"table": t.to_string(), "data": u.data, "parameters": u.parameters}))
                 .collect();
+            let events: Vec<Value> = rules
+                .event_definitions()
+                .iter()
+                .map(|e| {
+                    let tables: Vec<String> = e.tables.iter().map(ToString::to_string).collect();
+                    json!({"name": e.name, "tables": tables})
+                })
+                .collect();
+            let warnings: Vec<Value> = rules
+                .warnings()
+                .iter()
+                .map(|w| {
+                    json!({
+                        "code": w.kind.code(),
+                        "message": w.to_string(),
+                        "hint": w.hint,
+                        "kind": w.location.kind,
+                        "rule": w.location.rule,
+                        "query": w.location.query_label,
+                        "sql": w.location.sql,
+                        "line": w.location.line,
+                        "column": w.location.column,
+                        "excerpt": w.excerpt,
+                    })
+                })
+                .collect();
             json!({
                 "valid": true,
                 "edition": rules.compatibility().edition,
                 "buckets": names(SourceKind::Definition),
                 "streams": names(SourceKind::Stream),
                 "tables": tables,
+                "events": events,
+                "warnings": warnings,
             })
         }
         Err(e) => json!({ "valid": false, "errors": [error_json(&e)] }),
@@ -75,6 +105,24 @@ mod tests {
         assert_eq!(r["buckets"], json!(["global"]));
         assert_eq!(r["streams"], json!([]));
         assert_eq!(r["tables"][0]["data"], true, "{r}");
+    }
+
+    #[test]
+    fn warnings_and_events_are_listed() {
+        let r = validation_report(
+            "config:\n  edition: 2\nstreams:\n  s:\n    query: SELECT * FROM lists\n\
+             event_definitions:\n  e:\n    payloads:\n      - SELECT user_id FROM checkpoints\n",
+        );
+        assert_eq!(r["valid"], true, "{r}");
+        assert_eq!(
+            r["warnings"][0]["code"], "PSM_RULES_WARN_ALPHA_STREAMS",
+            "{r}"
+        );
+        assert!(r["warnings"][0]["hint"].is_string(), "{r}");
+        assert_eq!(
+            r["events"],
+            json!([{"name": "e", "tables": ["public.checkpoints"]}])
+        );
     }
 
     #[test]
