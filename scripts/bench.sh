@@ -40,8 +40,13 @@
 #                                     both following the primary, a membership move against
 #                                     PSM_BENCH_MEMBERSHIP_UPDATES single-row updates
 #                                     (scripts/bench_membership.py), on the join replica, then on
-#                                     the first (CTE rules); the join replica is then stopped
+#                                     the first (CTE rules); the join replica is then stopped.
+#                                     With it, both readinesses start after a `sync`
+#                                     (readiness_after_sync), so the first's is not comparable
+#                                     with runs without the switch
 #   PSM_BENCH_MEMBERSHIP_UPDATES=1000 single-row task updates the membership move is compared with
+#   PSM_BENCH_JOIN_RULES=<file>       the second replica's rules instead (e2e/fixture/sync-config.yaml:
+#                                     the same rules on both, a control for the order of the two)
 #   PSM_BENCH_PROFILE_JOIN=<file>     perf record of the join replica's worker to its readiness
 #   PSM_BENCH_PROFILE_BULK=<prefix>   perf record of the worker during each bulk change
 #                                     (<prefix>.update, .delete, .insert, .truncate)
@@ -166,6 +171,10 @@ ticks="$(getconf CLK_TCK)"
 # (the worker's CPU seconds to readiness).
 start_until_ready() {
   local name="$1" port="$2" http="$3" perf_file="$4" probe_pid perf_pid="" tick=0 st pid phase=""
+  # The join profile compares two readinesses: both start with the page cache written back
+  # (otherwise the first replica's commits wait behind the kernel writing back the fixture's
+  # load, about 1 GB at 1m, and the second's do not).
+  if [ "${PSM_BENCH_JOIN:-0}" != 0 ]; then sync; fi
   t_start="$(now)"
   python3 "$root/scripts/bench_stream.py" probe "$http" "$secret" > "$work/$name.probe.json" &
   probe_pid=$!
@@ -253,8 +262,9 @@ if [ "${PSM_BENCH_JOIN:-0}" != 0 ]; then
   join="$(
     log "the join profile: a second sync replica on empty storage with sync-config-join.yaml"
     j_port="$(free_port)"; j_http="$(free_port)"
-    new_replica join "$j_port" "$j_http" "$root/e2e/fixture/sync-config-join.yaml" psm_bench_join
+    new_replica join "$j_port" "$j_http" "${PSM_BENCH_JOIN_RULES:-$root/e2e/fixture/sync-config-join.yaml}" psm_bench_join
     param_ready="$(python3 -c "import json; print(json.load(open('$work/replica.probe.json'))['ready_at'] - $t_start)")"
+    param_cpu="$cpu"
     start_until_ready join "$j_port" "$j_http" "${PSM_BENCH_PROFILE_JOIN:-}"
     join_status="$(psql_at "$j_port" -c "SELECT powersync_mdbx.status()")"
     updates="${PSM_BENCH_MEMBERSHIP_UPDATES:-1000}"
@@ -265,7 +275,7 @@ if [ "${PSM_BENCH_JOIN:-0}" != 0 ]; then
       "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
     run_pg "$bin/pg_ctl" -w -D "$work/join" -m fast stop >/dev/null
     psql_p -c "SELECT pg_drop_replication_slot('psm_bench_join')" >/dev/null
-    python3 - "$work/join.probe.json" "$t_start" "$param_ready" "$cpu" "$peak_anon" "$join_status" "$m_join" "$m_param" "$floor_text" <<'PY'
+    python3 - "$work/join.probe.json" "$t_start" "$param_ready" "$cpu" "$peak_anon" "$join_status" "$m_join" "$m_param" "$floor_text" "$param_cpu" <<'PY'
 import json, sys
 probe = json.load(open(sys.argv[1]))
 ready = probe["ready_at"] - float(sys.argv[2])
@@ -278,6 +288,7 @@ print(json.dumps({
     "join_snapshot_seconds": round(rep.get("snapshot_seconds", 0), 3),
     "join_probe_rows": probe["rows"],
     "join_worker_cpu_seconds": round(float(sys.argv[4]), 3),
+    "join_worker_cpu_over_param": round(float(sys.argv[4]) / float(sys.argv[10]), 2),
     "join_peak_anon_rss_bytes": int(sys.argv[5]) * 1024,
     **json.loads(sys.argv[7]),
     **json.loads(sys.argv[8]),
@@ -467,6 +478,7 @@ out = {
   "snapshot_seconds": round(rep.get("snapshot_seconds", 0), 3),
   "readiness_seconds": round(ready, 3),
   "readiness_over_floor": round(ready / $floor_text, 2),
+  "readiness_after_sync": "${PSM_BENCH_JOIN:-0}" != "0",
   "probe_rows": probe["rows"],
   "worker_cpu_seconds": round($cpu, 3),
   "worker_cpu_us_per_row": round($cpu * 1e6 / rows, 2),

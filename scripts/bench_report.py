@@ -59,6 +59,7 @@ JOIN_COLUMNS = [
     ("readiness_seconds", "readiness, CTE rules (s)", "{:.2f}"),
     ("join_readiness_seconds", "readiness, join rules (s)", "{:.2f}"),
     ("join_readiness_over_param", "join / CTE", "{:.2f}×"),
+    ("join_worker_cpu_over_param", "worker CPU join / CTE", "{:.2f}×"),
     ("membership_join_move_ms", "join: move (ms)", "{:.0f}"),
     ("membership_join_updates_seconds", "join: updates (s)", "{:.2f}"),
     ("membership_join_move_over_updates", "join: move / updates", "{:.3f}×"),
