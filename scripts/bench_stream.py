@@ -292,7 +292,8 @@ def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
         if sentinel_value(stream, "story_points") == last:
             reached.set()
     seconds = time.time() - t0
-    reader.join(timeout=1)
+    if rounds:
+        reader.join(timeout=1)
     db.close()
     print(
         json.dumps(
