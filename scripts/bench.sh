@@ -33,6 +33,21 @@
 #                                     (powersync_mdbx.seed_from): start until streaming, against
 #                                     the snapshot's readiness (0 skips)
 #   PSM_BENCH_PROFILE_SEED=<file>     perf record of the whole machine while the replica seeds
+#   PSM_BENCH_JOIN=1                  after the gates, the join profile: a second sync replica on
+#                                     empty storage with e2e/fixture/sync-config-join.yaml (project
+#                                     access as a JOIN instead of a CTE), its readiness measured
+#                                     like the first's (join_readiness_over_param); then with
+#                                     both following the primary, a membership move against
+#                                     PSM_BENCH_MEMBERSHIP_UPDATES single-row updates
+#                                     (scripts/bench_membership.py), on the join replica, then on
+#                                     the first (CTE rules); the join replica is then stopped.
+#                                     With it, both readinesses start after a `sync`
+#                                     (readiness_after_sync), so the first's is not comparable
+#                                     with runs without the switch
+#   PSM_BENCH_MEMBERSHIP_UPDATES=1000 single-row task updates the membership move is compared with
+#   PSM_BENCH_JOIN_RULES=<file>       the second replica's rules instead (e2e/fixture/sync-config.yaml:
+#                                     the same rules on both, a control for the order of the two)
+#   PSM_BENCH_PROFILE_JOIN=<file>     perf record of the join replica's worker to its readiness
 #   PSM_BENCH_PROFILE_BULK=<prefix>   perf record of the worker during each bulk change
 #                                     (<prefix>.update, .delete, .insert, .truncate)
 #   PSM_BENCH_PROFILE_BULK_DWARF=1    ... with DWARF call graphs (500 samples/s)
@@ -98,35 +113,29 @@ log "timing the COPY floor (3 runs each)"
 floor_text="$(for _ in 1 2 3; do floor_run ""; done | median)"
 floor_binary="$(for _ in 1 2 3; do floor_run "(FORMAT binary)"; done | median)"
 
-cat > "$work/config.yaml" <<YAML
+# A sync replica's configuration file $1: the sync rules $2, the sync port $3.
+write_config() {
+  cat > "$1" <<YAML
 replication:
   connections:
     - type: postgresql
       uri: postgresql://postgres@127.0.0.1:$p_port/postgres?sslmode=disable
 sync_config:
-  path: $root/e2e/fixture/sync-config.yaml
+  path: $2
 client_auth:
   audience: [powersync-user-value-benchmark]
   jwks:
     keys:
       - {kty: oct, alg: HS256, kid: bench, k: $(base64url "$secret")}
-port: $http_port
+port: $3
 YAML
+}
+write_config "$work/config.yaml" "$root/e2e/fixture/sync-config.yaml" "$http_port"
 replica_settings "$work" "$r_port"
 echo "powersync_mdbx.peer_secret = '$peer_secret'" >> "$work/replica/postgresql.conf"
-psql_r() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$r_port" -U postgres -d postgres "$@"; }
+psql_at() { local port="$1"; shift; "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres -d postgres "$@"; }
+psql_r() { psql_at "$r_port" "$@"; }
 
-wal_before="$(psql_p -c "SELECT pg_current_wal_insert_lsn()")"
-log "starting the sync replica on empty storage"
-t_start="$(now)"
-python3 "$root/scripts/bench_stream.py" probe "$http_port" "$secret" > "$work/probe.json" &
-probe_pid=$!
-run_pg "$bin/pg_ctl" -w -D "$work/replica" -l "$work/replica.log" start >/dev/null
-psql_r -c "CREATE EXTENSION powersync_mdbx" >/dev/null
-worker=""
-peak_anon=0
-peak_rss=0
-peak_file=0
 # The sampling must not take CPU from the worker on a 2-core machine (forking psql,
 # python3 and awk every 50 ms cost about half a core): /proc is read with shell builtins
 # every 50 ms, and the status function is asked (psql only) every 0.5 s.
@@ -152,40 +161,65 @@ sample_peak_anon() {
     sleep 0.05
   done
 }
-tick=0
-while :; do
-  if [ -z "$worker" ] || [ $((tick % 10)) -eq 0 ]; then
-    st="$(psql_r -F ' ' -c "SELECT s->>'phase', s->>'worker_pid' FROM powersync_mdbx.status() AS s" 2>/dev/null || true)"
-    phase="${st%% *}"
-    pid="${st#* }"  # the whole of `st` when it has no second field
-    [ -z "$worker" ] && [ "$pid" != "$st" ] && worker="$pid"
-    if [ -n "${PSM_BENCH_PROFILE:-}" ] && [ -n "$worker" ] && [ -z "${perf_pid:-}" ]; then
-      perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$PSM_BENCH_PROFILE" >/dev/null 2>&1 &
-      perf_pid=$!
-    fi
-  fi
-  [ -n "$worker" ] && [ -r "/proc/$worker/status" ] && sample_memory
-  case "$phase" in
-    ready|streaming) kill -0 "$probe_pid" 2>/dev/null || break ;;
-    failed|config_error) log "worker failed: $(psql_r -c "SELECT powersync_mdbx.status()" 2>&1)"; tail -20 "$work/replica.log" >&2; exit 1 ;;
-  esac
-  tick=$((tick + 1))
-  sleep 0.05
-done
-wait "$probe_pid"
-if [ -n "${perf_pid:-}" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
+
 ticks="$(getconf CLK_TCK)"
-cpu="$(awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat")"
-status="$(psql_r -c "SELECT powersync_mdbx.status()")"
-# Gate: the probe holds exactly project 1's rows, as the primary has them.
-psql_p -c "SELECT json_agg(id ORDER BY id) FROM tasks WHERE project_id = 'project-org-001-0001'" > "$work/probe_expected.json"
-python3 - "$work/probe.json" "$work/probe_expected.json" <<'PY'
+# Readiness: starts the sync replica $work/$1 (port $2, sync port $3, log $work/$1.log) on
+# empty storage, retrying the fixture's readiness probe from before `pg_ctl start` until a
+# response reached checkpoint_complete ($work/$1.probe.json), then checks that the probe
+# holds exactly project 1's rows, as the primary has them. $4: a perf record of the worker
+# meanwhile (empty: none). Sets t_start, worker, peak_anon, peak_rss, peak_file (KiB) and cpu
+# (the worker's CPU seconds to readiness).
+start_until_ready() {
+  local name="$1" port="$2" http="$3" perf_file="$4" probe_pid perf_pid="" tick=0 st pid phase=""
+  # The join profile compares two readinesses: both start with the page cache written back
+  # (otherwise the first replica's commits wait behind the kernel writing back the fixture's
+  # load, about 1 GB at 1m, and the second's do not).
+  if [ "${PSM_BENCH_JOIN:-0}" != 0 ]; then sync; fi
+  t_start="$(now)"
+  python3 "$root/scripts/bench_stream.py" probe "$http" "$secret" > "$work/$name.probe.json" &
+  probe_pid=$!
+  run_pg "$bin/pg_ctl" -w -D "$work/$name" -l "$work/$name.log" start >/dev/null
+  psql_at "$port" -c "CREATE EXTENSION powersync_mdbx" >/dev/null
+  worker=""
+  peak_anon=0
+  peak_rss=0
+  peak_file=0
+  while :; do
+    if [ -z "$worker" ] || [ $((tick % 10)) -eq 0 ]; then
+      st="$(psql_at "$port" -F ' ' -c "SELECT s->>'phase', s->>'worker_pid' FROM powersync_mdbx.status() AS s" 2>/dev/null || true)"
+      phase="${st%% *}"
+      pid="${st#* }"  # the whole of `st` when it has no second field
+      [ -z "$worker" ] && [ "$pid" != "$st" ] && worker="$pid"
+      if [ -n "$perf_file" ] && [ -n "$worker" ] && [ -z "$perf_pid" ]; then
+        perf record -q -e cpu-clock -F 2000 -g -p "$worker" -o "$perf_file" >/dev/null 2>&1 &
+        perf_pid=$!
+      fi
+    fi
+    [ -n "$worker" ] && [ -r "/proc/$worker/status" ] && sample_memory
+    case "$phase" in
+      ready|streaming) kill -0 "$probe_pid" 2>/dev/null || break ;;
+      failed|config_error) log "worker failed: $(psql_at "$port" -c "SELECT powersync_mdbx.status()" 2>&1)"; tail -20 "$work/$name.log" >&2; exit 1 ;;
+    esac
+    tick=$((tick + 1))
+    sleep 0.05
+  done
+  wait "$probe_pid"
+  if [ -n "$perf_pid" ]; then kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true; fi
+  cpu="$(awk -v t="$ticks" '{print ($14 + $15) / t}' "/proc/$worker/stat")"
+  psql_p -c "SELECT json_agg(id ORDER BY id) FROM tasks WHERE project_id = 'project-org-001-0001'" > "$work/probe_expected.json"
+  python3 - "$work/$name.probe.json" "$work/probe_expected.json" <<'PY'
 import json, sys
 got = json.load(open(sys.argv[1]))["row_ids"]
 want = json.load(open(sys.argv[2]))
 if sorted(got) != sorted(want):
     sys.exit(f"readiness probe rows differ from the primary: {len(got)} vs {len(want)}")
 PY
+}
+
+wal_before="$(psql_p -c "SELECT pg_current_wal_insert_lsn()")"
+log "starting the sync replica on empty storage"
+start_until_ready replica "$r_port" "$http_port" "${PSM_BENCH_PROFILE:-}"
+status="$(psql_r -c "SELECT powersync_mdbx.status()")"
 
 # The store's file as the snapshot left it (churn below grows it: old and new records of a
 # round coexist until it commits, and freed pages inside the file are reused, not returned).
@@ -212,24 +246,67 @@ if [ "${PSM_BENCH_GATES:-1}" != 0 ]; then
     "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
 fi
 
+# Another sync replica beside the first, in $work/$1 (port $2, sync port $3), on empty storage
+# with the sync rules $4 and a slot of its own, $5; not started.
+new_replica() {
+  run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/$1" >/dev/null
+  write_config "$work/$1.yaml" "$4" "$3"
+  replica_settings "$work" "$2" "$1" "$work/$1.yaml"
+  echo "powersync_mdbx.slot_name = '$5'" >> "$work/$1/postgresql.conf"
+}
+
+join='{}'
+if [ "${PSM_BENCH_JOIN:-0}" != 0 ]; then
+  # In a subshell: the readiness globals (t_start, worker, the peaks, cpu) stay the first
+  # replica's.
+  join="$(
+    log "the join profile: a second sync replica on empty storage with sync-config-join.yaml"
+    j_port="$(free_port)"; j_http="$(free_port)"
+    new_replica join "$j_port" "$j_http" "${PSM_BENCH_JOIN_RULES:-$root/e2e/fixture/sync-config-join.yaml}" psm_bench_join
+    param_ready="$(python3 -c "import json; print(json.load(open('$work/replica.probe.json'))['ready_at'] - $t_start)")"
+    param_cpu="$cpu"
+    start_until_ready join "$j_port" "$j_http" "${PSM_BENCH_PROFILE_JOIN:-}"
+    join_status="$(psql_at "$j_port" -c "SELECT powersync_mdbx.status()")"
+    updates="${PSM_BENCH_MEMBERSHIP_UPDATES:-1000}"
+    log "membership moves against $updates single-row updates: join rules, then the CTE rules"
+    m_join="$(python3 "$root/scripts/bench_membership.py" "$j_http" "$secret" join "$updates" \
+      "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+    m_param="$(python3 "$root/scripts/bench_membership.py" "$http_port" "$secret" param "$updates" \
+      "$bin/psql" -h "$work" -p "$p_port" -U postgres -d postgres)"
+    run_pg "$bin/pg_ctl" -w -D "$work/join" -m fast stop >/dev/null
+    psql_p -c "SELECT pg_drop_replication_slot('psm_bench_join')" >/dev/null
+    python3 - "$work/join.probe.json" "$t_start" "$param_ready" "$cpu" "$peak_anon" "$join_status" "$m_join" "$m_param" "$floor_text" "$param_cpu" <<'PY'
+import json, sys
+probe = json.load(open(sys.argv[1]))
+ready = probe["ready_at"] - float(sys.argv[2])
+param = float(sys.argv[3])
+rep = json.loads(sys.argv[6]).get("replication") or {}
+print(json.dumps({
+    "join_readiness_seconds": round(ready, 3),
+    "join_readiness_over_param": round(ready / param, 2),
+    "join_readiness_over_floor": round(ready / float(sys.argv[9]), 2),
+    "join_snapshot_seconds": round(rep.get("snapshot_seconds", 0), 3),
+    "join_probe_rows": probe["rows"],
+    "join_worker_cpu_seconds": round(float(sys.argv[4]), 3),
+    "join_worker_cpu_over_param": round(float(sys.argv[4]) / float(sys.argv[10]), 2),
+    "join_peak_anon_rss_bytes": int(sys.argv[5]) * 1024,
+    **json.loads(sys.argv[7]),
+    **json.loads(sys.argv[8]),
+}))
+PY
+  )"
+fi
+
 seed='{}'
 if [ "${PSM_BENCH_SEED:-1}" != 0 ]; then
   log "seeding a second sync replica from the first (powersync_mdbx.seed_from)"
   s_port="$(free_port)"; s_http="$(free_port)"
-  run_pg "$bin/initdb" --no-sync -E UTF8 --locale=C.UTF-8 --auth=trust -U postgres -D "$work/seeded" >/dev/null
-  sed "s/^port: $http_port\$/port: $s_http/" "$work/config.yaml" > "$work/seeded.yaml"
-  chmod 644 "$work/seeded.yaml"
+  new_replica seeded "$s_port" "$s_http" "$root/e2e/fixture/sync-config.yaml" psm_bench_seeded
   cat >> "$work/seeded/postgresql.conf" <<CONF
-port = $s_port
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '$work'
-shared_preload_libraries = 'powersync_mdbx'
-powersync_mdbx.config_file = '$work/seeded.yaml'
-powersync_mdbx.slot_name = 'psm_bench_seeded'
 powersync_mdbx.peer_secret = '$peer_secret'
 powersync_mdbx.seed_from = 'http://127.0.0.1:$http_port'
 CONF
-  psql_s() { "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$s_port" -U postgres -d postgres "$@"; }
+  psql_s() { psql_at "$s_port" "$@"; }
   seed_file_before="$(stat -c %s "$store_dir/mdbx.dat")"
   if [ -n "${PSM_BENCH_PROFILE_SEED:-}" ]; then
     # Both ends of the copy: the whole machine while the replica seeds.
@@ -261,7 +338,7 @@ CONF
   grep -E "slot created, copying|seeded from the peer|worker started" "$work/seeded.log" >&2 || true
   psql_p -c "SELECT pg_drop_replication_slot('psm_bench_seeded')" >/dev/null
   seed="$(python3 -c 'import json,sys; s=float(sys.argv[1]); r=float(sys.argv[2]); print(json.dumps({"seed_seconds": round(s, 3), "seed_over_readiness": round(s / r, 2), "seeded_file_bytes": int(sys.argv[3]), "seed_peer_file_growth_bytes": int(sys.argv[5]) - int(sys.argv[4])}))' \
-    "$seed_seconds" "$(python3 -c "import json; print(json.load(open('$work/probe.json'))['ready_at'] - $t_start)")" "$seeded_file" "$seed_file_before" "$seed_file_after")"
+    "$seed_seconds" "$(python3 -c "import json; print(json.load(open('$work/replica.probe.json'))['ready_at'] - $t_start)")" "$seeded_file" "$seed_file_before" "$seed_file_after")"
 fi
 
 commits="${PSM_BENCH_COMMITS:-200}"
@@ -373,7 +450,7 @@ for k in ("update", "delete", "insert", "truncate"):
 print(json.dumps(b))' "$bulk" "$floor")"
 fi
 
-python3 - "$status" "$work/probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" "$seed" "$rebuild" <<PY
+python3 - "$status" "$work/replica.probe.json" "$churn" "$status_after" "$download" "$download_raw" "$gates" "$deploy" "$migration" "$recopy" "$bulk" "$seed" "$rebuild" "$join" <<PY
 import json, sys
 status = json.loads(sys.argv[1])
 probe = json.load(open(sys.argv[2]))
@@ -388,6 +465,7 @@ recopy = json.loads(sys.argv[10])
 bulk = json.loads(sys.argv[11])
 seed = json.loads(sys.argv[12])
 rebuild = json.loads(sys.argv[13])
+join = json.loads(sys.argv[14])
 rep = status.get("replication") or {}
 rows = $tasks + $access
 ready = probe["ready_at"] - $t_start
@@ -400,6 +478,7 @@ out = {
   "snapshot_seconds": round(rep.get("snapshot_seconds", 0), 3),
   "readiness_seconds": round(ready, 3),
   "readiness_over_floor": round(ready / $floor_text, 2),
+  "readiness_after_sync": "${PSM_BENCH_JOIN:-0}" != "0",
   "probe_rows": probe["rows"],
   "worker_cpu_seconds": round($cpu, 3),
   "worker_cpu_us_per_row": round($cpu * 1e6 / rows, 2),
@@ -415,6 +494,7 @@ out = {
   **download,
   **download_raw,
   **gates,
+  **join,
   "download_worker_cpu_seconds": round($download_cpu, 3),
   **seed,
   **churn,

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Summarises benchmark runs (one JSON object per file, from scripts/bench.sh) into
 medians with min–max per profile: prints Markdown tables (initial replication, then
-streaming: bulk changes against their decoding floor, many small transactions) and
-writes summary.json.
+streaming: bulk changes against their decoding floor, many small transactions, then the
+join profile where runs have it) and writes summary.json.
 
   bench_report.py RESULTS_DIR
 """
@@ -54,6 +54,19 @@ STREAM_COLUMNS = [
     ("small_tx_lag_ms_p99", "lag p99 (ms)", "{:.0f}"),
     ("small_tx_worker_cpu_us_per_tx", "CPU µs/tx", "{:.0f}"),
 ]
+# The join profile (PSM_BENCH_JOIN=1), in runs that have it.
+JOIN_COLUMNS = [
+    ("readiness_seconds", "readiness, CTE rules (s)", "{:.2f}"),
+    ("join_readiness_seconds", "readiness, join rules (s)", "{:.2f}"),
+    ("join_readiness_over_param", "join / CTE", "{:.2f}×"),
+    ("join_worker_cpu_over_param", "worker CPU join / CTE", "{:.2f}×"),
+    ("membership_join_move_ms", "join: move (ms)", "{:.0f}"),
+    ("membership_join_updates_seconds", "join: updates (s)", "{:.2f}"),
+    ("membership_join_move_over_updates", "join: move / updates", "{:.3f}×"),
+    ("membership_param_move_ms", "CTE: move (ms)", "{:.0f}"),
+    ("membership_param_updates_seconds", "CTE: updates (s)", "{:.2f}"),
+    ("membership_param_move_over_updates", "CTE: move / updates", "{:.3f}×"),
+]
 PROFILES = ["100k", "250k", "1m", "2m", "5m"]
 
 
@@ -71,6 +84,9 @@ def derived(run: dict) -> dict:
     peaks = [run.get(f"bulk_{k}_peak_anon_rss_bytes") for k in ("update", "delete", "insert", "truncate")]
     if all(peaks):
         run["bulk_peak_anon_rss_mib"] = max(peaks) / 2**20
+    for label in ("join", "param"):
+        if f"membership_{label}_move_seconds" in run:
+            run[f"membership_{label}_move_ms"] = run[f"membership_{label}_move_seconds"] * 1000
     return run
 
 
@@ -84,7 +100,10 @@ def main() -> None:
         runs.setdefault(run["profile"], []).append(run)
     summary = {}
     tables = []
-    for columns in (COLUMNS, STREAM_COLUMNS):
+    tables_columns = [COLUMNS, STREAM_COLUMNS]
+    if any("join_readiness_seconds" in r for group in runs.values() for r in group):
+        tables_columns.append(JOIN_COLUMNS)
+    for columns in tables_columns:
         header = ["profile", "rows", "runs"] + [title for _, title, _ in columns]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for profile in sorted(runs, key=lambda p: PROFILES.index(p) if p in PROFILES else 99):

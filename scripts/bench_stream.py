@@ -32,9 +32,16 @@ import time
 
 AUDIENCE = "powersync-user-value-benchmark"
 PROBE_USER = "user-benchmark-readiness-probe"
-# Buckets are kept by their names without the tag before `#` (it derives from the
-# replica's store history: docs/storage.md, "Bucket names").
-PROBE_BUCKET = 'tasks_by_auth_project|0["project-org-001-0001"]'
+
+
+def project_bucket(project: str) -> str:
+    """The `tasks_by_auth_project` bucket of a project. Buckets are kept by their names
+    without the tag before `#` (it derives from the replica's store history:
+    docs/storage.md, "Bucket names")."""
+    return f'tasks_by_auth_project|0["{project}"]'
+
+
+PROBE_BUCKET = project_bucket("project-org-001-0001")
 
 
 def untagged(name: str) -> str:
@@ -285,7 +292,8 @@ def churn(port: int, secret: str, psql_argv, commits: int, rounds: int) -> None:
         if sentinel_value(stream, "story_points") == last:
             reached.set()
     seconds = time.time() - t0
-    reader.join(timeout=1)
+    if rounds:
+        reader.join(timeout=1)
     db.close()
     print(
         json.dumps(

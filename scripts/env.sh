@@ -74,16 +74,17 @@ bench_cleanup() {
   rm -rf "$1"
 }
 
-# The sync replica's settings in $1/replica/postgresql.conf: port $2, its socket in $1,
-# the extension preloaded with the configuration file $1/config.yaml (made readable).
+# A sync replica's settings in $1/${3:-replica}/postgresql.conf: port $2, its socket in $1,
+# the extension preloaded with the configuration file ${4:-$1/config.yaml} (made readable).
 replica_settings() {
-  chmod 644 "$1/config.yaml"
-  cat >> "$1/replica/postgresql.conf" <<CONF
+  local config="${4:-$1/config.yaml}"
+  chmod 644 "$config"
+  cat >> "$1/${3:-replica}/postgresql.conf" <<CONF
 port = $2
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$1'
 shared_preload_libraries = 'powersync_mdbx'
-powersync_mdbx.config_file = '$1/config.yaml'
+powersync_mdbx.config_file = '$config'
 CONF
 }
 
