@@ -65,7 +65,7 @@ fn fixture() -> Vec<Case> {
             .subscribe_at("tasks_by_auth_project", json!({}), 1)
             .no_defaults(),
     ];
-    ["sync-config.yaml", "sync-rules-legacy.yaml"]
+    ["sync-config.yaml", "sync-config-join.yaml", "sync-rules-legacy.yaml"]
         .iter()
         .map(|name| {
             let mut c = Case::new(format!("fixture/{name}"), read(name));
