@@ -31,34 +31,13 @@ impl Decoder<'_> {
         self.described_at[index] = self.commit_lsn;
         // Its tuples may list the columns otherwise now.
         self.layouts[index] = None;
-        // pgoutput does not say where a column sits (0: unknown).
-        let shape: Vec<Column<'_>> = relation
-            .columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_oid, 0))
-            .collect();
-        let identity = relation
-            .columns
-            .iter()
-            .filter(|c| c.is_key)
-            .map(|c| c.name.clone())
-            .collect();
+        let (shape, identity) = relation_shape(relation);
         self.check_shape(index, relation.oid, &qualified, &shape, identity)
     }
 
     /// A Relation message for a table the stream does not follow yet: see [`Self::follow`].
     fn added(&mut self, relation: &Relation) -> Result<Option<Change>, ReplicationError> {
-        let identity = relation
-            .columns
-            .iter()
-            .filter(|c| c.is_key)
-            .map(|c| c.name.clone())
-            .collect();
-        let columns: Vec<Column<'_>> = relation
-            .columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.type_oid, 0))
-            .collect();
+        let (columns, identity) = relation_shape(relation);
         let columns = rebound_columns(&[], &columns);
         let name = (relation.namespace.as_str(), relation.name.as_str());
         self.follow(name, relation.oid, identity, columns)
@@ -337,6 +316,23 @@ impl Decoder<'_> {
             })
             .collect()
     }
+}
+
+/// A Relation message's columns (attnum 0: pgoutput does not say where a column sits) and
+/// replica identity.
+fn relation_shape(relation: &Relation) -> (Vec<Column<'_>>, Vec<String>) {
+    let columns = relation
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.type_oid, 0))
+        .collect();
+    let identity = relation
+        .columns
+        .iter()
+        .filter(|c| c.is_key)
+        .map(|c| c.name.clone())
+        .collect();
+    (columns, identity)
 }
 
 /// A column as the primary describes it: name, type OID and attnum (0 when the message

@@ -4,13 +4,12 @@
 //! service); here they are compiled and checked as the official compiler checks them,
 //! and have no effect (`docs/sync-rules.md`, "Event definitions").
 
-use super::from_items;
 use super::select_list::row_projection;
+use super::{one_row_table, row_scope};
 use crate::error::RulesError;
 use crate::options::Compatibility;
 use crate::plan::TableRef;
 use crate::sql::parse::parse_select;
-use crate::sql::scope::{RequestStyle, Scope};
 use crate::sql::QueryCtx;
 use crate::yaml::RawEvent;
 
@@ -37,34 +36,8 @@ pub(crate) fn compile(
     for (i, sql) in event.payloads.iter().enumerate() {
         let ctx = QueryCtx::new(KIND, &event.name, format!("payloads[{i}]"), sql, compat);
         let select = parse_select(&ctx, sql)?;
-        let from = from_items(&ctx, &select)?;
-        let table = match from.as_slice() {
-            [t] => t.clone(),
-            [] => {
-                return Err(ctx.err(
-                    select.select_token.0.span,
-                    "an event payload query needs FROM <table>",
-                    "`SELECT <columns> FROM <table>`",
-                ))
-            }
-            [_, second, ..] => {
-                return Err(ctx.err(
-                    second.span,
-                    "an event payload query reads exactly one table",
-                    "one payload query per table",
-                ))
-            }
-        };
-        let mut scope = Scope {
-            table_qualifiers: [Some(table.table.name.clone()), table.alias.clone()]
-                .into_iter()
-                .flatten()
-                .collect(),
-            has_table: true,
-            ref_qualifiers: Vec::new(),
-            request: RequestStyle::Forbidden,
-            slots: Vec::new(),
-        };
+        let table = one_row_table(&ctx, &select, "an event payload query")?;
+        let mut scope = row_scope(&table, Vec::new());
         row_projection(&ctx, &mut scope, &select, false)?;
         tables.push(table.table);
     }

@@ -1,8 +1,8 @@
 //! `bucket_definitions` → data evaluators, lookup creators and request-side resolvers.
 
-use super::from_items;
 use super::lookup::{lookup_query, LookupQuery};
 use super::select_list::data_projection;
+use super::{one_row_table, row_scope};
 use crate::bucket::BucketVersion;
 use crate::error::RulesError;
 use crate::fingerprint::{self, Fingerprint};
@@ -12,7 +12,7 @@ use crate::request::{BucketResolver, ParamSource};
 use crate::sql::filter::{classify, Cond, Filter, LinkTarget};
 use crate::sql::lower::fix_in_precedence;
 use crate::sql::parse::parse_select;
-use crate::sql::scope::{RequestStyle, Scope};
+use crate::sql::scope::RequestStyle;
 use crate::sql::QueryCtx;
 use crate::yaml::RawDefinition;
 
@@ -129,34 +129,8 @@ fn data_query(
     params: &[String],
 ) -> Result<(TableRef, DataEvaluator), RulesError> {
     let select = parse_select(ctx, sql)?;
-    let from = from_items(ctx, &select)?;
-    let table = match from.as_slice() {
-        [t] => t.clone(),
-        [] => {
-            return Err(ctx.err(
-                select.select_token.0.span,
-                "a data query needs FROM <table>",
-                "`SELECT ... FROM <table>`",
-            ))
-        }
-        [_, second, ..] => {
-            return Err(ctx.err(
-                second.span,
-                "a data query reads exactly one table",
-                "one table per data query; add another data query for other tables",
-            ))
-        }
-    };
-    let mut scope = Scope {
-        table_qualifiers: [Some(table.table.name.clone()), table.alias.clone()]
-            .into_iter()
-            .flatten()
-            .collect(),
-        has_table: true,
-        ref_qualifiers: vec!["bucket".to_string()],
-        request: RequestStyle::Forbidden,
-        slots: Vec::new(),
-    };
+    let table = one_row_table(ctx, &select, "a data query")?;
+    let mut scope = row_scope(&table, vec!["bucket".to_string()]);
     let shape = data_projection(ctx, &mut scope, &select)?;
     let mut used = Vec::new();
     let mut expanding = 0;

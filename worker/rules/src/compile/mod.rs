@@ -18,6 +18,7 @@ use sqlparser::ast::{ObjectNamePart, Select, Spanned, TableFactor};
 
 use super::error::RulesError;
 use super::plan::TableRef;
+use super::sql::scope::{RequestStyle, Scope};
 use super::sql::{ident_name, QueryCtx};
 
 /// Most DNF branches one query may expand to; more is almost certainly a mistake.
@@ -50,6 +51,44 @@ pub(crate) fn from_items(ctx: &QueryCtx<'_>, select: &Select) -> Result<Vec<From
         out.push(from_item(ctx, &twj.relation)?);
     }
     Ok(out)
+}
+
+/// The one table a query over rows reads (a data query, an event payload): `what` names
+/// the query in the errors for none and for several.
+pub(crate) fn one_row_table(
+    ctx: &QueryCtx<'_>,
+    select: &Select,
+    what: &str,
+) -> Result<FromItem, RulesError> {
+    let from = from_items(ctx, select)?;
+    match from.as_slice() {
+        [t] => Ok(t.clone()),
+        [] => Err(ctx.err(
+            select.select_token.0.span,
+            format!("{what} needs FROM <table>"),
+            "`SELECT ... FROM <table>`",
+        )),
+        [_, second, ..] => Err(ctx.err(
+            second.span,
+            format!("{what} reads exactly one table"),
+            "one table per query; add another query for other tables",
+        )),
+    }
+}
+
+/// The scope of a query over rows of `table` (its name and alias qualify columns), where
+/// request values are refused and `refs` qualify references (`bucket`).
+pub(crate) fn row_scope(table: &FromItem, refs: Vec<String>) -> Scope {
+    Scope {
+        table_qualifiers: [Some(table.table.name.clone()), table.alias.clone()]
+            .into_iter()
+            .flatten()
+            .collect(),
+        has_table: true,
+        ref_qualifiers: refs,
+        request: RequestStyle::Forbidden,
+        slots: Vec::new(),
+    }
 }
 
 /// One named relation of FROM: `[schema.]table [AS alias]`.

@@ -10,7 +10,7 @@ use sqlparser::ast::{Query, Spanned};
 use sqlparser::tokenizer::Span;
 
 use super::bucket_sources::{self, StreamBucket};
-use super::lookup::{in_subquery, lookup_query, plain_select};
+use super::lookup::{in_subquery, lookup_query, plain_select, LookupQuery};
 use super::select_list::{data_projection, Shape};
 use super::stream_ctes::{cte_column, LookupSources};
 use super::{from_items, joins, param_order, variants, FromItem, MAX_BRANCHES};
@@ -449,7 +449,7 @@ impl Links {
             return self.cte_subquery(ctx, sources, i, row, (&cte, &column), span, out);
         }
         let sub_id = format!("{id}.sub{}", self.groups.len());
-        let mut q = in_subquery(
+        let q = in_subquery(
             ctx,
             query,
             span,
@@ -457,16 +457,7 @@ impl Links {
             &sub_id,
             RequestStyle::Streams,
         )?;
-        out.lookups.append(&mut q.creators);
-        self.data_params.push(ParamFilter::Param {
-            param: i,
-            row: row.clone(),
-            expands: false,
-        });
-        let group = q.push_groups(&mut self.groups);
-        self.params.push(ParamSource::Lookup { group, output: 0 });
-        self.aliases.push((format!("$sub{i}"), group, q.outputs));
-        self.used_aliases.push(format!("$sub{i}"));
+        self.lookup_param(i, row, q, 0, out);
         Ok(())
     }
 }
@@ -492,7 +483,7 @@ impl Links {
                 "define it under `with:`",
             ));
         };
-        let mut q = q?;
+        let q = q?;
         let Some(output) = q.outputs.iter().position(|o| o == column) else {
             return Err(ctx.err(
                 span,
@@ -500,6 +491,19 @@ impl Links {
                 format!("one of: {}", q.outputs.join(", ")),
             ));
         };
+        self.lookup_param(i, row, q, output, out);
+        Ok(())
+    }
+
+    /// Parameter `i`: `row` equal to output `output` of `q`'s group (a subquery's).
+    fn lookup_param(
+        &mut self,
+        i: usize,
+        row: &Expr,
+        mut q: LookupQuery,
+        output: usize,
+        out: &mut CompiledStream,
+    ) {
         out.lookups.append(&mut q.creators);
         self.data_params.push(ParamFilter::Param {
             param: i,
@@ -510,7 +514,6 @@ impl Links {
         self.params.push(ParamSource::Lookup { group, output });
         self.aliases.push((format!("$sub{i}"), group, q.outputs));
         self.used_aliases.push(format!("$sub{i}"));
-        Ok(())
     }
 }
 

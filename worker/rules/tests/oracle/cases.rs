@@ -65,19 +65,23 @@ fn fixture() -> Vec<Case> {
             .subscribe_at("tasks_by_auth_project", json!({}), 1)
             .no_defaults(),
     ];
-    ["sync-config.yaml", "sync-config-join.yaml", "sync-rules-legacy.yaml"]
-        .iter()
-        .map(|name| {
-            let mut c = Case::new(format!("fixture/{name}"), read(name));
-            c = access(c, "a1", "u1", "p1");
-            c = access(c, "a2", "u1", "p2");
-            c = access(c, "a3", "u2", "p2");
-            c = with_task(c, "t1", "p1", "u1");
-            c = with_task(c, "t2", "p2", "u2");
-            c = with_task(c, "t3", "p3", "u2");
-            requests.iter().fold(c, |c, r| c.request(r.clone()))
-        })
-        .collect()
+    [
+        "sync-config.yaml",
+        "sync-config-join.yaml",
+        "sync-rules-legacy.yaml",
+    ]
+    .iter()
+    .map(|name| {
+        let mut c = Case::new(format!("fixture/{name}"), read(name));
+        c = access(c, "a1", "u1", "p1");
+        c = access(c, "a2", "u1", "p2");
+        c = access(c, "a3", "u2", "p2");
+        c = with_task(c, "t1", "p1", "u1");
+        c = with_task(c, "t2", "p2", "u2");
+        c = with_task(c, "t3", "p3", "u2");
+        requests.iter().fold(c, |c, r| c.request(r.clone()))
+    })
+    .collect()
 }
 
 /// One edition-3 stream config per query, with rows of `tasks` and `user_project_access`.
