@@ -13,6 +13,7 @@ pub mod bucket;
 pub(crate) mod cast;
 pub mod checksum;
 pub(crate) mod compile;
+pub(crate) mod dates;
 pub mod error;
 pub(crate) mod eval;
 pub(crate) mod expr;

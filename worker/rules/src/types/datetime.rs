@@ -129,7 +129,8 @@ fn decimal(digits: &[u8]) -> Option<i64> {
     Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+/// Days from 1970-01-01 to the proleptic Gregorian date `y-m-d`.
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
@@ -139,7 +140,8 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146097 + doe - 719468
 }
 
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+/// The proleptic Gregorian date `(y, m, d)` `z` days after 1970-01-01.
+pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719468;
     let era = z.div_euclid(146097);
     let doe = z - era * 146097;

@@ -10,7 +10,7 @@ use super::options::Compatibility;
 use super::value::Value;
 
 mod array;
-mod datetime;
+pub(crate) mod datetime;
 mod pg_type;
 mod scalar;
 

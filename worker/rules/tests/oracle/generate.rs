@@ -11,7 +11,7 @@
 //!   the row, this crate gives NULL;
 //! - `x IN <JSON scalar>` (the official treats a scalar as a one-element array);
 //! - a stream's `priority` at edition 2 (the official alpha compiler ignores it);
-//! - `unixepoch`, `quote` and the other functions this crate lacks;
+//! - the PostGIS helpers, which this crate lacks;
 //! - integer literals beyond 2^53 (the official parser reads a double);
 //! - reals that overflow (`CAST('1e999' AS real)`: the official writes `Infinity` into the
 //!   row's JSON, which is not JSON; this crate writes `null`);
@@ -141,7 +141,16 @@ fn expr(rng: &mut Rng, depth: usize) -> String {
         ),
         12 => format!("(j ->> '{}')", rng.pick(&["a", "c", "zz"])),
         13 => {
-            let f = rng.pick(&["upper", "lower", "length", "hex", "typeof", "base64"]);
+            let f = rng.pick(&[
+                "upper",
+                "lower",
+                "length",
+                "hex",
+                "typeof",
+                "base64",
+                "unixepoch",
+                "datetime",
+            ]);
             format!("{f}({})", expr(rng, d))
         }
         14 => format!(

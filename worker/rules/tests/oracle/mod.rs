@@ -16,6 +16,7 @@
 
 mod cases;
 mod compare;
+mod dates;
 mod edition3;
 mod events;
 mod generate;
@@ -182,6 +183,7 @@ fn official(corpus: &[Case]) -> Vec<Value> {
 fn corpus() -> Vec<Case> {
     let mut all = cases::all();
     all.extend(wildcard::all());
+    all.extend(dates::all());
     all.extend(edition3::all());
     all.extend(events::all());
     all.extend(generate::all(0x5eed_2026));
