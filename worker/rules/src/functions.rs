@@ -11,9 +11,9 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
 use super::cast::{bool_value, cast, CastType};
-use super::dates;
 use super::json::{follow, json_to_value, parse_dollar_path};
 use super::value::{compare, Value};
+use super::{dates, geometry};
 
 /// A supported scalar function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,14 @@ pub enum Func {
     Iif,
     /// `uuid_blob(text)`: the 16 bytes of an RFC 4122 UUID (versions 1–8, nil, max).
     UuidBlob,
+    /// `st_asgeojson(geometry)`: see `geometry`.
+    StAsGeoJson,
+    /// `st_astext(geometry)`: see `geometry`.
+    StAsText,
+    /// `st_x(point)`: see `geometry`.
+    StX,
+    /// `st_y(point)`: see `geometry`.
+    StY,
     /// `unixepoch(value[, modifier[, modifier]])`: see `dates`.
     UnixEpoch,
     /// `datetime(value[, modifier[, modifier]])`: see `dates`.
@@ -80,6 +88,10 @@ pub const FUNCTIONS: &[(&str, Func, usize, usize, u8)] = &[
     ("instr", Func::Instr, 2, 2, 3),
     ("json_keys", Func::JsonKeys, 1, 1, 3),
     ("uuid_blob", Func::UuidBlob, 1, 1, 3),
+    ("st_asgeojson", Func::StAsGeoJson, 1, 1, 3),
+    ("st_astext", Func::StAsText, 1, 1, 3),
+    ("st_x", Func::StX, 1, 1, 3),
+    ("st_y", Func::StY, 1, 1, 3),
     ("unixepoch", Func::UnixEpoch, 1, 3, 3),
     ("datetime", Func::Datetime, 1, 3, 3),
 ];
@@ -245,6 +257,10 @@ pub fn call<'e>(f: Func, args: &impl FunctionArgs<'e>) -> Value<'e> {
             }
         }
         Func::UuidBlob => uuid_blob(&args.value(0)),
+        Func::StAsGeoJson => geometry::as_geojson(&args.value(0)),
+        Func::StAsText => geometry::as_text(&args.value(0)),
+        Func::StX => geometry::point_coordinate(&args.value(0), false),
+        Func::StY => geometry::point_coordinate(&args.value(0), true),
         Func::UnixEpoch => dates::unixepoch(&args.value(0), &args.value(1), &args.value(2)),
         Func::Datetime => dates::datetime(&args.value(0), &args.value(1), &args.value(2)),
         Func::Between => between(args),

@@ -19,6 +19,7 @@ pub(crate) mod eval;
 pub(crate) mod expr;
 pub mod fingerprint;
 pub(crate) mod functions;
+pub(crate) mod geometry;
 pub(crate) mod js_number;
 pub mod json;
 pub mod lookup_bytes;

@@ -11,7 +11,6 @@
 //!   the row, this crate gives NULL;
 //! - `x IN <JSON scalar>` (the official treats a scalar as a one-element array);
 //! - a stream's `priority` at edition 2 (the official alpha compiler ignores it);
-//! - the PostGIS helpers, which this crate lacks;
 //! - integer literals beyond 2^53 (the official parser reads a double);
 //! - reals that overflow (`CAST('1e999' AS real)`: the official writes `Infinity` into the
 //!   row's JSON, which is not JSON; this crate writes `null`);

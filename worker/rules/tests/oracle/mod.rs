@@ -20,6 +20,7 @@ mod dates;
 mod edition3;
 mod events;
 mod generate;
+mod geometry;
 mod warnings;
 mod wildcard;
 
@@ -184,6 +185,7 @@ fn corpus() -> Vec<Case> {
     let mut all = cases::all();
     all.extend(wildcard::all());
     all.extend(dates::all());
+    all.extend(geometry::all());
     all.extend(edition3::all());
     all.extend(events::all());
     all.extend(generate::all(0x5eed_2026));
