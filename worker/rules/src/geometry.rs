@@ -86,9 +86,14 @@ fn parse(v: &Value<'_>) -> Option<Geometry> {
         b: &bytes,
         i: 0,
         big_endian: false,
+        depth: 0,
     };
     r.geometry(false)
 }
+
+/// How deep collections may nest: a row's bytes must not exhaust the stack (the official
+/// evaluator's recursion fails the row sooner or later too).
+const MAX_DEPTH: usize = 32;
 
 /// The bytes being read: one position and one byte order for the whole value (a nested
 /// geometry's header sets the order for what follows it, as in `wkx`).
@@ -96,6 +101,7 @@ struct Reader<'b> {
     b: &'b [u8],
     i: usize,
     big_endian: bool,
+    depth: usize,
 }
 
 impl Reader<'_> {
@@ -137,7 +143,13 @@ impl Reader<'_> {
 
     fn geometries(&mut self, ewkb: bool) -> Option<Vec<Geometry>> {
         let n = self.u32()?;
-        (0..n).map(|_| self.geometry(ewkb)).collect()
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return None;
+        }
+        let all = (0..n).map(|_| self.geometry(ewkb)).collect();
+        self.depth -= 1;
+        all
     }
 
     /// One geometry: its header (byte order, type, EWKB flags and SRID), then its body;
@@ -372,4 +384,24 @@ fn position(out: &mut String, c: &Coord, with_z: bool) {
         number(out, c.z);
     }
     out.push(']');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Collections nested deeper than [`MAX_DEPTH`] are not read (a row cannot exhaust the
+    /// stack), and a count larger than the bytes fails without allocating for it.
+    #[test]
+    fn hostile_bytes_end_in_null() {
+        let nested = "010700000001000000".repeat(10_000);
+        assert_eq!(as_text(&Value::Text(nested.into())), Value::Null);
+        let huge = "0102000000ffffffff";
+        assert_eq!(as_text(&Value::Text(huge.into())), Value::Null);
+        let point = "0101000000000000000000f03f0000000000000040";
+        assert_eq!(
+            as_text(&Value::Text(point.into())),
+            Value::Text("POINT(1 2)".into())
+        );
+    }
 }
