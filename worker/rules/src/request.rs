@@ -65,7 +65,7 @@ impl Default for Claims {
 /// Everything about a sync request the rules may read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestContext {
-    /// The JWT `sub`.
+    /// The JWT `sub` when it is text (a number is read from `claims`).
     pub user_id: Option<String>,
     /// The full JWT payload (an object).
     pub claims: Claims,
@@ -159,7 +159,9 @@ impl RequestValues for RequestData<'_> {
         match r {
             RequestRef::UserId => match self.user_id {
                 Some(u) => Value::Text(Cow::Borrowed(u)),
-                None => Value::Null,
+                // A `sub` that is a number stays a number, as the official evaluator reads it
+                // (bucket `[42]`, not `["42"]`).
+                None => member(self.parsed_claims(), "sub"),
             },
             RequestRef::Jwt => Value::Text(Cow::Borrowed(self.claims.text())),
             RequestRef::Claim(k) => member(self.parsed_claims(), k),

@@ -338,6 +338,27 @@ fn sharing() -> Vec<Case> {
     out
 }
 
+/// A token whose `sub` is a number: `request.user_id()` and `auth.user_id()` read its text.
+fn numeric_subject() -> Vec<Case> {
+    let requests = |c: Case| {
+        c.request(Request::claims(json!({"sub": 42})))
+            .request(Request::claims(json!({"sub": 1.5})))
+            .request(Request::claims(json!({"sub": 42.0})))
+    };
+    vec![
+        requests(Case::new(
+            "claims/numeric-sub-definition",
+            "bucket_definitions:\n  b:\n    parameters: SELECT request.user_id() AS u\n    data:\n      - SELECT id FROM t WHERE owner = bucket.u\n",
+        )
+        .row("t", &[("id", "text", Some("r1")), ("owner", "text", Some("42"))])),
+        requests(Case::new(
+            "claims/numeric-sub-stream",
+            "config:\n  edition: 3\nstreams:\n  s:\n    auto_subscribe: true\n    query: SELECT id FROM t WHERE owner = auth.user_id()\n",
+        )
+        .row("t", &[("id", "text", Some("r1")), ("owner", "text", Some("42"))])),
+    ]
+}
+
 /// Where this crate differs on purpose.
 fn deliberate() -> Vec<Case> {
     let conflicting = Case::new(
@@ -376,6 +397,7 @@ pub fn all() -> Vec<Case> {
     out.extend(ctes());
     out.push(overlap());
     out.extend(sharing());
+    out.extend(numeric_subject());
     out.extend(deliberate());
     out
 }
