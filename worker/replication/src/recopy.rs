@@ -106,6 +106,10 @@ async fn copy(
     let (oid, source) = (base.oid, &base.source());
     let client = connect(&plan.connection).await?;
     check_primary(&client, system_identifier).await?;
+    // Published as the stream can follow it (no row filter or column list, a key, a
+    // table): a table the stream met only through its Relation messages (a new one a
+    // wildcard matches) was not checked against the publication yet.
+    source::published_tables(&client, std::slice::from_ref(source)).await?;
     let slot = temporary_slot_name(&plan.slot, table);
     let exported = create_temporary_slot(&plan.connection, &client, &slot).await?;
     // A logical message past the consistent point: the stream learns it has passed it

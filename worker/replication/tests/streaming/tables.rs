@@ -261,3 +261,29 @@ async fn a_new_table_a_wildcard_matches_without_a_key_stops_the_stream_with_its_
     );
     assert!(stored(&store) == before, "the stored rows changed");
 }
+
+/// A new table the wildcard matches, published with a row filter: the stream cannot follow
+/// every row of it, so its copy is refused with the publication's error (`PSM_R1009`) and
+/// nothing of it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_table_a_wildcard_matches_published_with_a_row_filter_is_refused() {
+    let rig = Rig::with(WILDCARD_SCHEMA, WILDCARD_RULES);
+    let store = bootstrapped(&rig).await;
+    let mut streaming = start_streaming(&rig, &store);
+    streaming.sync_point(&rig.primary).await;
+    let before = stored(&store);
+    rig.primary.sql_each(&[
+        "CREATE TABLE todos_f (id text PRIMARY KEY, list_id text, title text)",
+        "ALTER PUBLICATION powersync ADD TABLE todos_f WHERE (list_id = 'l1')",
+        "INSERT INTO todos_f VALUES ('f1', 'l1', 'published'), ('f2', 'l2', 'filtered out')",
+    ]);
+    let ended = wait_for_future("the stream to end", || (), streaming.task)
+        .await
+        .unwrap();
+    let message = ended.unwrap_err().to_string();
+    assert!(
+        message.contains("PSM_R1009") && message.contains("todos_f"),
+        "{message}"
+    );
+    assert!(stored(&store) == before, "the stored rows changed");
+}

@@ -19,8 +19,8 @@
 //!
 //! Not reported: the warnings that need the source schema (a table or column not found, a
 //! `*` query without `id`, a CTE named like a table) — the rules crate does not know the
-//! schema, the replication source checks tables against `SyncRules::tables()` — and those
-//! of `event_definitions`, which are refused.
+//! schema, the replication source checks tables against `SyncRules::tables()`; the one
+//! warning of `event_definitions`, a payload's table not found, is of this kind.
 
 mod case;
 mod client_parameters;
