@@ -61,6 +61,10 @@ type Reading = (Vec<Option<CatalogTable>>, Vec<(SourceTable, CatalogTable)>);
 pub(super) struct Watched {
     pub tables: Vec<SourceTable>,
     pub wildcards: Vec<(String, String)>,
+    /// Tables a wildcard matches that a handed-on reading listed already, as it saw them:
+    /// later readings list them the same without reading their columns again (the stream
+    /// follows them from the first reading it applies, and their Relation messages after).
+    pub reported: Vec<(SourceTable, CatalogTable)>,
 }
 
 /// Reads the catalog of `tables` until the stream drops `out`'s receiver. A read that
@@ -69,7 +73,7 @@ pub(super) struct Watched {
 pub(super) async fn watch_catalog(
     plan: SourcePlan,
     system_identifier: String,
-    tables: Watched,
+    mut tables: Watched,
     out: watch::Sender<Option<Arc<CatalogState>>>,
 ) {
     let mut client = None;
@@ -98,8 +102,17 @@ pub(super) async fn watch_catalog(
                     match asked(confirm(c, &system_identifier, &tables, &seen)).await {
                         Some(Ok(Some(lsn))) => {
                             last = Some(seen.clone());
-                            let (tables, added) = seen;
-                            let state = CatalogState { lsn, tables, added };
+                            let (covered, added) = seen;
+                            for found in &added {
+                                if !tables.reported.iter().any(|(t, _)| *t == found.0) {
+                                    tables.reported.push(found.clone());
+                                }
+                            }
+                            let state = CatalogState {
+                                lsn,
+                                tables: covered,
+                                added,
+                            };
                             if out.send(Some(Arc::new(state))).is_err() {
                                 return;
                             }
@@ -183,6 +196,10 @@ async fn read_in_transaction(
             .map_err(|e| e.to_string())?;
         for table in matching {
             if watched.tables.contains(&table) {
+                continue;
+            }
+            if let Some(known) = watched.reported.iter().find(|(t, _)| *t == table) {
+                added.push(known.clone());
                 continue;
             }
             // One the stream cannot follow (no replica identity, say) is refused when its
@@ -281,6 +298,7 @@ mod tests {
                 name: "notes".into(),
             }],
             wildcards: Vec::new(),
+            reported: Vec::new(),
         }
     }
 

@@ -136,6 +136,7 @@ pub async fn follow_slot(
         Watched {
             tables: decoder.tables.iter().map(StreamTable::source).collect(),
             wildcards: wildcards(&context.rules),
+            reported: Vec::new(),
         },
         catalog_out,
     ));
