@@ -5,6 +5,7 @@
 //! read makes the official evaluator fail the row; here the function gives NULL.
 
 use super::js_number::js_number;
+use super::json::push_jsonbig_number;
 use super::value::Value;
 
 /// One coordinate; `z` and `m` as the geometry's header declared them.
@@ -298,16 +299,7 @@ impl Geometry {
         };
         out.push_str(&format!("{{\"type\":\"{name}\",\"{key}\":"));
         match &self.shape {
-            Shape::Collection(all) => {
-                out.push('[');
-                for (i, g) in all.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    g.geojson(out);
-                }
-                out.push(']');
-            }
+            Shape::Collection(all) => json_list(out, all, |out, g| g.geojson(out)),
             _ => self.coordinates(out),
         }
         out.push('}');
@@ -315,73 +307,51 @@ impl Geometry {
 
     /// The `coordinates` array of a geometry other than a collection.
     fn coordinates(&self, out: &mut String) {
-        let list = |out: &mut String, items: &[Geometry]| {
-            out.push('[');
-            for (i, g) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                g.coordinates(out);
-            }
-            out.push(']');
-        };
+        let with_z = self.has_z;
         match &self.shape {
             // A point's own `z` decides (`wkx` reads it from the point).
             Shape::Point(c) => position(out, c, c.z.is_some()),
-            Shape::LineString(points) => ring(out, points, self.has_z),
+            Shape::LineString(points) => json_list(out, points, |out, c| position(out, c, with_z)),
+            // An empty exterior ring is left out; interior rings never are.
             Shape::Polygon(rings) => {
-                out.push('[');
-                let mut first = true;
-                for (k, r) in rings.iter().enumerate() {
-                    // An empty exterior ring is left out; interior rings never are.
-                    if k == 0 && r.is_empty() {
-                        continue;
-                    }
-                    if !first {
-                        out.push(',');
-                    }
-                    first = false;
-                    ring(out, r, self.has_z);
-                }
-                out.push(']');
+                let kept = rings.first().is_some_and(Vec::is_empty) as usize;
+                json_list(out, &rings[kept..], |out, r| {
+                    json_list(out, r, |out, c| position(out, c, with_z))
+                })
             }
             Shape::MultiPoint(items)
             | Shape::MultiLineString(items)
             | Shape::MultiPolygon(items)
-            | Shape::Collection(items) => list(out, items),
+            | Shape::Collection(items) => json_list(out, items, |out, g| g.coordinates(out)),
         }
     }
 }
 
-fn ring(out: &mut String, points: &[Coord], with_z: bool) {
+/// `[a,b,…]`, each item written by `item`.
+fn json_list<T>(out: &mut String, items: &[T], mut item: impl FnMut(&mut String, &T)) {
     out.push('[');
-    for (i, c) in points.iter().enumerate() {
+    for (i, x) in items.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        position(out, c, with_z);
+        item(out, x);
     }
     out.push(']');
 }
 
-/// `[x,y]` or `[x,y,z]` as the official service's JSON writer (`JSONBig`) writes numbers:
-/// an integral one with `.0`, NaN and infinities as JavaScript prints them.
+/// `[x,y]` or `[x,y,z]` as the official service's JSON writer writes numbers (an undefined
+/// `z`: `null`).
 fn position(out: &mut String, c: &Coord, with_z: bool) {
-    let number = |out: &mut String, v: Option<f64>| match v {
-        Some(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e21 => {
-            out.push_str(&js_number(f));
-            out.push_str(".0");
-        }
-        Some(f) => out.push_str(&js_number(f)),
-        None => out.push_str("null"),
-    };
     out.push('[');
-    number(out, Some(c.x));
+    push_jsonbig_number(out, c.x);
     out.push(',');
-    number(out, Some(c.y));
+    push_jsonbig_number(out, c.y);
     if with_z {
         out.push(',');
-        number(out, c.z);
+        match c.z {
+            Some(z) => push_jsonbig_number(out, z),
+            None => out.push_str("null"),
+        }
     }
     out.push(']');
 }

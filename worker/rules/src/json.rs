@@ -92,13 +92,19 @@ pub fn write_data_value(out: &mut String, v: &Value<'_>) -> bool {
 /// REAL in row data: integral values keep a `.0` so clients still see a REAL; NaN and
 /// infinities (invalid JSON) become `null`.
 fn write_real(out: &mut String, f: f64) {
-    if !f.is_finite() {
-        out.push_str("null");
-    } else if f.fract() == 0.0 && f.abs() < 1e21 {
-        push_js_number(out, f);
-        out.push_str(".0");
+    if f.is_finite() {
+        push_jsonbig_number(out, f);
     } else {
-        push_js_number(out, f);
+        out.push_str("null");
+    }
+}
+
+/// A number as the official service's JSON writer (`JSONBig`) writes it: an integral one
+/// below 1e21 with `.0`; NaN and infinities as JavaScript prints them.
+pub(crate) fn push_jsonbig_number(out: &mut String, f: f64) {
+    push_js_number(out, f);
+    if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e21 {
+        out.push_str(".0");
     }
 }
 

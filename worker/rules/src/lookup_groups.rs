@@ -158,14 +158,8 @@ fn groups_read(g: &LookupGroup) -> impl Iterator<Item = usize> + '_ {
 /// nor a later group's link): such a group only gates the buckets (a CTE joined and never
 /// compared, an `EXISTS` subquery), and its rows of one provenance are alike.
 fn gate_once(rows: &mut Vec<GroupRow>) {
-    let mut seen: Vec<Vec<(usize, usize)>> = Vec::new();
-    rows.retain(|r| {
-        let first = !seen.contains(&r.from);
-        if first {
-            seen.push(r.from.clone());
-        }
-        first
-    });
+    let mut seen = std::collections::HashSet::new();
+    rows.retain(|r| seen.insert(r.from.clone()));
 }
 
 /// One row of a lookup group.

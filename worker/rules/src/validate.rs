@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::error::RulesError;
+use super::error::{RulesError, SqlLocation};
 use super::sync_rules::{SourceKind, SyncRules};
 
 /// `{"valid": true, "buckets": [...], "streams": [...], "tables": [...], "events": [...],
@@ -38,18 +38,14 @@ pub fn validation_report(yaml: &str) -> Value {
                 .warnings()
                 .iter()
                 .map(|w| {
-                    json!({
+                    let mut out = json!({
                         "code": w.kind.code(),
                         "message": w.to_string(),
                         "hint": w.hint,
-                        "kind": w.location.kind,
-                        "rule": w.location.rule,
-                        "query": w.location.query_label,
-                        "sql": w.location.sql,
-                        "line": w.location.line,
-                        "column": w.location.column,
                         "excerpt": w.excerpt,
-                    })
+                    });
+                    extend(&mut out, location_json(&w.location));
+                    out
                 })
                 .collect();
             json!({
@@ -74,22 +70,35 @@ pub fn error_json(e: &RulesError) -> Value {
             hint, line, column, ..
         } => json!({ "hint": hint, "line": line, "column": column }),
         RulesError::Config { rule, hint, .. } => json!({ "rule": rule, "hint": hint }),
-        RulesError::Sql { location, hint, .. } => json!({
-            "kind": location.kind,
-            "rule": location.rule,
-            "query": location.query_label,
-            "sql": location.sql,
-            "line": location.line,
-            "column": location.column,
-            "hint": hint,
-        }),
+        RulesError::Sql { location, hint, .. } => {
+            let mut fields = location_json(location);
+            extend(&mut fields, json!({ "hint": hint }));
+            fields
+        }
         RulesError::Row { table, column, .. } => json!({ "table": table, "column": column }),
         RulesError::Request { .. } => json!({}),
     };
-    if let (Value::Object(out), Value::Object(fields)) = (&mut out, fields) {
+    extend(&mut out, fields);
+    out
+}
+
+/// Where in the rules an error or a warning is: rule, query, its SQL and the position.
+fn location_json(l: &SqlLocation) -> Value {
+    json!({
+        "kind": l.kind,
+        "rule": l.rule,
+        "query": l.query_label,
+        "sql": l.sql,
+        "line": l.line,
+        "column": l.column,
+    })
+}
+
+/// Adds `fields`' members to the object `out`.
+fn extend(out: &mut Value, fields: Value) {
+    if let (Value::Object(out), Value::Object(fields)) = (out, fields) {
         out.extend(fields);
     }
-    out
 }
 
 #[cfg(test)]
