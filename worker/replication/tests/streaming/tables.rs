@@ -241,25 +241,16 @@ async fn a_wildcard_table_follows_the_tables_it_matches_created_later_too() {
 /// served as they were.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_table_a_wildcard_matches_without_a_key_stops_the_stream_with_its_name() {
-    let rig = Rig::with(WILDCARD_SCHEMA, WILDCARD_RULES);
-    let store = bootstrapped(&rig).await;
-    let mut streaming = start_streaming(&rig, &store);
-    streaming.sync_point(&rig.primary).await;
-    let before = stored(&store);
-    rig.primary.sql_each(&[
+    let message = stream_end_for_a_new_table(&[
         "CREATE TABLE todos_nokey (id text, list_id text, title text)",
         "ALTER PUBLICATION powersync ADD TABLE todos_nokey",
         "INSERT INTO todos_nokey VALUES ('n1', 'l1', 'no key')",
-    ]);
-    let ended = wait_for_future("the stream to end", || (), streaming.task)
-        .await
-        .unwrap();
-    let message = ended.unwrap_err().to_string();
+    ])
+    .await;
     assert!(
         message.starts_with("PSM_R2012") && message.contains("public.todos_nokey"),
         "{message}"
     );
-    assert!(stored(&store) == before, "the stored rows changed");
 }
 
 /// A new table the wildcard matches, published with a row filter: the stream cannot follow
@@ -267,23 +258,30 @@ async fn a_new_table_a_wildcard_matches_without_a_key_stops_the_stream_with_its_
 /// nothing of it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_table_a_wildcard_matches_published_with_a_row_filter_is_refused() {
+    let message = stream_end_for_a_new_table(&[
+        "CREATE TABLE todos_f (id text PRIMARY KEY, list_id text, title text)",
+        "ALTER PUBLICATION powersync ADD TABLE todos_f WHERE (list_id = 'l1')",
+        "INSERT INTO todos_f VALUES ('f1', 'l1', 'published'), ('f2', 'l2', 'filtered out')",
+    ])
+    .await;
+    assert!(
+        message.contains("PSM_R1009") && message.contains("todos_f"),
+        "{message}"
+    );
+}
+
+/// Runs `statements` (a new table the wildcard matches) against a streaming store and
+/// returns the error the stream ended with; the stored rows must be as they were.
+async fn stream_end_for_a_new_table(statements: &[&str]) -> String {
     let rig = Rig::with(WILDCARD_SCHEMA, WILDCARD_RULES);
     let store = bootstrapped(&rig).await;
     let mut streaming = start_streaming(&rig, &store);
     streaming.sync_point(&rig.primary).await;
     let before = stored(&store);
-    rig.primary.sql_each(&[
-        "CREATE TABLE todos_f (id text PRIMARY KEY, list_id text, title text)",
-        "ALTER PUBLICATION powersync ADD TABLE todos_f WHERE (list_id = 'l1')",
-        "INSERT INTO todos_f VALUES ('f1', 'l1', 'published'), ('f2', 'l2', 'filtered out')",
-    ]);
+    rig.primary.sql_each(statements);
     let ended = wait_for_future("the stream to end", || (), streaming.task)
         .await
         .unwrap();
-    let message = ended.unwrap_err().to_string();
-    assert!(
-        message.contains("PSM_R1009") && message.contains("todos_f"),
-        "{message}"
-    );
     assert!(stored(&store) == before, "the stored rows changed");
+    ended.unwrap_err().to_string()
 }
