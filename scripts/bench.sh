@@ -132,7 +132,12 @@ YAML
 }
 write_config "$work/config.yaml" "$root/e2e/fixture/sync-config.yaml" "$http_port"
 replica_settings "$work" "$r_port"
-echo "powersync_mdbx.peer_secret = '$peer_secret'" >> "$work/replica/postgresql.conf"
+# The fleet's secret in a file only the server's user reads (powersync_mdbx.peer_secret_file).
+printf '%s\n' "$peer_secret" > "$work/peer_secret"
+chmod 600 "$work/peer_secret"
+if [ "$(id -u)" -eq 0 ]; then chown "$PSM_TEST_USER" "$work/peer_secret"; fi
+echo "powersync_mdbx.peer_secret_file = '$work/peer_secret'" >> "$work/replica/postgresql.conf"
+echo "powersync_mdbx.peer_loopback = on" >> "$work/replica/postgresql.conf"
 psql_at() { local port="$1"; shift; "$bin/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres -d postgres "$@"; }
 psql_r() { psql_at "$r_port" "$@"; }
 
@@ -303,7 +308,7 @@ if [ "${PSM_BENCH_SEED:-1}" != 0 ]; then
   s_port="$(free_port)"; s_http="$(free_port)"
   new_replica seeded "$s_port" "$s_http" "$root/e2e/fixture/sync-config.yaml" psm_bench_seeded
   cat >> "$work/seeded/postgresql.conf" <<CONF
-powersync_mdbx.peer_secret = '$peer_secret'
+powersync_mdbx.peer_secret_file = '$work/peer_secret'
 powersync_mdbx.seed_from = 'http://127.0.0.1:$http_port'
 CONF
   psql_s() { psql_at "$s_port" "$@"; }

@@ -132,8 +132,10 @@ fn settings() -> HostSettings {
         runtime_threads: RUNTIME_THREADS,
         slot_name: guc::get(&guc::SLOT_NAME).unwrap_or_else(|| "powersync_mdbx".into()),
         admin_socket: Some(crate::admin_client::socket_path()),
-        peer_secret: guc::get(&guc::PEER_SECRET).map(engine::PeerSecret::new),
+        peer_secret_file: guc::get(&guc::PEER_SECRET_FILE).map(PathBuf::from),
+        peer_secret_in_setting: guc::get(&guc::PEER_SECRET).is_some(),
         seed_from: guc::get(&guc::SEED_FROM),
+        peer_loopback: guc::PEER_LOOPBACK.get(),
         peer_listen: guc::get(&guc::PEER_LISTEN),
         peer_tls: engine::PeerTlsFiles {
             cert_file: guc::get(&guc::PEER_TLS_CERT_FILE).map(PathBuf::from),

@@ -15,8 +15,14 @@ pub static SLOT_NAME: GucSetting<Option<CString>> =
 pub static LISTEN_ADDRESSES: GucSetting<Option<CString>> =
     GucSetting::<Option<CString>>::new(Some(c"127.0.0.1"));
 
-/// `powersync_mdbx.peer_secret`: the secret replicas of one fleet share.
+/// `powersync_mdbx.peer_secret`: refused when set (see [`define`]); defined so that a value
+/// left in postgresql.conf stays hidden from non-superusers instead of becoming a
+/// placeholder anyone can `SHOW`.
 pub static PEER_SECRET: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.peer_secret_file`: the file holding the secret replicas of one fleet share.
+pub static PEER_SECRET_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `powersync_mdbx.peer_loopback`: the sync port serves store copies to peers on this host.
+pub static PEER_LOOPBACK: GucSetting<bool> = GucSetting::<bool>::new(false);
 /// `powersync_mdbx.seed_from`: the peer an empty store is copied from.
 pub static SEED_FROM: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `powersync_mdbx.peer_listen`.
@@ -61,14 +67,33 @@ pub fn define(preloading: bool) {
         GucFlags::default(),
     );
     GucRegistry::define_string_guc(
+        c"powersync_mdbx.peer_secret_file",
+        c"File holding the secret the sync replicas of one fleet share (at least 16 bytes).",
+        c"Mode 0600, owned by the server's user. With it the replica serves copies of its \
+          store to peers that present the secret (GET /peer/store) and presents it to the \
+          peer it seeds from. Unset: no peer endpoint.",
+        &PEER_SECRET_FILE,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    GucRegistry::define_string_guc(
         c"powersync_mdbx.peer_secret",
-        c"Secret shared by the sync replicas of one fleet (at least 16 bytes).",
-        c"With it the replica serves copies of its store to peers that present it \
-          (GET /peer/store, loopback only in this build) and presents it to the peer it \
-          seeds from. Unset: no peer endpoint.",
+        c"Refused: use powersync_mdbx.peer_secret_file.",
+        c"Members of pg_read_all_settings can read every setting, so the fleet's secret \
+          lives in a file; the worker refuses to start while this is set.",
         &PEER_SECRET,
         GucContext::Sighup,
         GucFlags::SUPERUSER_ONLY | GucFlags::NO_SHOW_ALL,
+    );
+    GucRegistry::define_bool_guc(
+        c"powersync_mdbx.peer_loopback",
+        c"Serve store copies (GET /peer/store) on the sync port to peers on this host.",
+        c"Off: the sync port serves no copies, since behind a local proxy every client \
+          connects from this host; peers copy over TLS from powersync_mdbx.peer_listen. \
+          On: loopback connections that present the secret and were not forwarded by a proxy.",
+        &PEER_LOOPBACK,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
     );
     GucRegistry::define_string_guc(
         c"powersync_mdbx.seed_from",

@@ -13,6 +13,8 @@ use crate::wait::{wait_for_explained, worker_progress, LiveTestTimer, Patience};
 /// the live test that made it, and prints the time when dropped.
 pub struct TestDir {
     dir: tempfile::TempDir,
+    /// The OS user the clusters run as, when not this process's.
+    owner: Option<String>,
     _timer: LiveTestTimer,
 }
 
@@ -23,20 +25,13 @@ impl TestDir {
             .prefix("psm-test-")
             .tempdir()
             .expect("temp dir");
-        if let Some(user) = install.run_as() {
-            let status = Command::new("chown")
-                .arg(user)
-                .arg(dir.path())
-                .status()
-                .expect("chown runs");
-            assert!(
-                status.success(),
-                "chown {user} {} failed",
-                dir.path().display()
-            );
+        let owner = install.run_as().map(str::to_owned);
+        if let Some(user) = &owner {
+            chown(user, dir.path());
         }
         Self {
             dir,
+            owner,
             _timer: LiveTestTimer::start(),
         }
     }
@@ -53,6 +48,28 @@ impl TestDir {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         path
     }
+
+    /// Writes `text` to `name` readable by the clusters' user alone (mode 0600, owned by
+    /// it), as a secret file must be; returns its path.
+    pub fn write_private(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write test file");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        if let Some(user) = &self.owner {
+            chown(user, &path);
+        }
+        path
+    }
+}
+
+/// Hands `path` to the OS user `user`.
+fn chown(user: &str, path: &Path) {
+    let status = Command::new("chown")
+        .arg(user)
+        .arg(path)
+        .status()
+        .expect("chown runs");
+    assert!(status.success(), "chown {user} {} failed", path.display());
 }
 
 /// Server log lines a failed test prints per cluster.
@@ -451,11 +468,7 @@ impl Drop for Cluster {
 fn configure(install: &PgInstall, data: &Path, socket_dir: &Path, port: u16, extra: &[String]) {
     std::fs::create_dir(socket_dir).expect("socket dir");
     if let Some(user) = install.run_as() {
-        Command::new("chown")
-            .arg(user)
-            .arg(socket_dir)
-            .status()
-            .expect("chown runs");
+        chown(user, socket_dir);
     }
     let mut conf = vec![
         format!("port = {port}"),

@@ -1,8 +1,9 @@
-//! The fleet settings of a sync replica (`powersync_mdbx.peer_secret`,
+//! The fleet settings of a sync replica (`powersync_mdbx.peer_secret_file`,
 //! `powersync_mdbx.seed_from`): the secret peers prove to each other, and the peer an empty
 //! replica copies its store from instead of taking a snapshot.
 
 use std::net::IpAddr;
+use std::path::Path;
 
 /// The shared secret of a fleet's replicas. Never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -17,12 +18,50 @@ impl PeerSecret {
         Self(secret)
     }
 
+    /// The secret in `path` (`powersync_mdbx.peer_secret_file`), without trailing line
+    /// ends and spaces. The file must be a regular file that neither its group nor others
+    /// may read or write: a setting would be readable by every member of
+    /// `pg_read_all_settings` (and so `pg_monitor`), and the secret opens a copy of every
+    /// replicated row.
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let shown = path.display();
+        let metadata = std::fs::metadata(path).map_err(|e| {
+            format!(
+                "powersync_mdbx.peer_secret_file {shown} cannot be read: {e}; write the \
+                 fleet's secret into it (e.g. `openssl rand -hex 32 > {shown}`), owned by the \
+                 PostgreSQL server's user with mode 0600"
+            )
+        })?;
+        if !metadata.is_file() {
+            return Err(format!(
+                "powersync_mdbx.peer_secret_file {shown} is not a regular file; point it at \
+                 a file holding the fleet's secret"
+            ));
+        }
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "powersync_mdbx.peer_secret_file {shown} has mode {mode:04o}, so users other \
+                 than the PostgreSQL server's can read or change it; run `chmod 600 {shown}`"
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "powersync_mdbx.peer_secret_file {shown} cannot be read: {e}; it must be \
+                 UTF-8 text readable by the PostgreSQL server's user"
+            )
+        })?;
+        Ok(Self(text.trim_end().to_owned()))
+    }
+
     /// Refuses a secret shorter than [`Self::MIN_BYTES`].
     pub fn check(&self) -> Result<(), String> {
         if self.0.len() < Self::MIN_BYTES {
             return Err(format!(
-                "powersync_mdbx.peer_secret is {} bytes long; use at least {} random bytes \
-                 (e.g. the output of `openssl rand -hex 32`), the same on every replica",
+                "the secret in powersync_mdbx.peer_secret_file is {} bytes long; use at \
+                 least {} random bytes (e.g. the output of `openssl rand -hex 32`), the same \
+                 on every replica",
                 self.0.len(),
                 Self::MIN_BYTES
             ));
@@ -163,5 +202,27 @@ mod tests {
         let secret = PeerSecret::new("a-long-enough-secret".into());
         secret.check().unwrap();
         assert!(!format!("{secret:?}").contains("long"));
+    }
+
+    #[test]
+    fn a_secret_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peer_secret");
+        std::fs::write(&path, "a-long-enough-secret\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = PeerSecret::from_file(&path).unwrap_err();
+        assert!(
+            error.contains("mode 0644") && error.contains("chmod 600"),
+            "{error}"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let secret = PeerSecret::from_file(&path).unwrap();
+        assert_eq!(secret.expose(), b"a-long-enough-secret");
+        let missing = PeerSecret::from_file(&dir.path().join("none")).unwrap_err();
+        assert!(missing.contains("cannot be read"), "{missing}");
+        assert!(PeerSecret::from_file(dir.path())
+            .unwrap_err()
+            .contains("not a regular file"));
     }
 }

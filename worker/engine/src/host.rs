@@ -43,10 +43,15 @@ pub struct HostSettings {
     pub slot_name: String,
     /// Where the engine serves its admin socket, if anywhere.
     pub admin_socket: Option<PathBuf>,
-    /// `powersync_mdbx.peer_secret`.
-    pub peer_secret: Option<config::PeerSecret>,
+    /// `powersync_mdbx.peer_secret_file`: the file holding the fleet's secret.
+    pub peer_secret_file: Option<PathBuf>,
+    /// `powersync_mdbx.peer_secret` is set: refused, since members of
+    /// `pg_read_all_settings` can read any setting (the secret belongs in the file).
+    pub peer_secret_in_setting: bool,
     /// `powersync_mdbx.seed_from`, as set.
     pub seed_from: Option<String>,
+    /// `powersync_mdbx.peer_loopback`: store copies on the sync port for peers on this host.
+    pub peer_loopback: bool,
     /// `powersync_mdbx.peer_listen` (`host:port`), as set.
     pub peer_listen: Option<String>,
     /// `powersync_mdbx.peer_tls_cert_file`, `_key_file`, `_ca_file`.
@@ -168,6 +173,9 @@ impl Host {
             }
         };
         let running = self.engine.as_ref().and(self.running_config.as_ref());
+        // A secret rotated in its file changes nothing in the settings themselves.
+        let changed_settings = changed_settings
+            || running.is_some_and(|r| r.fleet.peer_secret != config.fleet.peer_secret);
         if running.is_some_and(|r| !changed_settings && r.service == config.service) {
             tracing::info!("configuration reloaded, nothing changed");
             // Handed over again: a deploy of these rules that failed tries again.
@@ -349,15 +357,13 @@ impl Host {
     /// key.
     fn fleet(&self) -> Result<crate::Fleet, ConfigError> {
         let setting = |message: String| ConfigError::Setting { message };
-        if let Some(secret) = &self.settings.peer_secret {
-            secret.check().map_err(setting)?;
-        }
+        let peer_secret = self.peer_secret().map_err(setting)?;
         let seed_from = match &self.settings.seed_from {
             None => None,
             Some(url) => {
-                if self.settings.peer_secret.is_none() {
+                if peer_secret.is_none() {
                     return Err(setting(format!(
-                        "powersync_mdbx.seed_from is {url} but powersync_mdbx.peer_secret is not set: set it to the peer's secret"
+                        "powersync_mdbx.seed_from is {url} but powersync_mdbx.peer_secret_file is not set: set it to a file holding the peer's secret"
                     )));
                 }
                 Some(config::SeedPeer::parse(url).map_err(setting)?)
@@ -365,10 +371,10 @@ impl Host {
         };
         let tls = &self.settings.peer_tls;
         if let Some(listen) = &self.settings.peer_listen {
-            if self.settings.peer_secret.is_none() {
+            if peer_secret.is_none() {
                 return Err(setting(format!(
-                    "powersync_mdbx.peer_listen is {listen} but powersync_mdbx.peer_secret is \
-                     not set: set the fleet's secret"
+                    "powersync_mdbx.peer_listen is {listen} but powersync_mdbx.peer_secret_file \
+                     is not set: set it to a file holding the fleet's secret"
                 )));
             }
             if tls.cert_file.is_none() || tls.key_file.is_none() {
@@ -389,11 +395,31 @@ impl Host {
             }
         }
         Ok(crate::Fleet {
-            peer_secret: self.settings.peer_secret.clone(),
+            peer_secret,
             seed_from,
+            peer_loopback: self.settings.peer_loopback,
             peer_listen: self.settings.peer_listen.clone(),
             tls: tls.clone(),
         })
+    }
+
+    /// The fleet's secret, read from its file and checked; the setting that would show
+    /// it to `pg_read_all_settings` is refused.
+    fn peer_secret(&self) -> Result<Option<config::PeerSecret>, String> {
+        if self.settings.peer_secret_in_setting {
+            return Err("powersync_mdbx.peer_secret is set, and members of \
+                 pg_read_all_settings (and pg_monitor) can read every setting: remove it from \
+                 postgresql.conf (and ALTER SYSTEM RESET powersync_mdbx.peer_secret), write the \
+                 secret into a file only the PostgreSQL server's user can read (mode 0600) and \
+                 set powersync_mdbx.peer_secret_file to its path"
+                .to_owned());
+        }
+        let Some(path) = &self.settings.peer_secret_file else {
+            return Ok(None);
+        };
+        let secret = config::PeerSecret::from_file(path)?;
+        secret.check()?;
+        Ok(Some(secret))
     }
 
     fn start_engine(&mut self, config: EngineConfig) {

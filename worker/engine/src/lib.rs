@@ -58,12 +58,15 @@ pub struct EngineConfig {
 /// The settings a fleet of replicas shares (`docs/operations.md`, "A fleet of replicas").
 #[derive(Debug, Clone, Default)]
 pub struct Fleet {
-    /// `powersync_mdbx.peer_secret`: with it, this replica serves copies of its store to
+    /// The secret in `powersync_mdbx.peer_secret_file`: with it, this replica serves copies of its store to
     /// peers (`GET /peer/store`) and proves itself to the peer it seeds from.
     pub peer_secret: Option<config::PeerSecret>,
     /// `powersync_mdbx.seed_from`: the peer an empty store is copied from instead of a
     /// snapshot.
     pub seed_from: Option<config::SeedPeer>,
+    /// `powersync_mdbx.peer_loopback`: the sync port serves store copies to peers on this
+    /// host (in clear).
+    pub peer_loopback: bool,
     /// `powersync_mdbx.peer_listen`: where peers copy the store over TLS (`host:port`).
     pub peer_listen: Option<String>,
     /// The certificate and key of the peer listener, the CAs a seeding replica trusts.

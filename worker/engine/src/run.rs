@@ -182,11 +182,11 @@ async fn serve_generations(
     let state = HttpState {
         status: status.clone(),
         sync: sync.clone(),
-        peer_secret: config
+        peer: config
             .fleet
             .peer_secret
             .as_ref()
-            .map(|s| http::peer_secret_digest(s.expose())),
+            .map(|s| Arc::new(http::PeerGate::new(s.expose(), config.fleet.peer_loopback))),
     };
     let peers = start_peer_listener(&config.fleet, &state, stop).await?;
     let scrapes = start_metrics_listener(config, &state, stop).await?;

@@ -16,6 +16,7 @@ mod metrics;
 mod metrics_port;
 mod metrics_text;
 mod peer_copy;
+mod peer_gate;
 mod peer_tls;
 mod probes;
 mod rsocket;
@@ -32,7 +33,7 @@ pub use limits::{
     HttpLimits, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_WRITE_TIMEOUT, DESCRIPTOR_RESERVE,
 };
 pub use metrics_port::serve_metrics;
-pub use peer_copy::peer_secret_digest;
+pub use peer_gate::PeerGate;
 pub use peer_tls::{peer_tls_acceptor, serve_peers};
 pub use server::{bind, raise_open_files_limit, serve};
 pub use state::HttpState;

@@ -1,15 +1,18 @@
 //! `GET /peer/store?after_lsn=<LSN>`: a consistent copy of the served store for a sync
 //! replica that seeds itself from this one (`docs/operations.md`, "A fleet of replicas").
 //!
-//! The endpoint exists only when `powersync_mdbx.peer_secret` is set. On the sync port
-//! (plain HTTP) it answers only loopback peers, since a store must not cross a network in
-//! clear; on the peer listener (`peer_tls`, TLS) it answers any address. It takes the
-//! secret as `Authorization: Bearer <secret>`, compared in
-//! constant time. It waits until the store has applied `after_lsn` (the seeding replica's
-//! slot starts there), then streams `store::Store::export_copy` (the data file, page for page,
-//! from one read transaction) on a blocking thread; the writer goes on meanwhile. A copy
-//! that stops midway ends the body before the copy's last frame, which the receiver
-//! refuses.
+//! The endpoint exists only when `powersync_mdbx.peer_secret_file` is set. On the peer
+//! listener (`peer_tls`, TLS) it answers any address. On the sync port (plain HTTP) it
+//! answers only loopback connections, only when `powersync_mdbx.peer_loopback` is on, and
+//! never a request a proxy forwarded (`Forwarded`, `X-Forwarded-*`, `X-Real-IP`): behind a
+//! local proxy every client is loopback. It takes the secret as
+//! `Authorization: Bearer <secret>` ([`PeerGate`]: checked in constant time, failures
+//! throttled per address and logged), then a copy slot. It waits until the store has
+//! applied `after_lsn` (the seeding replica's slot starts there), then streams
+//! `store::Store::export_copy` (the data file, page for page, from one read transaction) on
+//! a blocking thread; the writer goes on meanwhile. A peer that takes nothing for
+//! [`PEER_STALL`] ends the copy and its read transaction. A copy that stops midway ends the
+//! body before the copy's last frame, which the receiver refuses.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,13 +20,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::{header, Request, Response, StatusCode};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use hyper::{header, HeaderMap, Request, Response, StatusCode};
 use tokio::sync::mpsc;
 
 use super::body::Body;
 use super::error::ApiError;
+use super::peer_gate::{PeerGate, SecretRefusal};
 use super::state::HttpState;
 
 /// The endpoint's path.
@@ -33,11 +35,22 @@ const CATCH_UP_WAIT: Duration = Duration::from_secs(60);
 /// Bytes of the copy sent per body chunk, and chunks queued toward a slow peer.
 const CHUNK_BYTES: usize = 256 << 10;
 const QUEUED_CHUNKS: usize = 16;
+/// How long a copy waits for a peer that takes none of it before it ends (and gives back
+/// its read transaction, which would otherwise keep the store from reusing pages).
+pub const PEER_STALL: Duration = Duration::from_secs(30);
+/// Headers a proxy adds to a request it forwards.
+const FORWARDING_HEADERS: [&str; 5] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+];
 
 /// How a request reached the endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// The sync port, in clear: loopback peers only.
+    /// The sync port, in clear: loopback peers only, when the operator allows them.
     Plain,
     /// The peer listener, over TLS.
     Tls,
@@ -50,14 +63,10 @@ pub async fn handle(
     peer: SocketAddr,
     transport: Transport,
 ) -> Response<Body> {
-    let Some(secret) = state.peer_secret.as_ref() else {
+    let Some(gate) = state.peer.as_ref() else {
         return ApiError::not_found(PATH).into_response();
     };
-    let authorization = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|v| v.as_bytes());
-    let after_lsn = match admit(secret, peer, transport, authorization, req.uri().query()) {
+    let after_lsn = match admit(gate, peer, transport, req.headers(), req.uri().query()) {
         Ok(lsn) => lsn,
         Err(refusal) => return refusal.into_response(),
     };
@@ -88,13 +97,18 @@ pub async fn handle(
         ))
         .into_response();
     }
+    let Some(slot) = gate.copy_slot() else {
+        return ApiError::unavailable(format!(
+            "this replica is serving {} store copies already; retry",
+            super::peer_gate::MAX_COPIES
+        ))
+        .into_response();
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(QUEUED_CHUNKS);
     let store = served.store.clone();
+    let mut out = ChunkWriter::new(tx, PEER_STALL);
     tokio::task::spawn_blocking(move || {
-        let mut out = ChunkWriter {
-            tx,
-            buffer: Vec::with_capacity(CHUNK_BYTES),
-        };
+        let _slot = slot;
         match store.export_copy(&mut out) {
             Ok(cp) => tracing::info!(
                 %peer,
@@ -134,45 +148,45 @@ fn busy(status: &status::Status) -> Option<String> {
     }
 }
 
-/// What [`HttpState::peer_secret`](super::HttpState) holds of the secret: its SHA-256.
-pub fn peer_secret_digest(secret: &[u8]) -> [u8; 32] {
-    Sha256::digest(secret).into()
-}
-
-/// The LSN a request may have a copy after: it came over TLS or from this host, carries
-/// the secret whose SHA-256 is `secret` (the digests are compared in constant time, so neither the
-/// secret's bytes nor its length show in the answer's timing) and names `after_lsn`.
+/// The LSN a request may have a copy after: it came over TLS, or from this host on the
+/// sync port when the operator allows that and no proxy forwarded it; it carries the
+/// secret ([`PeerGate::check_secret`]) and names `after_lsn`.
 fn admit(
-    secret: &[u8; 32],
+    gate: &PeerGate,
     peer: SocketAddr,
     transport: Transport,
-    authorization: Option<&[u8]>,
+    headers: &HeaderMap,
     query: Option<&str>,
 ) -> Result<u64, ApiError> {
-    if transport == Transport::Plain && !peer.ip().is_loopback() {
-        return Err(refusal(
-            StatusCode::FORBIDDEN,
-            "PSM_H1460",
-            format!(
-                "on the sync port the peer endpoint answers only connections from this host \
-                 ({} is not a loopback address): a store copy must not cross a network in \
-                 clear; seed from https://<this replica>:<its powersync_mdbx.peer_listen \
-                 port> instead",
-                peer.ip()
-            ),
-        ));
+    if transport == Transport::Plain {
+        admit_plain(gate, peer, headers)?;
     }
-    let given = authorization.and_then(|v| v.strip_prefix(b"Bearer ".as_slice()));
-    let authorized =
-        given.is_some_and(|given| bool::from(Sha256::digest(given).as_slice().ct_eq(secret)));
-    if !authorized {
-        return Err(refusal(
-            StatusCode::UNAUTHORIZED,
-            "PSM_H1461",
-            "the peer secret is missing or wrong: send Authorization: Bearer <the \
-             powersync_mdbx.peer_secret of this replica>"
-                .into(),
-        ));
+    let authorization = headers.get(header::AUTHORIZATION).map(|v| v.as_bytes());
+    match gate.check_secret(peer.ip(), authorization) {
+        Ok(()) => {}
+        Err(SecretRefusal::Wrong) => {
+            return Err(refusal(
+                StatusCode::UNAUTHORIZED,
+                "PSM_H1461",
+                "the peer secret is missing or wrong: send Authorization: Bearer <the secret \
+                 in powersync_mdbx.peer_secret_file of this replica>"
+                    .into(),
+            ))
+        }
+        Err(SecretRefusal::Throttled(wait)) => {
+            return Err(refusal(
+                StatusCode::TOO_MANY_REQUESTS,
+                "PSM_H1464",
+                format!(
+                    "{} presented a wrong peer secret {} times within {:?}; it is refused for \
+                     another {} s",
+                    peer.ip(),
+                    super::peer_gate::MAX_FAILURES,
+                    super::peer_gate::FAILURE_WINDOW,
+                    wait.as_secs() + 1
+                ),
+            ))
+        }
     }
     query
         .and_then(|q| {
@@ -191,6 +205,49 @@ fn admit(
         })
 }
 
+/// A request in clear on the sync port: only from this host, only when the operator
+/// allows it, and never through a proxy.
+fn admit_plain(gate: &PeerGate, peer: SocketAddr, headers: &HeaderMap) -> Result<(), ApiError> {
+    let over_tls = "seed from https://<this replica>:<its powersync_mdbx.peer_listen port> \
+                    instead";
+    if !peer.ip().is_loopback() {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "PSM_H1460",
+            format!(
+                "on the sync port the peer endpoint answers only connections from this host \
+                 ({} is not a loopback address): a store copy must not cross a network in \
+                 clear; {over_tls}",
+                peer.ip()
+            ),
+        ));
+    }
+    if !gate.serves_loopback() {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "PSM_H1460",
+            format!(
+                "this replica serves store copies on its sync port only with \
+                 powersync_mdbx.peer_loopback = on (a peer on this host); {over_tls}"
+            ),
+        ));
+    }
+    if let Some(name) = FORWARDING_HEADERS
+        .iter()
+        .find(|h| headers.contains_key(**h))
+    {
+        return Err(refusal(
+            StatusCode::FORBIDDEN,
+            "PSM_H1463",
+            format!(
+                "a proxy forwarded this request ({name}): on the sync port store copies are \
+                 served only to peers on this host connecting directly; {over_tls}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn refusal(status: StatusCode, code: &'static str, description: String) -> ApiError {
     ApiError {
         status,
@@ -200,22 +257,43 @@ fn refusal(status: StatusCode, code: &'static str, description: String) -> ApiEr
     }
 }
 
-/// Hands the copy to the response body in chunks; a peer that stops reading blocks the
-/// copy (holding its read transaction), one that went away ends it.
+/// Hands the copy to the response body in chunks; a peer that takes nothing for `stall`
+/// ends the copy (and its read transaction), one that went away ends it at once.
 struct ChunkWriter {
     tx: mpsc::Sender<Bytes>,
     buffer: Vec<u8>,
+    stall: Duration,
+    runtime: tokio::runtime::Handle,
 }
 
 impl ChunkWriter {
+    /// A writer into `tx`; made on the runtime, written on a blocking thread.
+    fn new(tx: mpsc::Sender<Bytes>, stall: Duration) -> Self {
+        Self {
+            tx,
+            buffer: Vec::with_capacity(CHUNK_BYTES),
+            stall,
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
     fn send(&mut self) -> std::io::Result<()> {
         if self.buffer.is_empty() {
             return Ok(());
         }
         let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK_BYTES));
-        self.tx
-            .blocking_send(Bytes::from(chunk))
-            .map_err(|_| std::io::Error::other("the peer went away"))
+        let sent = self.runtime.block_on(tokio::time::timeout(
+            self.stall,
+            self.tx.send(Bytes::from(chunk)),
+        ));
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(std::io::Error::other("the peer went away")),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the peer took nothing for {:?}", self.stall),
+            )),
+        }
     }
 }
 
@@ -237,60 +315,136 @@ impl std::io::Write for ChunkWriter {
 mod tests {
     use super::*;
 
+    const SECRET: &[u8] = b"a-peer-secret-of-enough-bytes";
+
+    fn headers(authorization: Option<&str>, extra: &[(&'static str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = authorization {
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+        }
+        for (name, value) in extra {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        headers
+    }
+
     #[test]
-    fn peers_in_clear_from_this_host_or_over_tls_with_the_secret_and_an_lsn_are_admitted() {
-        let secret = peer_secret_digest(b"a-peer-secret-of-enough-bytes");
+    fn peers_over_tls_or_allowed_from_this_host_with_the_secret_and_an_lsn_are_admitted() {
+        let gate = PeerGate::new(SECRET, true);
         let here: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let good = Some(b"Bearer a-peer-secret-of-enough-bytes".as_slice());
+        let good = headers(Some("Bearer a-peer-secret-of-enough-bytes"), &[]);
         let query = Some("after_lsn=16/B374D848");
         let plain = Transport::Plain;
         assert_eq!(
-            admit(&secret, here, plain, good, query).unwrap(),
+            admit(&gate, here, plain, &good, query).unwrap(),
             0x16_B374_D848
         );
+        let v6: SocketAddr = "[::1]:1".parse().unwrap();
         assert_eq!(
-            admit(
-                &secret,
-                "[::1]:1".parse().unwrap(),
-                plain,
-                good,
-                Some("after_lsn=7")
-            )
-            .unwrap(),
+            admit(&gate, v6, plain, &good, Some("after_lsn=7")).unwrap(),
             7
         );
         let remote: SocketAddr = "10.1.2.3:5000".parse().unwrap();
         assert_eq!(
-            admit(&secret, remote, Transport::Tls, good, query).unwrap(),
+            admit(&gate, remote, Transport::Tls, &good, query).unwrap(),
             0x16_B374_D848
         );
-        assert_eq!(
-            admit(&secret, remote, Transport::Tls, None, query)
-                .unwrap_err()
-                .code,
-            "PSM_H1461"
-        );
-        let code = |peer: &str, auth: Option<&[u8]>, query| {
-            admit(&secret, peer.parse().unwrap(), plain, auth, query)
+        let code = |gate: &PeerGate, peer: &str, transport, headers: &HeaderMap, query| {
+            admit(gate, peer.parse().unwrap(), transport, headers, query)
                 .unwrap_err()
                 .code
         };
-        assert_eq!(code("10.1.2.3:5000", good, query), "PSM_H1460");
-        assert_eq!(code("127.0.0.1:1", None, query), "PSM_H1461");
         assert_eq!(
-            code(
-                "127.0.0.1:1",
-                Some(b"Bearer a-peer-secret-of-enough-byteS"),
-                query
-            ),
-            "PSM_H1461"
+            code(&gate, "10.1.2.3:5000", plain, &good, query),
+            "PSM_H1460"
+        );
+        assert_eq!(code(&gate, "127.0.0.1:1", plain, &good, None), "PSM_H1462");
+        assert_eq!(
+            code(&gate, "127.0.0.1:1", plain, &good, Some("after_lsn=zz")),
+            "PSM_H1462"
+        );
+        // Each address's wrong secrets count toward its throttle: a fresh gate per case.
+        for wrong in [
+            headers(None, &[]),
+            headers(Some("Bearer a-peer-secret-of-enough-byteS"), &[]),
+            headers(Some("a-peer-secret-of-enough-bytes"), &[]),
+        ] {
+            let gate = PeerGate::new(SECRET, true);
+            assert_eq!(
+                code(&gate, "127.0.0.1:1", plain, &wrong, query),
+                "PSM_H1461"
+            );
+            assert_eq!(
+                code(&gate, "10.1.2.3:5000", Transport::Tls, &wrong, query),
+                "PSM_H1461"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sync_port_serves_no_copy_unless_allowed_nor_through_a_proxy() {
+        let query = Some("after_lsn=7");
+        let good = headers(Some("Bearer a-peer-secret-of-enough-bytes"), &[]);
+        let here: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let closed = PeerGate::new(SECRET, false);
+        let refused = admit(&closed, here, Transport::Plain, &good, query).unwrap_err();
+        assert_eq!(refused.code, "PSM_H1460");
+        assert!(
+            refused.description.contains("peer_loopback = on"),
+            "{}",
+            refused.description
         );
         assert_eq!(
-            code("127.0.0.1:1", Some(b"a-peer-secret-of-enough-bytes"), query),
-            "PSM_H1461"
+            admit(&closed, here, Transport::Tls, &good, query).unwrap(),
+            7,
+            "the TLS listener is not the sync port"
         );
-        assert_eq!(code("127.0.0.1:1", good, None), "PSM_H1462");
-        assert_eq!(code("127.0.0.1:1", good, Some("after_lsn=zz")), "PSM_H1462");
+        let open = PeerGate::new(SECRET, true);
+        for forwarded in [
+            ("forwarded", "for=203.0.113.9"),
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-real-ip", "203.0.113.9"),
+        ] {
+            let through_proxy = headers(Some("Bearer a-peer-secret-of-enough-bytes"), &[forwarded]);
+            let refused = admit(&open, here, Transport::Plain, &through_proxy, query).unwrap_err();
+            assert_eq!(refused.code, "PSM_H1463", "{forwarded:?}");
+        }
+    }
+
+    #[test]
+    fn an_address_guessing_the_secret_is_throttled() {
+        let gate = PeerGate::new(SECRET, true);
+        let here: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let wrong = headers(Some("Bearer guess"), &[]);
+        let good = headers(Some("Bearer a-peer-secret-of-enough-bytes"), &[]);
+        let query = Some("after_lsn=7");
+        for _ in 0..crate::peer_gate::MAX_FAILURES {
+            let refused = admit(&gate, here, Transport::Plain, &wrong, query).unwrap_err();
+            assert_eq!(refused.code, "PSM_H1461");
+        }
+        let refused = admit(&gate, here, Transport::Plain, &good, query).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.status),
+            ("PSM_H1464", StatusCode::TOO_MANY_REQUESTS)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_peer_that_takes_nothing_ends_the_copy_after_the_stall_bound() {
+        use std::io::Write;
+        let (tx, _rx) = mpsc::channel::<Bytes>(QUEUED_CHUNKS);
+        let mut out = ChunkWriter::new(tx, Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let copy = tokio::task::spawn_blocking(move || {
+            let page = vec![7u8; CHUNK_BYTES];
+            (0..QUEUED_CHUNKS * 4).try_for_each(|_| out.write_all(&page))
+        });
+        let ended = tokio::time::timeout(Duration::from_secs(20), copy)
+            .await
+            .expect("the copy ends while the peer takes nothing")
+            .unwrap();
+        assert_eq!(ended.unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

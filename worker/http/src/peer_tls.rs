@@ -1,7 +1,9 @@
 //! The peer listener (`powersync_mdbx.peer_listen`): `GET /peer/store` over TLS (rustls),
 //! for replicas that seed from this one across a network. It serves nothing else; the sync
 //! endpoints stay on the sync port. Without TLS the peer endpoint answers only loopback
-//! connections (`peer_copy`).
+//! connections, and only when the operator allows it (`peer_copy`). A connection takes a
+//! place among [`MAX_PEER_CONNECTIONS`] for its handshake and request; a copy slot is taken
+//! only once its secret is checked (`peer_gate`).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -24,8 +26,9 @@ use super::state::HttpState;
 
 /// How long a connection gets to finish its TLS handshake and send its request head.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Peers copying at once, at most (each copy holds a read transaction of the store).
-const MAX_PEER_CONNECTIONS: usize = 8;
+/// Connections the peer listener holds at once (handshakes, requests and copies); copies
+/// themselves are fewer (`peer_gate::MAX_COPIES`).
+const MAX_PEER_CONNECTIONS: usize = 64;
 
 /// The TLS side of the peer listener: the certificate chain in `cert_file` and the private
 /// key in `key_file` (PEM). The error says which file is wrong and how.

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use service::SyncService;
+
+use super::peer_gate::PeerGate;
 use status::StatusCell;
 
 /// What handlers can see.
@@ -12,6 +14,7 @@ pub struct HttpState {
     pub status: Arc<StatusCell>,
     /// The sync endpoints.
     pub sync: Arc<SyncService>,
-    /// SHA-256 of `powersync_mdbx.peer_secret`; `None`: no peer endpoint.
-    pub peer_secret: Option<[u8; 32]>,
+    /// Who may copy the store (`powersync_mdbx.peer_secret_file`); `None`: no peer
+    /// endpoint.
+    pub peer: Option<Arc<PeerGate>>,
 }

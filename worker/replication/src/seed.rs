@@ -403,10 +403,10 @@ async fn request_copy(
         );
         let hint = match status {
             StatusCode::NOT_FOUND => {
-                " (the peer serves no copies: set powersync_mdbx.peer_secret on it too)"
+                " (the peer serves no copies: set powersync_mdbx.peer_secret_file on it too)"
             }
             StatusCode::UNAUTHORIZED => {
-                " (set the same powersync_mdbx.peer_secret on both replicas)"
+                " (put the same secret in powersync_mdbx.peer_secret_file on both replicas)"
             }
             _ => "",
         };

@@ -51,10 +51,16 @@ fn buckets(replica: &Cluster) -> String {
     )
 }
 
-fn replica_conf(slot: &str, extra: &[String]) -> Vec<String> {
+/// A replica's settings: its slot, the fleet's secret (in a file of `dir`), and `extra`.
+fn replica_conf(dir: &TestDir, slot: &str, extra: &[String]) -> Vec<String> {
+    let secret_file = dir.write_private("peer_secret", PEER_SECRET);
     let mut conf = vec![
         format!("powersync_mdbx.slot_name = '{slot}'"),
-        format!("powersync_mdbx.peer_secret = '{PEER_SECRET}'"),
+        format!(
+            "powersync_mdbx.peer_secret_file = '{}'",
+            secret_file.display()
+        ),
+        "powersync_mdbx.peer_loopback = on".to_owned(),
     ];
     conf.extend(extra.iter().cloned());
     conf
@@ -78,7 +84,7 @@ fn start_replica(
         dir,
         name,
         config,
-        &replica_conf(&format!("psm_{name}"), &seed),
+        &replica_conf(dir, &format!("psm_{name}"), &seed),
     );
     replica.wait_worker_phase("streaming");
     replica

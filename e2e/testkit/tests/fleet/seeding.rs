@@ -2,7 +2,7 @@
 //! refused), and over TLS (an untrusted certificate refused).
 use testkit::{free_port, Cluster, ClusterKind, PgInstall, TestDir};
 
-use super::{buckets, config, replica_conf, SCHEMA};
+use super::{buckets, config, replica_conf, PEER_SECRET, SCHEMA};
 
 #[test]
 fn a_replica_seeded_from_a_peer_continues_its_history() {
@@ -16,9 +16,19 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
         &dir,
         "replica_a",
         &config(&primary, port_a),
-        &replica_conf("psm_fleet_a", &[]),
+        &replica_conf(&dir, "psm_fleet_a", &[]),
     );
     a.wait_worker_phase("streaming");
+    // pg_monitor (granted status()) reads every setting: the secret is in none of them.
+    a.sql("CREATE ROLE watcher IN ROLE pg_monitor");
+    let shown = a.sql(&format!(
+        "SET ROLE watcher; SELECT count(*) FROM pg_settings WHERE setting LIKE '%{PEER_SECRET}%'"
+    ));
+    assert_eq!(
+        shown.lines().last(),
+        Some("0"),
+        "a pg_monitor member sees the peer secret"
+    );
     // A history of its own before B exists: updates, deletes, inserts.
     primary.sql_each(&[
         "UPDATE todos SET done = true WHERE id LIKE 't1%'",
@@ -35,6 +45,7 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
         "replica_b",
         &config(&primary, port_b),
         &replica_conf(
+            &dir,
             "psm_fleet_b",
             &[format!(
                 "powersync_mdbx.seed_from = 'http://127.0.0.1:{port_a}'"
@@ -88,7 +99,11 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
         &config(&primary, port_c),
         &[
             "powersync_mdbx.slot_name = 'psm_fleet_c'".to_owned(),
-            "powersync_mdbx.peer_secret = 'another-secret-of-enough-bytes'".to_owned(),
+            format!(
+                "powersync_mdbx.peer_secret_file = '{}'",
+                dir.write_private("other_secret", "another-secret-of-enough-bytes")
+                    .display()
+            ),
             format!("powersync_mdbx.seed_from = 'http://127.0.0.1:{port_a}'"),
         ],
     );
@@ -97,7 +112,8 @@ fn a_replica_seeded_from_a_peer_continues_its_history() {
             .then(|| s["last_error"]["message"].as_str().unwrap_or("").to_owned())
     });
     assert!(
-        error.contains("PSM_B1029") && error.contains("same powersync_mdbx.peer_secret"),
+        error.contains("PSM_B1029")
+            && error.contains("same secret in powersync_mdbx.peer_secret_file"),
         "{error}"
     );
 }
@@ -122,6 +138,7 @@ fn a_replica_seeds_from_a_peer_over_tls_and_refuses_an_untrusted_certificate() {
         "replica_a",
         &config(&primary, port_a),
         &replica_conf(
+            &dir,
             "psm_tls_a",
             &[
                 format!("powersync_mdbx.peer_listen = '127.0.0.1:{peer_port}'"),
@@ -156,6 +173,7 @@ fn a_replica_seeds_from_a_peer_over_tls_and_refuses_an_untrusted_certificate() {
             name,
             &config(&primary, free_port()),
             &replica_conf(
+                &dir,
                 &format!("psm_{name}"),
                 &[
                     format!("powersync_mdbx.seed_from = 'https://localhost:{peer_port}'"),

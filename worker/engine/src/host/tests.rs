@@ -33,7 +33,9 @@ fn settings(dir: &Path) -> HostSettings {
         runtime_threads: 1,
         slot_name: "powersync_mdbx_test".into(),
         admin_socket: None,
-        peer_secret: None,
+        peer_secret_file: None,
+        peer_secret_in_setting: false,
+        peer_loopback: false,
         seed_from: None,
         peer_listen: None,
         peer_tls: Default::default(),
@@ -633,39 +635,4 @@ fn a_generation_left_behind_is_removed_but_a_data_file_not_ours_is_left_alone() 
     assert!(host.shutdown());
 }
 
-#[test]
-fn a_peer_listener_needs_its_secret_certificate_key_and_an_address() {
-    let dir = tempfile::tempdir().unwrap();
-    write_config(&dir.path().join("config.yaml"), free_port());
-    let with = |listen: &str, secret: bool, cert: bool| HostSettings {
-        peer_listen: Some(listen.to_owned()),
-        peer_secret: secret
-            .then(|| config::PeerSecret::new("a-fleet-secret-of-enough-bytes".into())),
-        peer_tls: config::PeerTlsFiles {
-            cert_file: cert.then(|| dir.path().join("peer.crt")),
-            key_file: cert.then(|| dir.path().join("peer.key")),
-            ca_file: None,
-        },
-        ..settings(dir.path())
-    };
-    for (settings, says) in [
-        (
-            with("0.0.0.0:8443", false, true),
-            "powersync_mdbx.peer_secret is not set",
-        ),
-        (with("0.0.0.0:8443", true, false), "peer_tls_cert_file"),
-        (with("0.0.0.0", true, true), "not <address>:<port>"),
-    ] {
-        let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
-        host.start();
-        let snap = host.status().snapshot();
-        assert_eq!(snap.phase, Phase::ConfigError);
-        let err = snap.last_error.unwrap();
-        assert!(
-            err.code == "PSM_C1007" && err.message.contains(says),
-            "{}: {}",
-            err.code,
-            err.message
-        );
-    }
-}
+mod fleet;
