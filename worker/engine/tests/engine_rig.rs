@@ -150,7 +150,7 @@ impl EngineRig {
 
 /// The engine's configuration: the primary, `rules`, an HS256 key, storage in
 /// `<root>/store`.
-fn engine_config(
+pub fn engine_config(
     primary: &Cluster,
     root: &std::path::Path,
     port: u16,

@@ -13,6 +13,10 @@
 //! a blocking thread; the writer goes on meanwhile. A peer that takes nothing for
 //! [`PEER_STALL`] ends the copy and its read transaction. A copy that stops midway ends the
 //! body before the copy's last frame, which the receiver refuses.
+//!
+//! `GET /peer/store?probe`, admitted the same way, answers at once what a seeding replica
+//! checks before it creates its slot: whether this replica is ready, busy with work a copy
+//! must not catch, and the hash of the rules it serves.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -67,7 +71,8 @@ pub async fn handle(
         return ApiError::not_found(PATH).into_response();
     };
     let after_lsn = match admit(gate, peer, transport, req.headers(), req.uri().query()) {
-        Ok(lsn) => lsn,
+        Ok(Asked::Copy(lsn)) => lsn,
+        Ok(Asked::Probe) => return probe_answer(&state.status.snapshot()),
         Err(refusal) => return refusal.into_response(),
     };
     let status = state.status.snapshot();
@@ -132,6 +137,27 @@ pub async fn handle(
     response
 }
 
+/// What an admitted request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// A copy once the store has applied this LSN.
+    Copy(u64),
+    /// What the seeding replica checks before it creates its slot.
+    Probe,
+}
+
+/// The answer to `?probe`: `{"ready", "busy", "rules_hash"}`.
+fn probe_answer(status: &status::Status) -> Response<Body> {
+    super::error::json_response(
+        StatusCode::OK,
+        &serde_json::json!({
+            "ready": status.ready,
+            "busy": busy(status),
+            "rules_hash": status.rules_hash,
+        }),
+    )
+}
+
 /// What this replica is in the middle of that a copy must not catch it in: a rebuild
 /// from a new slot, or tables copied again (a schema change, an in-place deploy).
 fn busy(status: &status::Status) -> Option<String> {
@@ -150,14 +176,14 @@ fn busy(status: &status::Status) -> Option<String> {
 
 /// The LSN a request may have a copy after: it came over TLS, or from this host on the
 /// sync port when the operator allows that and no proxy forwarded it; it carries the
-/// secret ([`PeerGate::check_secret`]) and names `after_lsn`.
+/// secret ([`PeerGate::check_secret`]) and names `after_lsn` (or asks for a probe).
 fn admit(
     gate: &PeerGate,
     peer: SocketAddr,
     transport: Transport,
     headers: &HeaderMap,
     query: Option<&str>,
-) -> Result<u64, ApiError> {
+) -> Result<Asked, ApiError> {
     if transport == Transport::Plain {
         admit_plain(gate, peer, headers)?;
     }
@@ -188,12 +214,14 @@ fn admit(
             ))
         }
     }
-    query
-        .and_then(|q| {
-            q.split('&')
-                .find_map(|pair| pair.strip_prefix("after_lsn="))
-        })
+    let mut pairs = query.into_iter().flat_map(|q| q.split('&'));
+    if pairs.clone().any(|pair| pair == "probe") {
+        return Ok(Asked::Probe);
+    }
+    pairs
+        .find_map(|pair| pair.strip_prefix("after_lsn="))
         .and_then(|v| source::parse_lsn(v).or_else(|| v.parse().ok()))
+        .map(Asked::Copy)
         .ok_or_else(|| {
             refusal(
                 StatusCode::BAD_REQUEST,
@@ -282,10 +310,12 @@ impl ChunkWriter {
             return Ok(());
         }
         let chunk = std::mem::replace(&mut self.buffer, Vec::with_capacity(CHUNK_BYTES));
-        let sent = self.runtime.block_on(tokio::time::timeout(
-            self.stall,
-            self.tx.send(Bytes::from(chunk)),
-        ));
+        // The timer is made inside `block_on`: the store may write from a thread of its
+        // own, outside the runtime's context.
+        let (tx, stall) = (&self.tx, self.stall);
+        let sent = self.runtime.block_on(async move {
+            tokio::time::timeout(stall, tx.send(Bytes::from(chunk))).await
+        });
         match sent {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(std::io::Error::other("the peer went away")),
@@ -337,17 +367,21 @@ mod tests {
         let plain = Transport::Plain;
         assert_eq!(
             admit(&gate, here, plain, &good, query).unwrap(),
-            0x16_B374_D848
+            Asked::Copy(0x16_B374_D848)
+        );
+        assert_eq!(
+            admit(&gate, here, plain, &good, Some("probe")).unwrap(),
+            Asked::Probe
         );
         let v6: SocketAddr = "[::1]:1".parse().unwrap();
         assert_eq!(
             admit(&gate, v6, plain, &good, Some("after_lsn=7")).unwrap(),
-            7
+            Asked::Copy(7)
         );
         let remote: SocketAddr = "10.1.2.3:5000".parse().unwrap();
         assert_eq!(
             admit(&gate, remote, Transport::Tls, &good, query).unwrap(),
-            0x16_B374_D848
+            Asked::Copy(0x16_B374_D848)
         );
         let code = |gate: &PeerGate, peer: &str, transport, headers: &HeaderMap, query| {
             admit(gate, peer.parse().unwrap(), transport, headers, query)
@@ -396,7 +430,7 @@ mod tests {
         );
         assert_eq!(
             admit(&closed, here, Transport::Tls, &good, query).unwrap(),
-            7,
+            Asked::Copy(7),
             "the TLS listener is not the sync port"
         );
         let open = PeerGate::new(SECRET, true);
@@ -435,9 +469,17 @@ mod tests {
         let (tx, _rx) = mpsc::channel::<Bytes>(QUEUED_CHUNKS);
         let mut out = ChunkWriter::new(tx, Duration::from_millis(300));
         let started = std::time::Instant::now();
+        // A thread outside the runtime's context, as the store's copy may write from.
         let copy = tokio::task::spawn_blocking(move || {
-            let page = vec![7u8; CHUNK_BYTES];
-            (0..QUEUED_CHUNKS * 4).try_for_each(|_| out.write_all(&page))
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(|| {
+                        let page = vec![7u8; CHUNK_BYTES];
+                        (0..QUEUED_CHUNKS * 4).try_for_each(|_| out.write_all(&page))
+                    })
+                    .join()
+                    .unwrap()
+            })
         });
         let ended = tokio::time::timeout(Duration::from_secs(20), copy)
             .await

@@ -2,17 +2,23 @@
 //! instead of a snapshot, so both replicas hold one history (`docs/storage.md`, "Copying a
 //! store to a peer").
 //!
-//! The replica records its intent, creates its own slot (consistent point `S`), asks the
-//! peer for a copy taken once the peer has applied `S` (`GET /peer/store?after_lsn=S`),
+//! The replica first probes the peer (`GET /peer/store?probe`: reachable, the secret
+//! accepted, the certificate trusted, ready, serving the same rules), so that a peer it
+//! cannot seed from leaves nothing on the primary. Then it records its intent, creates its
+//! own slot (consistent point `S`), asks the peer for a copy taken once the peer has
+//! applied `S` (`GET /peer/store?after_lsn=S`),
 //! installs it with its own slot, timeline and generation in the bootstrap record, and
 //! then streams its slot from the copy's applied LSN `A ≥ S` like any complete store (the
 //! stream skips transactions committed before `A`). Restartable like the bootstrap: until
 //! the last install commit the stored record says the seeding did not complete, and a
-//! restart drops the slot it created and starts over.
+//! restart drops the slot it created and starts over. A seeding that fails after its slot
+//! was created drops the slot at once (a retry creates a new one), so a slot waiting for
+//! the operator never keeps WAL on the primary. Every step with the peer has a deadline,
+//! and its connection has TCP keepalives and a user timeout.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -33,6 +39,21 @@ use store::{CopiedMeta, Store, StoreError};
 
 /// The largest error answer read from a peer.
 const MAX_ERROR_BYTES: usize = 64 << 10;
+/// How long the peer gets to accept a connection and finish the TLS handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the peer gets to answer a probe, or to start sending a copy (it waits up to
+/// 60 s to apply the slot's consistent point first).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+const COPY_START_TIMEOUT: Duration = Duration::from_secs(90);
+/// The longest the copy may send nothing before it is given up.
+const COPY_STALL: Duration = Duration::from_secs(60);
+/// TCP keepalive on the peer connection: first probe after this idle time, then every
+/// [`KEEPALIVE_INTERVAL`], dead after [`KEEPALIVE_RETRIES`]; unacknowledged data gives up
+/// after [`USER_TIMEOUT`].
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 4;
+const USER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Body chunks queued between the connection and the installing thread (the peer's
 /// chunks are 256 KiB): the copy keeps coming while the install commits.
 const QUEUED_CHUNKS: usize = 32;
@@ -96,10 +117,12 @@ pub async fn seed(
         (_, Some(_)) => return Err(foreign_slot(&plan.slot)),
         _ => {}
     }
+    // Nothing is created on the primary for a peer that cannot serve this replica.
+    probe_peer(from, rules_hash).await?;
     store.clear_data()?;
     let started = Instant::now();
     // The tables come with the peer's record.
-    let mut intent = BootstrapIntent::creating_slot(
+    let intent = BootstrapIntent::creating_slot(
         &primary,
         plan,
         rules_hash.to_owned(),
@@ -115,22 +138,26 @@ pub async fn seed(
     let consistent_point = exported.consistent_point;
     // The slot streams from the copy's position; its snapshot is not needed.
     drop(exported);
-    // A logical message past the consistent point: the peer's stream passes it even while
-    // the primary writes nothing else, and the peer waits for that before it copies.
-    source::emit_marker(&client, "seed").await?;
-    intent.state = BootstrapState::Snapshotting;
-    intent.consistent_point = Some(consistent_point);
-    let encoded = intent.encode()?;
-    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
-    tracing::info!(
-        slot = %plan.slot,
-        consistent_point = %format_lsn(consistent_point),
-        peer = %from.peer,
-        "slot created, copying the peer's store"
-    );
-    progress.start_copy();
-
-    let (checkpoint, bytes) = install_peer_copy(store, from, consistent_point, intent).await?;
+    let copied = copy_into(store, from, &client, consistent_point, intent, &progress).await;
+    let (checkpoint, bytes) = match copied {
+        Ok(copied) => copied,
+        Err(e) => {
+            // A retry creates a new slot; until then this one would only keep WAL.
+            let dropped = tokio::time::timeout(CONNECT_TIMEOUT, drop_slot(&client, &plan.slot));
+            match dropped.await {
+                Ok(Ok(())) => {
+                    tracing::info!(slot = %plan.slot, "dropped the slot of a failed seeding")
+                }
+                Ok(Err(drop_error)) => {
+                    tracing::warn!(slot = %plan.slot, error = %drop_error, "the slot of a failed seeding could not be dropped; the next attempt drops it")
+                }
+                Err(_) => {
+                    tracing::warn!(slot = %plan.slot, "dropping the slot of a failed seeding timed out; the next attempt drops it")
+                }
+            }
+            return Err(e);
+        }
+    };
     tracing::info!(
         applied_lsn = %format_lsn(checkpoint.lsn),
         op_id = checkpoint.op_id,
@@ -144,6 +171,33 @@ pub async fn seed(
         op_id: checkpoint.op_id,
         bytes,
     })
+}
+
+/// After the slot exists at `consistent_point`: the marker the peer waits for, the intent
+/// that names the slot, and the peer's copy installed.
+async fn copy_into(
+    store: Store,
+    from: &SeedSource,
+    client: &tokio_postgres::Client,
+    consistent_point: u64,
+    mut intent: BootstrapIntent,
+    progress: &Progress,
+) -> Result<(store::Checkpoint, u64), ReplicationError> {
+    // A logical message past the consistent point: the peer's stream passes it even while
+    // the primary writes nothing else, and the peer waits for that before it copies.
+    source::emit_marker(client, "seed").await?;
+    intent.state = BootstrapState::Snapshotting;
+    intent.consistent_point = Some(consistent_point);
+    let encoded = intent.encode()?;
+    store.write(0, |w| BootstrapIntent::save(&encoded, w))?;
+    tracing::info!(
+        slot = %intent.slot,
+        consistent_point = %format_lsn(consistent_point),
+        peer = %from.peer,
+        "slot created, copying the peer's store"
+    );
+    progress.start_copy();
+    install_peer_copy(store, from, consistent_point, intent).await
 }
 
 /// Opens the store in `dir` (off the runtime threads).
@@ -236,15 +290,7 @@ fn adopt(meta: &mut CopiedMeta, ours: BootstrapIntent) -> Result<(), Replication
         ));
     }
     if theirs.rules_hash != ours.rules_hash {
-        return Err(seed_error(
-            "PSM_B1025",
-            format!(
-                "the peer serves other sync rules (hash {}) than this replica's configuration \
-                 ({}); configure the same rules on both, or deploy them on the peer first",
-                theirs.rules_hash, ours.rules_hash
-            ),
-            true,
-        ));
+        return Err(rules_differ(&theirs.rules_hash, &ours.rules_hash));
     }
     if !meta.contains_key(b"history".as_slice()) {
         return Err(seed_error(
@@ -335,45 +381,78 @@ async fn tls_to_peer(
         })
 }
 
-/// Sends the request; returns the body's chunks and the task that reads them (its error
-/// says why a copy stopped).
-async fn request_copy(
-    from: &SeedSource,
-    after_lsn: u64,
-) -> Result<
-    (
-        mpsc::Receiver<Bytes>,
-        impl std::future::Future<Output = Result<(), ReplicationError>>,
-    ),
-    ReplicationError,
-> {
-    let address = from.peer.to_string();
-    let unreachable = {
-        let address = address.clone();
-        move |what: String| {
-            seed_error(
-                "PSM_B1028",
-                format!("the peer at {address} {what}; retrying"),
-                false,
-            )
+/// The connection to the peer a request goes over, and the task that drives it.
+struct PeerConnection {
+    sender: hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+    driver: tokio::task::JoinHandle<Result<(), hyper::Error>>,
+}
+
+/// The retryable error for a peer that cannot be reached or stops answering.
+fn unreachable(from: &SeedSource, what: String) -> ReplicationError {
+    seed_error(
+        "PSM_B1028",
+        format!("the peer at {} {what}; retrying", from.peer),
+        false,
+    )
+}
+
+/// Connects to the peer within [`CONNECT_TIMEOUT`] (TLS when `https://`), with TCP
+/// keepalives and a user timeout, so a peer that vanishes is noticed in seconds.
+async fn connect_to_peer(from: &SeedSource) -> Result<PeerConnection, ReplicationError> {
+    let connect = TcpStream::connect((from.peer.host.as_str(), from.peer.port));
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(e)) => return Err(unreachable(from, format!("cannot be reached ({e})"))),
+        Err(_) => {
+            return Err(unreachable(
+                from,
+                format!("did not accept a connection within {CONNECT_TIMEOUT:?}"),
+            ))
         }
     };
-    let tcp = TcpStream::connect((from.peer.host.as_str(), from.peer.port))
-        .await
-        .map_err(|e| unreachable(format!("cannot be reached ({e})")))?;
-    let (mut sender, connection) = if from.peer.tls {
-        let tls = tls_to_peer(from, tcp).await?;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_RETRIES);
+    let socket = socket2::SockRef::from(&tcp);
+    if let Err(e) = socket
+        .set_tcp_keepalive(&keepalive)
+        .and_then(|()| socket.set_tcp_user_timeout(Some(USER_TIMEOUT)))
+    {
+        tracing::debug!(error = %e, "TCP keepalive not set on the peer connection");
+    }
+    let speaks_http = |e: hyper::Error| unreachable(from, format!("does not speak HTTP ({e})"));
+    let (sender, driver) = if from.peer.tls {
+        let tls = tokio::time::timeout(CONNECT_TIMEOUT, tls_to_peer(from, tcp))
+            .await
+            .map_err(|_| {
+                unreachable(
+                    from,
+                    format!("did not finish the TLS handshake within {CONNECT_TIMEOUT:?}"),
+                )
+            })??;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
-            .map_err(|e| unreachable(format!("does not speak HTTP ({e})")))?;
+            .map_err(speaks_http)?;
         (sender, tokio::spawn(connection))
     } else {
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
             .await
-            .map_err(|e| unreachable(format!("does not speak HTTP ({e})")))?;
+            .map_err(speaks_http)?;
         (sender, tokio::spawn(connection))
     };
-    let request = Request::get(format!("/peer/store?after_lsn={}", format_lsn(after_lsn)))
+    Ok(PeerConnection { sender, driver })
+}
+
+/// `GET path` on `connection` with the secret; the response head within `head_timeout`.
+/// An answer other than 200 is an error that says why (see [`refused`]).
+async fn get(
+    from: &SeedSource,
+    connection: &mut PeerConnection,
+    path: &str,
+    head_timeout: Duration,
+) -> Result<hyper::Response<hyper::body::Incoming>, ReplicationError> {
+    let request = Request::get(path)
         .header(
             header::HOST,
             format!("{}:{}", from.peer.host, from.peer.port),
@@ -384,45 +463,143 @@ async fn request_copy(
         )
         .header(header::USER_AGENT, "powersync-mdbx")
         .body(Empty::<Bytes>::new())
-        .map_err(|e| unreachable(format!("cannot be asked ({e})")))?;
-    let response = sender
-        .send_request(request)
+        .map_err(|e| unreachable(from, format!("cannot be asked ({e})")))?;
+    let response = tokio::time::timeout(head_timeout, connection.sender.send_request(request))
         .await
-        .map_err(|e| unreachable(format!("did not answer ({e})")))?;
+        .map_err(|_| unreachable(from, format!("did not answer within {head_timeout:?}")))?
+        .map_err(|e| unreachable(from, format!("did not answer ({e})")))?;
+    if response.status() == StatusCode::OK {
+        return Ok(response);
+    }
     let status = response.status();
-    if status != StatusCode::OK {
-        let body = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES)
-            .collect()
-            .await
-            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-            .unwrap_or_default();
-        connection.abort();
-        let operator = matches!(
-            status,
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND
-        );
-        let hint = match status {
-            StatusCode::NOT_FOUND => {
-                " (the peer serves no copies: set powersync_mdbx.peer_secret_file on it too)"
-            }
-            StatusCode::UNAUTHORIZED => {
-                " (put the same secret in powersync_mdbx.peer_secret_file on both replicas)"
-            }
-            _ => "",
-        };
+    let body = read_small(response, head_timeout).await;
+    connection.driver.abort();
+    Err(refused(from, status, &body))
+}
+
+/// At most [`MAX_ERROR_BYTES`] of a response's body, within `timeout`, as text.
+async fn read_small(response: hyper::Response<hyper::body::Incoming>, timeout: Duration) -> String {
+    let read = http_body_util::Limited::new(response.into_body(), MAX_ERROR_BYTES).collect();
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(body)) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        _ => String::new(),
+    }
+}
+
+/// The error for a peer's refusal: a wrong secret, no copies served, or a refused address
+/// wait for the operator; the rest (busy, not caught up, throttled) are retried.
+fn refused(from: &SeedSource, status: StatusCode, body: &str) -> ReplicationError {
+    let operator = matches!(
+        status,
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND
+    );
+    let hint = match status {
+        StatusCode::NOT_FOUND => {
+            " (the peer serves no copies: set powersync_mdbx.peer_secret_file on it too)"
+        }
+        StatusCode::UNAUTHORIZED => {
+            " (put the same secret in powersync_mdbx.peer_secret_file on both replicas)"
+        }
+        _ => "",
+    };
+    seed_error(
+        "PSM_B1029",
+        format!(
+            "the peer at {} refused the copy: HTTP {status}{hint}: {body}",
+            from.peer
+        ),
+        operator,
+    )
+}
+
+/// What the peer says before a slot is created (`GET /peer/store?probe`): it is reachable,
+/// takes the secret, is ready and not busy, and serves the rules whose hash is
+/// `rules_hash`.
+async fn probe_peer(from: &SeedSource, rules_hash: &str) -> Result<(), ReplicationError> {
+    let mut connection = connect_to_peer(from).await?;
+    let response = get(from, &mut connection, "/peer/store?probe", PROBE_TIMEOUT).await?;
+    let body = read_small(response, PROBE_TIMEOUT).await;
+    connection.driver.abort();
+    let answer: serde_json::Value = serde_json::from_str(&body).map_err(|_| {
+        unreachable(
+            from,
+            format!("answered the probe with {body:?}, not its state (a build without probes?)"),
+        )
+    })?;
+    let theirs = answer["rules_hash"].as_str().unwrap_or_default();
+    if answer["ready"] != true {
         return Err(seed_error(
             "PSM_B1029",
-            format!("the peer at {address} refused the copy: HTTP {status}{hint}: {body}"),
-            operator,
+            format!(
+                "the peer at {} is not ready to hand out a copy (starting, or catching up); \
+                 retrying",
+                from.peer
+            ),
+            false,
         ));
     }
+    if let Some(busy) = answer["busy"].as_str() {
+        return Err(seed_error(
+            "PSM_B1027",
+            format!(
+                "the peer {busy}: a copy now would hold what only the peer will finish; \
+                 retrying"
+            ),
+            false,
+        ));
+    }
+    if theirs != rules_hash {
+        return Err(rules_differ(theirs, rules_hash));
+    }
+    Ok(())
+}
+
+/// The peer serves rules whose hash is `theirs`, this replica's configuration `ours`.
+fn rules_differ(theirs: &str, ours: &str) -> ReplicationError {
+    seed_error(
+        "PSM_B1025",
+        format!(
+            "the peer serves other sync rules (hash {theirs}) than this replica's configuration \
+             ({ours}); configure the same rules on both, or deploy them on the peer first"
+        ),
+        true,
+    )
+}
+
+/// Asks for the copy after `after_lsn`; returns the body's chunks and the task that reads
+/// them (its error says why a copy stopped). The peer has [`COPY_START_TIMEOUT`] to start
+/// and [`COPY_STALL`] between chunks.
+async fn request_copy(
+    from: &SeedSource,
+    after_lsn: u64,
+) -> Result<
+    (
+        mpsc::Receiver<Bytes>,
+        impl std::future::Future<Output = Result<(), ReplicationError>> + '_,
+    ),
+    ReplicationError,
+> {
+    let mut connection = connect_to_peer(from).await?;
+    let path = format!("/peer/store?after_lsn={}", format_lsn(after_lsn));
+    let response = get(from, &mut connection, &path, COPY_START_TIMEOUT).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(QUEUED_CHUNKS);
     let mut body = response.into_body();
     let read = async move {
         let result = loop {
-            match body.frame().await {
+            let frame = match tokio::time::timeout(COPY_STALL, body.frame()).await {
+                Ok(frame) => frame,
+                Err(_) => {
+                    break Err(unreachable(
+                        from,
+                        format!("sent nothing of the copy for {COPY_STALL:?}"),
+                    ))
+                }
+            };
+            match frame {
                 None => break Ok(()),
-                Some(Err(e)) => break Err(unreachable(format!("stopped sending the copy ({e})"))),
+                Some(Err(e)) => {
+                    break Err(unreachable(from, format!("stopped sending the copy ({e})")))
+                }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
                         if tx.send(data).await.is_err() {
@@ -433,8 +610,8 @@ async fn request_copy(
             }
         };
         drop(tx);
-        drop(sender);
-        let _ = connection.await;
+        drop(connection.sender);
+        let _ = connection.driver.await;
         result
     };
     Ok((rx, read))
