@@ -258,6 +258,10 @@ async fn install_peer_copy(
                 )
             }))
         }
+        // Bytes changed on the way: another copy may arrive whole.
+        Err(ReplicationError::Store(e @ StoreError::DamagedCopy { .. })) => {
+            return Err(seed_error("PSM_B1031", format!("{e}; retrying"), false))
+        }
         Err(e) => return Err(e),
     };
     let bytes = received.load(std::sync::atomic::Ordering::Relaxed);

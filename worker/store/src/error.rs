@@ -108,6 +108,17 @@ pub enum StoreError {
         /// The copy ended early (the peer or the connection stopped): another try may do.
         cut_short: bool,
     },
+    /// A copy of a peer's store arrived with other bytes than the peer sent: its SHA-256
+    /// does not match the one sent with it. Nothing of it is installed; another copy may
+    /// arrive whole.
+    #[error(
+        "PSM_S1011 storage {path}: the copy of the peer's store changed on the way (its \
+         SHA-256 does not match the one the peer sent); nothing of it was installed"
+    )]
+    DamagedCopy {
+        /// The directory.
+        path: PathBuf,
+    },
     /// A commit failed earlier, or opening the environment again did (then reads fail
     /// too); the store refuses writes until the worker restarts.
     #[error(

@@ -9,7 +9,10 @@
 //!
 //! The stream: the magic, the format (length-prefixed), then frames of the file: a tag
 //! ([`DATA`] with that many bytes, [`ZEROS`] for that many zero bytes, the tail libmdbx pads
-//! a copy with), a u32 LE length; then [`END`] and the file's length (u64 LE).
+//! a copy with), a u32 LE length; then [`END`], the file's length (u64 LE) and the SHA-256
+//! of every frame before it (tags, lengths and bytes). The receiver computes the same
+//! digest over what it received and installs nothing unless they match: a byte changed on
+//! the way (below TLS, or over loopback where there is none) is refused, not installed.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -20,6 +23,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use libmdbx::WriteFlags;
+use sha2::{Digest, Sha256};
 
 use super::dir::{sync_dir, DATA_FILE, INCOMING_DIR};
 use super::meta::FORMAT;
@@ -27,7 +31,7 @@ use super::tables::{Tables, META};
 use super::{Checkpoint, Store, StoreError};
 
 /// The first bytes of a copy.
-const MAGIC: &[u8; 8] = b"PSMFILE1";
+const MAGIC: &[u8; 8] = b"PSMFILE2";
 /// Frame tags.
 const DATA: u8 = 1;
 const ZEROS: u8 = 2;
@@ -93,7 +97,7 @@ impl Store {
             (rc, framed)
         });
         // The framing's error says more: a reader that went away made the copy fail too.
-        let total = framed.map_err(io)?;
+        let (total, digest) = framed.map_err(io)?;
         if copied != 0 {
             // No end mark: the receiver refuses the copy as cut short.
             return Err(StoreError::mdbx(
@@ -105,6 +109,7 @@ impl Store {
         // The end mark only once libmdbx has copied the whole file.
         out.write_all(&[END]).map_err(io)?;
         out.write_all(&total.to_le_bytes()).map_err(io)?;
+        out.write_all(&digest).map_err(io)?;
         out.flush().map_err(io)?;
         Ok(checkpoint)
     }
@@ -195,11 +200,13 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(ends)
 }
 
-/// Frames what libmdbx writes into the pipe until it closes; returns the bytes framed.
-/// The end mark is the caller's, once libmdbx reports the copy complete.
-fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<u64> {
+/// Frames what libmdbx writes into the pipe until it closes; returns the bytes framed and
+/// the SHA-256 of the frames. The end mark is the caller's, once libmdbx reports the copy
+/// complete.
+fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<(u64, [u8; 32])> {
     let mut buffer = vec![0u8; FRAME_BYTES];
     let mut total = 0u64;
+    let mut digest = Sha256::new();
     loop {
         let n = match pipe.read(&mut buffer) {
             Ok(0) => break,
@@ -208,17 +215,24 @@ fn frame_file(mut pipe: File, out: &mut (dyn Write + Send)) -> std::io::Result<u
             Err(e) => return Err(e),
         };
         let chunk = &buffer[..n];
-        if chunk.iter().all(|&b| b == 0) {
-            out.write_all(&[ZEROS])?;
-            out.write_all(&(n as u32).to_le_bytes())?;
-        } else {
-            out.write_all(&[DATA])?;
-            out.write_all(&(n as u32).to_le_bytes())?;
+        let zeros = chunk.iter().all(|&b| b == 0);
+        let head = frame_head(if zeros { ZEROS } else { DATA }, n);
+        digest.update(head);
+        out.write_all(&head)?;
+        if !zeros {
+            digest.update(chunk);
             out.write_all(chunk)?;
         }
         total += n as u64;
     }
-    Ok(total)
+    Ok((total, digest.finalize().into()))
+}
+
+/// A frame's tag and its length (u32 LE).
+fn frame_head(tag: u8, len: usize) -> [u8; 5] {
+    let mut head = [tag, 0, 0, 0, 0];
+    head[1..].copy_from_slice(&(len as u32).to_le_bytes());
+    head
 }
 
 /// Writes the copy's file into `incoming` (created afresh, mode 0700).
@@ -242,6 +256,7 @@ fn receive(frames: &mut Frames<'_>, incoming: &Path) -> Result<(), StoreError> {
     let write = |e| StoreError::io(&path, "write the copy", e);
     let mut buffer = vec![0u8; FRAME_BYTES];
     let (mut written, mut flushed) = (0u64, 0u64);
+    let mut digest = Sha256::new();
     loop {
         let mut tag = [0u8; 1];
         frames.exact(&mut tag)?;
@@ -249,15 +264,23 @@ fn receive(frames: &mut Frames<'_>, incoming: &Path) -> Result<(), StoreError> {
             END => {
                 let mut total = [0u8; 8];
                 frames.exact(&mut total)?;
-                if u64::from_le_bytes(total) != written {
-                    return Err(bad_copy(frames.dir, "its length does not match its frames"));
+                let mut sent = [0u8; 32];
+                frames.exact(&mut sent)?;
+                // Frames are written by this code alone: a length that does not add up is a
+                // copy damaged on the way, as a wrong digest is.
+                if u64::from_le_bytes(total) != written || digest.finalize().as_slice() != sent {
+                    return Err(StoreError::DamagedCopy {
+                        path: frames.dir.to_owned(),
+                    });
                 }
                 break;
             }
             DATA | ZEROS => {
                 let len = frames.len()?;
+                digest.update(frame_head(tag[0], len));
                 if tag[0] == DATA {
                     frames.exact(&mut buffer[..len])?;
+                    digest.update(&buffer[..len]);
                     file.write_all(&buffer[..len]).map_err(write)?;
                 } else {
                     // A hole: the file's length is set at the end.
@@ -265,7 +288,7 @@ fn receive(frames: &mut Frames<'_>, incoming: &Path) -> Result<(), StoreError> {
                 }
                 written += len as u64;
             }
-            _ => return Err(bad_copy(frames.dir, "it holds a frame of an unknown kind")),
+            _ => return Err(damaged(frames.dir)),
         }
         if written - flushed >= WRITEBACK_BYTES {
             start_writeback(&file, flushed, written - flushed);
@@ -343,6 +366,13 @@ fn start_writeback(file: &File, offset: u64, len: u64) {
     }
 }
 
+/// A copy whose frames do not add up: changed on the way.
+fn damaged(dir: &Path) -> StoreError {
+    StoreError::DamagedCopy {
+        path: dir.to_owned(),
+    }
+}
+
 fn bad_copy(dir: &Path, problem: &str) -> StoreError {
     StoreError::BadCopy {
         path: dir.to_owned(),
@@ -408,10 +438,7 @@ impl Frames<'_> {
         self.exact(&mut len)?;
         let len = u32::from_le_bytes(len) as usize;
         if len > FRAME_BYTES {
-            return Err(bad_copy(
-                self.dir,
-                &format!("it holds a frame of {len} bytes, more than a copy sends"),
-            ));
+            return Err(damaged(self.dir));
         }
         Ok(len)
     }
