@@ -235,8 +235,9 @@ fn report_storage_open(status: &StatusCell, active: &Generation) {
         "storage open"
     );
     let (number, rules_hash) = (active.number, active.rules.content_hash_hex());
+    let store = store_status(&store);
     status.update(|s| {
-        s.store = Some(store_status(&store));
+        s.store = Some(store);
         s.generation = Some(number);
         s.rules_hash = Some(rules_hash);
     });
@@ -286,8 +287,11 @@ async fn follow_generations(
 fn report_heartbeat(status: &StatusCell, active: &Generation) {
     let (progress, stream_progress) = (&active.progress, &active.stream_progress);
     let checkpoint = active.checkpoint();
+    // Read from the store before the status lock is taken: probes, `/metrics` and the
+    // PostgreSQL main loop take it too, and must not wait on the store.
+    let store = store_status(&active.store);
     status.update(|s| {
-        s.store = Some(store_status(&active.store));
+        s.store = Some(store);
         if s.phase == Phase::Validating && progress.copying() {
             s.phase = Phase::Snapshotting;
         }

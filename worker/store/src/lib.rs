@@ -188,9 +188,12 @@ impl Store {
     /// (`docs/storage.md`, "Transactions and durability"). Returns whether the store now
     /// writes through the map: not on a file system where a write into the map could meet
     /// a full disk as `SIGBUS` ([`map_write::reservable`]), nor when the data file's space
-    /// cannot be reserved now (checked before the environment closes). Waits for the reads and the write in progress; new ones wait
-    /// until the environment is open again, which includes reading the data file back into
-    /// the page cache ([`map_write::cache_in_pages`]: 0.2 s for a 270 MB file here).
+    /// cannot be reserved now (checked before the environment closes). Waits for the reads
+    /// and the write in progress; new ones wait until the environment is open again (the
+    /// file's cached pages dropped meanwhile, [`map_write::drop_from_cache`]), not while
+    /// the file is read back into the page cache after it ([`map_write::read_back`]: 0.2 s
+    /// for a 270 MB file here; store size ÷ disk speed on a cold disk), which this call
+    /// does before it returns, so the writer that calls it writes only after it.
     pub fn write_through_map(&self) -> Result<bool, StoreError> {
         let mut opened = self.opened.write();
         if opened.as_ref().is_some_and(|o| o.env.is_map()) {
@@ -215,9 +218,9 @@ impl Store {
         }
         // libmdbx opens an environment once per process: the old one closes first.
         *opened = None;
-        if let Err(e) = map_write::cache_in_pages(&self.dir) {
-            tracing::warn!(dir = %self.dir.display(), "reading the store's file into the cache again: {e}");
-        }
+        let uncached = map_write::drop_from_cache(&self.dir).inspect_err(|e| {
+            tracing::warn!(dir = %self.dir.display(), "dropping the store's file from the cache: {e}");
+        });
         let reopened = Env::open(&self.dir, environment_options(), true)
             .map_err(|e| StoreError::at_open(&self.dir, e))
             .and_then(|env| {
@@ -230,6 +233,13 @@ impl Store {
         match reopened {
             Ok(map) => {
                 *opened = Some(map);
+                // Reads go on while the file is read back.
+                drop(opened);
+                if let Ok(file) = uncached {
+                    if let Err(e) = map_write::read_back(file, &self.dir) {
+                        tracing::warn!(dir = %self.dir.display(), "reading the store's file into the cache again: {e}");
+                    }
+                }
                 Ok(true)
             }
             Err(e) => {

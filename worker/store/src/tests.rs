@@ -504,3 +504,57 @@ fn each_remove_of_a_row_shows_the_output_of_its_bucket() {
     assert_eq!(removes(buckets[1]), shown("tasks"));
     assert_eq!(removes(buckets[2]), shown("notes"));
 }
+
+#[test]
+fn reads_go_on_while_a_switch_to_map_writes_reads_the_file_back() {
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+    let root = tempfile::tempdir().unwrap();
+    assert!(
+        map_write::reservable(root.path()),
+        "the test needs its temporary directory on ext4 or XFS ({})",
+        root.path().display()
+    );
+    let dir = root.path().join("store");
+    let store = Arc::new(Store::open(&dir).unwrap());
+    write_and_list(&store, 10, "a");
+    let (at_read_back, reached) = mpsc::channel();
+    let (go, wait) = mpsc::channel::<()>();
+    let wait = Mutex::new(wait);
+    *map_write::tests::BEFORE_READ_BACK.lock().unwrap() = Some((
+        dir.clone(),
+        Box::new(move || {
+            at_read_back.send(()).ok();
+            wait.lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30))
+                .ok();
+        }),
+    ));
+    let switching = {
+        let store = store.clone();
+        std::thread::spawn(move || store.write_through_map())
+    };
+    reached
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the switch reaches its read-back");
+    // The file is being read back now: a read and the status a heartbeat takes answer.
+    let (answer, answered) = mpsc::channel();
+    {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let lsn = store.read(|v| v.checkpoint()).map(|c| c.lsn);
+            answer.send((lsn, store.used_bytes())).ok();
+        });
+    }
+    let seen = answered.recv_timeout(Duration::from_secs(5));
+    go.send(()).unwrap();
+    *map_write::tests::BEFORE_READ_BACK.lock().unwrap() = None;
+    assert!(
+        switching.join().unwrap().unwrap(),
+        "the store writes through its map"
+    );
+    let (lsn, used) = seen.expect("a read waited for the file to be read back");
+    assert_eq!(lsn.unwrap(), 10);
+    assert!(used > 0);
+}
