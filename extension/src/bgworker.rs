@@ -99,9 +99,7 @@ fn answer_reset(host: &mut Host, number: &mut Option<u64>) {
 fn publish(status: &StatusCell, published: &mut u64) {
     let version = status.version();
     if version != *published {
-        let json = serde_json::to_string(&status.snapshot()).unwrap_or_else(|e| {
-            serde_json::json!({ "phase": "unknown", "error": e.to_string() }).to_string()
-        });
+        let json = status::status_json_within(&status.snapshot(), shared::STATUS_BYTES);
         shared::publish_status(&json);
         *published = version;
     }

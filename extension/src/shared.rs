@@ -4,8 +4,8 @@
 use pgrx::prelude::*;
 use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
 
-/// Bytes reserved for the status JSON.
-const STATUS_BYTES: usize = 16 * 1024;
+/// Bytes reserved for the status JSON (`status::status_json_within` fits it in them).
+pub const STATUS_BYTES: usize = 16 * 1024;
 /// Bytes reserved for the result of the last reset or reload (a reset that names the
 /// slots of several stores with their reasons takes a few KiB).
 const RESULT_BYTES: usize = 16 * 1024;

@@ -425,9 +425,99 @@ pub fn unix_now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// `status` as JSON of at most `max` bytes (what the shared memory the SQL functions read
+/// it from holds). A status over it — long error messages, many tables copied again — keeps
+/// its shape: its long texts and lists are cut, shorter each round, and it says
+/// `"truncated": true`; only if even that does not fit, its phase, readiness and error
+/// code alone.
+pub fn status_json_within(status: &Status, max: usize) -> String {
+    let Ok(value) = serde_json::to_value(status) else {
+        return serde_json::json!({"phase": status.phase.name(), "truncated": true}).to_string();
+    };
+    let whole = value.to_string();
+    if whole.len() <= max {
+        return whole;
+    }
+    for (chars, items) in [(1024, 32), (256, 8), (64, 2), (16, 0)] {
+        let mut cut = value.clone();
+        shorten(&mut cut, chars, items);
+        cut["truncated"] = true.into();
+        let text = cut.to_string();
+        if text.len() <= max {
+            return text;
+        }
+    }
+    serde_json::json!({
+        "phase": value["phase"],
+        "ready": value["ready"],
+        "last_error": {"code": value["last_error"]["code"]},
+        "truncated": true,
+    })
+    .to_string()
+}
+
+/// Cuts every string of `value` to `chars` characters (marked with `…`) and every list to
+/// `items` entries.
+fn shorten(value: &mut serde_json::Value, chars: usize, items: usize) {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => {
+            if let Some((at, _)) = text.char_indices().nth(chars) {
+                text.truncate(at);
+                text.push('…');
+            }
+        }
+        Value::Array(list) => {
+            list.truncate(items);
+            list.iter_mut().for_each(|v| shorten(v, chars, items));
+        }
+        Value::Object(fields) => fields.values_mut().for_each(|v| shorten(v, chars, items)),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_too_large_for_its_space_keeps_its_shape_and_says_it_was_cut() {
+        let cell = StatusCell::new(7);
+        cell.fail(
+            Phase::Failed,
+            ErrorReport::new(
+                format!("PSM_C1010 {}", "a long rules error ".repeat(2000)),
+                true,
+            ),
+        );
+        cell.update(|s| {
+            s.config_warnings = (0..500).map(|i| format!("warning {i}")).collect();
+        });
+        let status = cell.snapshot();
+        assert!(serde_json::to_string(&status).unwrap().len() > 16 * 1024);
+        let text = status_json_within(&status, 16 * 1024);
+        assert!(text.len() <= 16 * 1024, "{}", text.len());
+        let shown: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(shown["phase"], "failed");
+        assert_eq!(shown["ready"], false);
+        assert_eq!(shown["truncated"], true);
+        assert_eq!(shown["last_error"]["code"], "PSM_C1010");
+        assert_eq!(shown["last_error"]["needs_operator"], true);
+        assert!(shown["last_error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with('…'));
+        assert_eq!(shown["worker_pid"], 7);
+        // Small enough: as it is, without the mark.
+        let small = StatusCell::new(7).snapshot();
+        let text = status_json_within(&small, 16 * 1024);
+        assert_eq!(text, serde_json::to_string(&small).unwrap());
+        // Room for nothing but the core.
+        let tiny: serde_json::Value =
+            serde_json::from_str(&status_json_within(&status, 120)).unwrap();
+        assert_eq!(tiny["last_error"]["code"], "PSM_C1010");
+        assert_eq!(tiny["truncated"], true);
+    }
 
     #[test]
     fn phase_names_match_the_json() {
