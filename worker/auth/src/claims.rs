@@ -52,7 +52,12 @@ pub(crate) fn check(
             return Err(AuthError::NotYetValid { nbf: nbf as i64 });
         }
     }
-    let lifetime = exp - iat;
+    // The official service checks `exp - iat` alone (its JWT library checks `iat` only
+    // when asked for a token age, which it does not ask), so a token issued "in ten years"
+    // and expiring an hour after passes there, though it stays valid for ten years. Here
+    // an `iat` ahead of now counts from now: what the check means, that a token expires
+    // within the lifetime. The same refusal (`PSYNC_S2104`) and message.
+    let lifetime = exp - iat.min(now);
     if lifetime > policy.max_lifetime.as_secs_f64() {
         return Err(AuthError::LifetimeTooLong {
             lifetime: lifetime as i64,
@@ -237,6 +242,25 @@ mod tests {
                 max: 86_400
             })
         );
+    }
+
+    #[test]
+    fn a_token_issued_in_the_future_counts_its_lifetime_from_now() {
+        let ten_years = 10 * 365 * 86_400;
+        let mut p = valid();
+        p["iat"] = json!(NOW + ten_years);
+        p["exp"] = json!(NOW + ten_years + 300);
+        assert_eq!(
+            run(p.clone(), None),
+            Err(AuthError::LifetimeTooLong {
+                lifetime: (ten_years + 300) as i64,
+                max: 86_400
+            })
+        );
+        // An issuer's clock a little ahead: the lifetime from now is still short.
+        p["iat"] = json!(NOW + 30);
+        p["exp"] = json!(NOW + 30 + 3_600);
+        assert!(run(p, None).is_ok());
     }
 
     #[test]
