@@ -319,14 +319,7 @@ fn adopt(meta: &mut CopiedMeta, ours: BootstrapIntent) -> Result<(), Replication
             .map(|t| format!("is copying table {}.{} again", t.schema, t.name))
     };
     if let Some(busy) = busy {
-        return Err(seed_error(
-            "PSM_B1027",
-            format!(
-                "the peer {busy}: a copy now would hold what only the peer will finish; \
-                 retrying"
-            ),
-            false,
-        ));
+        return Err(peer_busy(&busy));
     }
     let adopted = BootstrapIntent {
         slot: ours.slot,
@@ -543,19 +536,21 @@ async fn probe_peer(from: &SeedSource, rules_hash: &str) -> Result<(), Replicati
         ));
     }
     if let Some(busy) = answer["busy"].as_str() {
-        return Err(seed_error(
-            "PSM_B1027",
-            format!(
-                "the peer {busy}: a copy now would hold what only the peer will finish; \
-                 retrying"
-            ),
-            false,
-        ));
+        return Err(peer_busy(busy));
     }
     if theirs != rules_hash {
         return Err(rules_differ(theirs, rules_hash));
     }
     Ok(())
+}
+
+/// The peer is in the middle of work (`busy`) a copy must not catch: retried.
+fn peer_busy(busy: &str) -> ReplicationError {
+    seed_error(
+        "PSM_B1027",
+        format!("the peer {busy}: a copy now would hold what only the peer will finish; retrying"),
+        false,
+    )
 }
 
 /// The peer serves rules whose hash is `theirs`, this replica's configuration `ours`.

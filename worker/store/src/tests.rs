@@ -397,14 +397,20 @@ fn the_store_writes_through_its_map_only_where_the_files_space_can_be_reserved()
     }
 }
 
-#[test]
-fn the_data_files_space_is_reserved_when_it_is_written_through_the_map() {
+/// A temporary directory on a file system the store writes through its map on.
+fn reservable_tempdir() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     assert!(
         map_write::reservable(root.path()),
         "the test needs its temporary directory on ext4 or XFS ({})",
         root.path().display()
     );
+    root
+}
+
+#[test]
+fn the_data_files_space_is_reserved_when_it_is_written_through_the_map() {
+    let root = reservable_tempdir();
     let dir = root.path().join("store");
     let store = Store::open(&dir).unwrap();
     write_and_list(&store, 10, "a");
@@ -509,12 +515,7 @@ fn each_remove_of_a_row_shows_the_output_of_its_bucket() {
 fn reads_go_on_while_a_switch_to_map_writes_reads_the_file_back() {
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
-    let root = tempfile::tempdir().unwrap();
-    assert!(
-        map_write::reservable(root.path()),
-        "the test needs its temporary directory on ext4 or XFS ({})",
-        root.path().display()
-    );
+    let root = reservable_tempdir();
     let dir = root.path().join("store");
     let store = Arc::new(Store::open(&dir).unwrap());
     write_and_list(&store, 10, "a");

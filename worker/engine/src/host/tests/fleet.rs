@@ -4,13 +4,7 @@ use super::*;
 
 #[test]
 fn a_peer_listener_needs_its_secret_certificate_key_and_an_address() {
-    let dir = tempfile::tempdir().unwrap();
-    write_config(&dir.path().join("config.yaml"), free_port());
-    let secret_file = private_file(
-        dir.path(),
-        "peer_secret",
-        "a-fleet-secret-of-enough-bytes\n",
-    );
+    let (dir, secret_file) = dir_with_secret();
     let with = |listen: &str, secret: bool, cert: bool| HostSettings {
         peer_listen: Some(listen.to_owned()),
         peer_secret_file: secret.then(|| secret_file.clone()),
@@ -29,18 +23,34 @@ fn a_peer_listener_needs_its_secret_certificate_key_and_an_address() {
         (with("0.0.0.0:8443", true, false), "peer_tls_cert_file"),
         (with("0.0.0.0", true, true), "not <address>:<port>"),
     ] {
-        let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
-        host.start();
-        let snap = host.status().snapshot();
-        assert_eq!(snap.phase, Phase::ConfigError);
-        let err = snap.last_error.unwrap();
-        assert!(
-            err.code == "PSM_C1007" && err.message.contains(says),
-            "{}: {}",
-            err.code,
-            err.message
-        );
+        setting_refused(settings, says);
     }
+}
+
+/// Starts a host with `settings`; it must wait with `PSM_C1007` saying `says`. Returns the
+/// message.
+fn setting_refused(settings: HostSettings, says: &str) -> String {
+    let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
+    host.start();
+    let snap = host.status().snapshot();
+    assert_eq!(snap.phase, Phase::ConfigError);
+    let err = snap.last_error.unwrap();
+    assert!(
+        err.code == "PSM_C1007" && err.message.contains(says),
+        "{}: {}",
+        err.code,
+        err.message
+    );
+    err.message
+}
+
+/// A directory with a configuration file and the fleet's secret in a private file.
+fn dir_with_secret() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(&dir.path().join("config.yaml"), free_port());
+    let secret = "a-fleet-secret-of-enough-bytes\n";
+    let secret_file = private_file(dir.path(), "peer_secret", secret);
+    (dir, secret_file)
 }
 
 /// `text` in `dir/name`, mode 0600.
@@ -55,13 +65,7 @@ fn private_file(dir: &Path, name: &str, text: &str) -> PathBuf {
 #[test]
 fn the_fleet_secret_is_read_from_a_private_file_and_never_from_a_setting() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    write_config(&dir.path().join("config.yaml"), free_port());
-    let secret_file = private_file(
-        dir.path(),
-        "peer_secret",
-        "a-fleet-secret-of-enough-bytes\n",
-    );
+    let (dir, secret_file) = dir_with_secret();
     let short_file = private_file(dir.path(), "short_secret", "short\n");
     let open_file = private_file(dir.path(), "open_secret", "a-fleet-secret-of-enough-bytes");
     std::fs::set_permissions(&open_file, std::fs::Permissions::from_mode(0o640)).unwrap();
@@ -76,17 +80,7 @@ fn the_fleet_secret_is_read_from_a_private_file_and_never_from_a_setting() {
         (with(&open_file, false), "chmod 600"),
         (with(&dir.path().join("missing"), false), "cannot be read"),
     ] {
-        let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
-        host.start();
-        let snap = host.status().snapshot();
-        assert_eq!(snap.phase, Phase::ConfigError);
-        let err = snap.last_error.unwrap();
-        assert!(
-            err.code == "PSM_C1007" && err.message.contains(says),
-            "{}: {}",
-            err.code,
-            err.message
-        );
-        assert!(!err.message.contains("a-fleet-secret"), "{}", err.message);
+        let message = setting_refused(settings, says);
+        assert!(!message.contains("a-fleet-secret"), "{message}");
     }
 }
