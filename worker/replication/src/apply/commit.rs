@@ -1,7 +1,6 @@
-//! Publishing the applier's store commits (`group` makes them): the
-//! checkpoint published to clients and the primary told the WAL is flushed — or, while a
-//! re-copy holds the store's writes, nothing published until its merge is written, and
-//! then everything since at once.
+//! Publishing the applier's store commits (`group` makes them): the checkpoint published to
+//! clients and the primary told the WAL is flushed — or, while a re-copy holds the store's
+//! writes, nothing published until its merge is written, and then everything since at once.
 
 use std::time::Instant;
 

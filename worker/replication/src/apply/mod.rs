@@ -1,16 +1,17 @@
 //! The applier: one thread that turns decoded source changes into store writes.
 //!
-//! Each source transaction is applied in one MDBX write transaction (a few small ones
-//! that are already queued may share it, and this service's logical messages between
-//! them: `group`), committed durably with the transaction's end LSN, then published as a
+//! Each source transaction is applied in one MDBX write transaction (a few small ones that
+//! are already queued may share it, and this service's logical messages between them:
+//! `group`), committed durably with the transaction's end LSN, then published as a
 //! checkpoint, and only then acknowledged to the primary as flushed. Other tools' logical
 //! messages only move the position: it is stored with the next write, or at most
 //! [`PASS_EVERY`] after the last one when nothing else comes, so they cost no durable
-//! commit each and the slot still confirms them. While a table's re-copy changes what clients see of it, the store holds the
-//! writes (`Store::hold`): they go into one MDBX transaction, committed, published and
-//! acknowledged at once when the copy is merged (`commit::publish`). A transaction whose commit LSN is below the stored LSN was applied before a
-//! restart and is skipped, so redelivery is harmless. A huge transaction stays one MDBX
-//! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
+//! commit each and the slot still confirms them. While a table's re-copy changes what
+//! clients see of it, the store holds the writes (`Store::hold`): they go into one MDBX
+//! transaction, committed, published and acknowledged at once when the copy is merged
+//! (`commit::publish`). A transaction whose commit LSN is below the stored LSN was applied
+//! before a restart and is skipped, so redelivery is harmless. A huge transaction stays one
+//! MDBX transaction: libmdbx spills its dirty pages and the writer writes its ops out in
 //! slices, so memory stays bounded.
 
 use std::collections::HashMap;
