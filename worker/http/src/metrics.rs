@@ -253,6 +253,13 @@ fn storage(e: &mut TextEncoder, state: &HttpState) {
         store.used_bytes(),
     );
     e.single_u64(
+        "powersync_mdbx_storage_syncs_total",
+        Kind::Counter,
+        "Durable writes of the store, each a flush to disk: source transactions (grouped), \
+         this service's logical messages, write-checkpoint records, schema changes.",
+        store.syncs(),
+    );
+    e.single_u64(
         "powersync_mdbx_history_forks",
         Kind::Gauge,
         "Forks of the store's history: writes of this replica alone (a re-copy, a table \

@@ -75,14 +75,26 @@ pub(super) enum Change {
         received: Instant,
     },
     /// Every source transaction that commits below `lsn` was delivered (a logical message
-    /// outside any transaction): the checkpoint's LSN may move up with no new ops.
+    /// of this service, [`MESSAGE_PREFIX`], outside any transaction): the checkpoint's LSN
+    /// moves up with no new ops.
     Advance {
         lsn: u64,
         /// The message was a write-checkpoint request made on any replica of the primary
         /// (`WriteCheckpointNote`): recorded here too.
         write_checkpoint: Option<WriteCheckpointNote>,
     },
+    /// Like [`Change::Advance`], for a logical message of another prefix (another tool's
+    /// heartbeat, say): nothing is recorded, and the position is stored with the next
+    /// write rather than in a commit of its own (`apply`'s `PASS_EVERY`).
+    Passed {
+        lsn: u64,
+    },
 }
+
+/// The prefix of this service's logical messages (write-checkpoint notes, sync points and
+/// markers, `source::PrimaryHead`): the stream stores the position of each, while other
+/// prefixes only move it.
+pub(crate) const MESSAGE_PREFIX: &str = "powersync";
 
 /// A write-checkpoint request as the replica that answered it announces it to every
 /// replica of the primary: a logical message (prefix `powersync`) with the content

@@ -107,6 +107,7 @@ fn apply(
         Change::Begin { .. }
         | Change::Commit { .. }
         | Change::Advance { .. }
+        | Change::Passed { .. }
         | Change::Recopy(_) => return Ok(0),
     };
     let table = table_of(index)?;

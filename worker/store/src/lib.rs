@@ -104,6 +104,8 @@ pub struct Store {
     reads: ReadTracker,
     /// What the commits since the last [`Store::take_changes`] changed.
     changes: changes::ChangeLog,
+    /// Flushes of commits to disk since the store was opened ([`Store::syncs`]).
+    syncs: std::sync::atomic::AtomicU64,
 }
 
 /// The environment as it is open now.
@@ -178,6 +180,7 @@ impl Store {
             codec: parking_lot::RwLock::new(std::sync::Arc::new(codec)),
             reads: ReadTracker::default(),
             changes: changes::ChangeLog::default(),
+            syncs: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -484,10 +487,18 @@ impl Store {
 
     /// Flushes every commit to disk; failure poisons the store.
     fn sync(&self) -> Result<(), StoreError> {
-        self.opened()?.env.sync(true).map(|_| ()).map_err(|e| {
+        self.opened()?.env.sync(true).map_err(|e| {
             self.poisoned.store(true, Ordering::Release);
             StoreError::mdbx(&self.dir, "sync to disk", e)
-        })
+        })?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Durable writes since the store was opened: each a flush to disk (a sync), what
+    /// bounds a writer's rate on slow disks (for `/metrics`).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// Empties every data table and the counters, checkpoint and bootstrap record, keeping

@@ -11,6 +11,13 @@ impl ReadTxn<'_, '_> {
     /// The encoded outputs stored under the encoded `key`, one per source row, in row-id
     /// order.
     pub fn lookup_rows(&self, key: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.lookup_rows_up_to(key, usize::MAX)
+    }
+
+    /// Like [`Self::lookup_rows`], but reads no more than the first `most` rows: a caller
+    /// that refuses a key past a limit asks for one row more than the limit, and the rest
+    /// of a key with a million rows is never read.
+    pub fn lookup_rows_up_to(&self, key: &[u8], most: usize) -> Result<Vec<Vec<u8>>, StoreError> {
         let mdbx = |action| move |e| StoreError::mdbx(self.dir, action, e);
         let mut cursor = self
             .txn
@@ -19,7 +26,7 @@ impl ReadTxn<'_, '_> {
         let mut rows = Vec::new();
         let stored = stored_dup_key(key);
         let mut next: Option<Vec<u8>> = cursor.set(&stored).map_err(mdbx("seek a lookup"))?;
-        while let Some(value) = next {
+        while let Some(value) = next.filter(|_| rows.len() < most) {
             if value.len() > ROW_ID_BYTES {
                 rows.push(value.get(ROW_ID_BYTES..).unwrap_or_default().to_vec());
             } else if let Some(outputs) = self.lookup_outputs_of_row(&value, key)? {

@@ -1,13 +1,17 @@
 //! The applier: one thread that turns decoded source changes into store writes.
 //!
-//! Each source transaction is applied in one MDBX write transaction (a few small ones
-//! that are already queued may share it), committed durably with the transaction's end
-//! LSN, then published as a checkpoint, and only then acknowledged to the primary as
-//! flushed. While a table's re-copy changes what clients see of it, the store holds the
-//! writes (`Store::hold`): they go into one MDBX transaction, committed, published and
-//! acknowledged at once when the copy is merged (`commit::publish`). A transaction whose commit LSN is below the stored LSN was applied before a
-//! restart and is skipped, so redelivery is harmless. A huge transaction stays one MDBX
-//! transaction: libmdbx spills its dirty pages and the writer writes its ops out in
+//! Each source transaction is applied in one MDBX write transaction (a few small ones that
+//! are already queued may share it, and this service's logical messages between them:
+//! `group`), committed durably with the transaction's end LSN, then published as a
+//! checkpoint, and only then acknowledged to the primary as flushed. Other tools' logical
+//! messages only move the position: it is stored with the next write, or at most
+//! [`PASS_EVERY`] after the last one when nothing else comes, so they cost no durable
+//! commit each and the slot still confirms them. While a table's re-copy changes what
+//! clients see of it, the store holds the writes (`Store::hold`): they go into one MDBX
+//! transaction, committed, published and acknowledged at once when the copy is merged
+//! (`commit::publish`). A transaction whose commit LSN is below the stored LSN was applied
+//! before a restart and is skipped, so redelivery is harmless. A huge transaction stays one
+//! MDBX transaction: libmdbx spills its dirty pages and the writer writes its ops out in
 //! slices, so memory stays bounded.
 
 use std::collections::HashMap;
@@ -29,6 +33,7 @@ use rules::SyncRules;
 use store::{Checkpoint, Store};
 
 mod commit;
+mod group;
 mod merging;
 mod rows;
 
@@ -42,6 +47,12 @@ const GROUP_ROWS: u64 = 4096;
 ///
 /// [`StreamContext::group_window`]: crate::StreamContext::group_window
 pub const GROUP_WINDOW: Duration = Duration::from_millis(5);
+/// A position only other tools' logical messages moved is stored (and confirmed to the
+/// primary) this long after the last write at most, in a write of its own when nothing
+/// else comes: a heartbeat emitted every millisecond costs one durable commit a second,
+/// not a thousand. The slot's confirmed position lags it that much at most, and never
+/// passes what the store holds (`PSM_R2007` checks that at every start).
+const PASS_EVERY: Duration = Duration::from_secs(1);
 /// A bucket is CLEAR-compacted once this many of its ops became superseded or REMOVEs.
 const COMPACT_AFTER_OPS: u64 = 1024;
 
@@ -67,6 +78,9 @@ pub(super) struct Applier {
     pub published_at: Option<Instant>,
     /// [`GROUP_WINDOW`] or a test's.
     pub group_window: Duration,
+    /// Where other tools' logical messages moved the position beyond the last write (not
+    /// stored yet: [`PASS_EVERY`]).
+    pub passing: Option<u64>,
 }
 
 impl Applier {
@@ -81,26 +95,25 @@ impl Applier {
         loop {
             let next = match held.take() {
                 Some(change) => change,
-                None => match input.blocking_recv() {
+                None => match self.receive(&mut input) {
                     Some(change) => change,
                     None => return Ok(()),
                 },
             };
             match next {
-                Change::Advance {
-                    lsn,
-                    write_checkpoint,
-                } if lsn > self.applied.lsn => {
-                    let reached = self.applied.lsn;
-                    let ((), checkpoint) = self.store.write(lsn, |w| {
-                        if let Some(note) = &write_checkpoint {
-                            note.record(w)?;
-                        }
-                        self.sweep.run(w, reached, &self.progress)
-                    })?;
-                    self.publish(checkpoint)?;
+                message @ Change::Advance { lsn, .. } if lsn > self.applied.lsn => {
+                    held = self.apply_group(&mut input, message)?;
                 }
                 Change::Advance { .. } => {}
+                Change::Passed { lsn } => {
+                    self.passing = Some(lsn).filter(|&lsn| lsn > self.applied.lsn);
+                    let due = self
+                        .published_at
+                        .is_none_or(|at| at.elapsed() >= PASS_EVERY);
+                    if self.passing.is_some() && due {
+                        held = self.apply_group(&mut input, Change::Passed { lsn })?;
+                    }
+                }
                 Change::Begin { commit_lsn } if commit_lsn < self.applied.lsn => {
                     // A table it starts following is followed still: the stream numbers
                     // the tables after it.
@@ -109,7 +122,7 @@ impl Applier {
                     }
                     self.progress.pending.published(self.visible.lsn);
                 }
-                Change::Begin { commit_lsn } => held = self.apply_group(&mut input, commit_lsn)?,
+                begin @ Change::Begin { .. } => held = self.apply_group(&mut input, begin)?,
                 relation @ (Change::Relation { .. }
                 | Change::Gone { .. }
                 | Change::Added { .. }) => self.apply_between(relation)?,
@@ -121,6 +134,21 @@ impl Applier {
                 }
             }
         }
+    }
+
+    /// The next change; `None` once the input closed. While a position other tools'
+    /// messages moved waits to be stored, waits until [`PASS_EVERY`] after the last write
+    /// at most, and then returns that position as a change of its own.
+    fn receive(&self, input: &mut ChangeReceiver) -> Option<Change> {
+        let Some(lsn) = self.passing else {
+            return input.blocking_recv();
+        };
+        let due = self
+            .published_at
+            .map_or_else(Instant::now, |at| at + PASS_EVERY);
+        input
+            .recv_until(due)
+            .or_else(|| (Instant::now() >= due).then_some(Change::Passed { lsn }))
     }
 }
 

@@ -123,6 +123,7 @@ impl Applier {
             Change::Begin { .. }
             | Change::Commit { .. }
             | Change::Advance { .. }
+            | Change::Passed { .. }
             | Change::Recopy(_) => Ok(0),
         }
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::change::{Change, WriteCheckpointNote};
+use crate::change::{Change, WriteCheckpointNote, MESSAGE_PREFIX};
 use crate::context::GONE_AFTER;
 use crate::error::{stream_error, ReplicationError};
 use crate::table::StreamTable;
@@ -166,12 +166,13 @@ impl<'a> Decoder<'a> {
                 content,
             } if !self.in_transaction => {
                 self.passed = self.passed.max(lsn);
-                let write_checkpoint = (prefix == "powersync")
-                    .then(|| WriteCheckpointNote::parse(&content, lsn))
-                    .flatten();
-                Some(Change::Advance {
-                    lsn,
-                    write_checkpoint,
+                Some(if prefix == MESSAGE_PREFIX {
+                    Change::Advance {
+                        lsn,
+                        write_checkpoint: WriteCheckpointNote::parse(&content, lsn),
+                    }
+                } else {
+                    Change::Passed { lsn }
                 })
             }
             Message::Unexpected(name) => {

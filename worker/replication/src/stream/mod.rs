@@ -100,6 +100,7 @@ pub async fn follow_slot(
         handover: handover.clone(),
         published_at: None,
         group_window: context.group_window,
+        passing: None,
     };
     let applying = std::thread::Builder::new()
         .name("psm-stream-apply".into())

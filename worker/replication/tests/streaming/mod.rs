@@ -22,6 +22,7 @@ use testkit::buckets;
 
 mod changes;
 mod columns;
+mod messages;
 mod tables;
 
 const SLOT: &str = "psm_stream_test";
