@@ -248,11 +248,24 @@ async fn setup(
                     "REQUEST_STREAM before SETUP".into(),
                 ))
             }
-            Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,
-            Inbound::Error { .. } | Inbound::Cancel { .. } => return Ok(None),
-            Inbound::Keepalive { .. } | Inbound::RequestN { .. } | Inbound::Other => {}
+            other => {
+                if !answer_other(socket, other).await? {
+                    return Ok(None);
+                }
+            }
         }
     }
+}
+
+/// Answers a frame the socket does not wait for: a keepalive asking for one back is
+/// answered, others are passed over. False when the frame ends the socket (ERROR, CANCEL).
+async fn answer_other(socket: &mut Socket, frame: Inbound) -> Result<bool, Refusal> {
+    match frame {
+        Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,
+        Inbound::Error { .. } | Inbound::Cancel { .. } => return Ok(false),
+        _ => {}
+    }
+    Ok(true)
 }
 
 /// Reads the first REQUEST_STREAM and opens the sync stream of `user`, admitted with
@@ -310,9 +323,11 @@ async fn request(
                     "one SETUP per connection".into(),
                 ))
             }
-            Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,
-            Inbound::Error { .. } | Inbound::Cancel { .. } => return Ok(None),
-            Inbound::Keepalive { .. } | Inbound::RequestN { .. } | Inbound::Other => {}
+            other => {
+                if !answer_other(socket, other).await? {
+                    return Ok(None);
+                }
+            }
         }
     }
 }
