@@ -1,4 +1,6 @@
-//! `api.parameters`: the official service's limits for sync connections, honoured when set.
+//! `api.parameters`: the official service's limits for sync connections, honoured when set,
+//! and this engine's own `max_concurrent_connections_per_user`, which the official schema
+//! does not have.
 
 use serde_norway::Value;
 
@@ -13,6 +15,9 @@ pub struct ApiLimits {
     /// `max_parameter_query_results`: rows the parameter queries of one request may return
     /// (over it: `PSYNC_S2305`).
     pub max_parameter_query_results: Option<usize>,
+    /// `max_concurrent_connections_per_user` (this engine's own): sync streams one user
+    /// (token `sub`) may hold at once (over it: 429 `PSM_H1430`).
+    pub max_concurrent_connections_per_user: Option<usize>,
 }
 
 /// The keys of `api.parameters` this engine honours.
@@ -20,6 +25,7 @@ const HONOURED: &[&str] = &[
     "max_concurrent_connections",
     "max_buckets_per_connection",
     "max_parameter_query_results",
+    "max_concurrent_connections_per_user",
 ];
 
 /// Reads the honoured limits of the `api` section (`keys` lists the others). An honoured
@@ -39,6 +45,9 @@ pub(crate) fn parse(api: &Value) -> Result<ApiLimits, (String, String)> {
         let field = match name.as_str() {
             "max_concurrent_connections" => &mut limits.max_concurrent_connections,
             "max_buckets_per_connection" => &mut limits.max_buckets_per_connection,
+            "max_concurrent_connections_per_user" => {
+                &mut limits.max_concurrent_connections_per_user
+            }
             _ => &mut limits.max_parameter_query_results,
         };
         *field = Some(limit);
@@ -71,12 +80,13 @@ mod tests {
     #[test]
     fn honoured_limits_are_read() {
         let limits = api(
-            "parameters:\n  max_concurrent_connections: 500\n  max_buckets_per_connection: '20'\n  max_parameter_query_results: 7\n  max_data_fetch_concurrency: 10\ntokens: [x]\n",
+            "parameters:\n  max_concurrent_connections: 500\n  max_buckets_per_connection: '20'\n  max_parameter_query_results: 7\n  max_concurrent_connections_per_user: 3\n  max_data_fetch_concurrency: 10\ntokens: [x]\n",
         )
         .unwrap();
         assert_eq!(limits.max_concurrent_connections, Some(500));
         assert_eq!(limits.max_buckets_per_connection, Some(20));
         assert_eq!(limits.max_parameter_query_results, Some(7));
+        assert_eq!(limits.max_concurrent_connections_per_user, Some(3));
     }
 
     #[test]

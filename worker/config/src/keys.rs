@@ -106,6 +106,8 @@ const SCHEMA: &[(&str, Key)] = &[
                     ("max_concurrent_connections", Used),
                     ("max_buckets_per_connection", Used),
                     ("max_parameter_query_results", Used),
+                    // This engine's own; not in the official schema.
+                    ("max_concurrent_connections_per_user", Used),
                     ("max_data_fetch_concurrency", Unused),
                     ("checkpoint_request_retention_minutes", Unused),
                     ("bucket_count_cache_ttl_minutes", Unused),

@@ -518,7 +518,9 @@ fn stream_limits(api: &config::ApiLimits, http: &http::HttpLimits) -> StreamLimi
             .max_concurrent_connections
             .unwrap_or(defaults.max_streams)
             .min(http.max_connections),
-        max_streams_per_user: defaults.max_streams_per_user,
+        max_streams_per_user: api
+            .max_concurrent_connections_per_user
+            .unwrap_or(defaults.max_streams_per_user),
         request: RequestLimits {
             max_buckets: api
                 .max_buckets_per_connection

@@ -32,6 +32,7 @@ bucket_definitions:
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn start(slot: &str, extra_yaml: &str, limits: HttpLimits) -> EngineRig {
     EngineRig::start_with(SCHEMA, RULES, slot, extra_yaml, Some(limits))
@@ -43,6 +44,7 @@ fn limits(max_connections: usize) -> HttpLimits {
         header_read_timeout: HEADER_TIMEOUT,
         max_connections,
         write_timeout: WRITE_TIMEOUT,
+        body_read_timeout: BODY_TIMEOUT,
     }
 }
 
@@ -151,6 +153,7 @@ fn a_connection_over_the_cap_is_answered_503_and_closed() {
             header_read_timeout: Patience::of_run().stall,
             max_connections: 4,
             write_timeout: WRITE_TIMEOUT,
+            body_read_timeout: BODY_TIMEOUT,
         },
     );
     // Four connections that are mid-request (the header timeout has not passed).
@@ -286,6 +289,7 @@ fn a_token_expiring_while_a_send_is_blocked_ends_the_stream() {
             header_read_timeout: HEADER_TIMEOUT,
             max_connections: 10_000,
             write_timeout: Duration::from_secs(3600),
+            body_read_timeout: BODY_TIMEOUT,
         }),
     );
     let held = open_and_stop_reading(&rig, 5);
@@ -295,19 +299,36 @@ fn a_token_expiring_while_a_send_is_blocked_ends_the_stream() {
     drop(held);
 }
 
+/// A stream request of `user` whose head announces a body of 1,000 bytes that never
+/// comes: the connection, to hold.
+fn stream_head_without_body(rig: &EngineRig, user: &str) -> TcpStream {
+    let mut s = connect(rig.port);
+    let head = format!(
+        "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token {}\r\n\
+         Accept: application/x-ndjson\r\nContent-Type: application/json\r\n\
+         Content-Length: 1000\r\n\r\n",
+        token(user, 600)
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s
+}
+
 #[test]
-fn one_user_holds_at_most_its_limit_of_streams() {
-    let rig = start("psm_limits_user", "", limits(10_000));
-    let mut held: Vec<_> = (0..service::MAX_STREAMS_PER_USER)
+fn one_user_holds_at_most_its_limit_of_streams_before_sending_a_body() {
+    let api = "api:\n  parameters:\n    max_concurrent_connections_per_user: 2\n";
+    let rig = start("psm_limits_user", api, limits(10_000));
+    let mut held: Vec<_> = (0..2)
         .map(|_| {
             let (status, lines) = open_stream(&rig, "u2");
             assert_eq!(status, 200);
             lines
         })
         .collect();
-    let (status, refused) = open_stream(&rig, "u2");
-    assert_eq!(status, 429);
-    let answer = answer_of(refused);
+    // The third is refused from its head alone, well before the body's deadline.
+    let mut third = stream_head_without_body(&rig, "u2");
+    third.set_read_timeout(Some(BODY_TIMEOUT / 2)).unwrap();
+    let answer = read_response(&mut third);
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert!(answer.contains("PSM_H1430"), "{answer}");
     // Another user is not affected, and a stream that ends makes room again.
     assert_eq!(open_stream(&rig, "u1").0, 200);
@@ -316,6 +337,81 @@ fn one_user_holds_at_most_its_limit_of_streams() {
         let (status, lines) = open_stream(&rig, "u2");
         (status == 200).then_some(lines)
     });
+}
+
+/// One response read whole (its head, then as many body bytes as `Content-Length` says),
+/// on a connection the server may keep open; what came when the read times out.
+fn read_response(stream: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if seen.len() >= end + 4 + length {
+                return text;
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return text,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_request_is_authenticated_before_its_body_is_read() {
+    let rig = start("psm_limits_auth_first", "", limits(10_000));
+    let mut s = connect(rig.port);
+    s.write_all(
+        b"POST /sync/checkpoint-request HTTP/1.1\r\nHost: x\r\n\
+          Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+    )
+    .unwrap();
+    // Refused from its head, before the body's deadline.
+    s.set_read_timeout(Some(BODY_TIMEOUT / 2)).unwrap();
+    let answer = read_response(&mut s);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("PSYNC_S2106"), "{answer}");
+}
+
+#[test]
+fn a_body_that_does_not_arrive_in_time_is_answered_408_and_closed() {
+    let rig = start("psm_limits_body", "", limits(10_000));
+    let checkpoint_head = format!(
+        "POST /sync/checkpoint-request HTTP/1.1\r\nHost: x\r\nAuthorization: Token {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"client_id\":",
+        token("u1", 600)
+    );
+    let started = Instant::now();
+    let mut checkpoint = connect(rig.port);
+    checkpoint.write_all(checkpoint_head.as_bytes()).unwrap();
+    let mut stream = stream_head_without_body(&rig, "u1");
+    for held in [&mut stream, &mut checkpoint] {
+        let answer = read_response(held);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("PSM_H1408"), "{answer}");
+        assert!(
+            started.elapsed() >= BODY_TIMEOUT - Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+        let mut more = [0u8; 1];
+        match held.read(&mut more) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("the connection stays open after the 408: {other:?}"),
+        }
+    }
+    // No stream was left registered by the one that never sent its body.
+    assert_eq!(streams_open(rig.port), Some(0));
 }
 
 #[test]
@@ -335,4 +431,51 @@ fn parameter_query_results_are_limited() {
     let (status, mut within) = open_stream(&rig, "u2");
     assert_eq!(status, 200);
     within.until_complete();
+}
+
+#[test]
+fn clients_that_send_nothing_or_a_body_do_not_hold_the_metrics_port() {
+    let metrics_port = testkit::free_port();
+    let telemetry = format!("telemetry:\n  prometheus_port: {metrics_port}\n");
+    let rig = start("psm_limits_metrics", &telemetry, limits(10_000));
+    wait_until("the metrics port listens", || {
+        TcpStream::connect(("127.0.0.1", metrics_port)).ok()
+    });
+    let started = Instant::now();
+    // Twice as many holders as the port once served at a time: nothing sent, half a head,
+    // and a whole head announcing a body that never comes.
+    let mut holders: Vec<TcpStream> = (0..16)
+        .map(|i| {
+            let mut s = connect(metrics_port);
+            let sent: &[u8] = match i % 3 {
+                0 => b"",
+                1 => b"GET /metrics HTTP/1.1\r\nHo",
+                _ => b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n",
+            };
+            s.write_all(sent).unwrap();
+            s
+        })
+        .collect();
+    // A scrape is answered at once beside them.
+    let mut scrape = connect(metrics_port);
+    scrape
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    scrape
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let answer = read_response(&mut scrape);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    // Every holder is closed within the port's header timeout; the one with a body is
+    // answered without it being read.
+    wait_until("the metrics port closed every holder", || {
+        holders.retain_mut(|s| !closed_by_server(s));
+        holders.is_empty().then_some(())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(rig);
 }

@@ -110,6 +110,32 @@ impl ApiError {
         }
     }
 
+    /// The request's body did not arrive whole within `within` (the connection is closed
+    /// after this answer).
+    pub fn body_timeout(within: std::time::Duration) -> Self {
+        Self {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "PSM_H1408",
+            name: "RequestTimeout",
+            description: format!(
+                "the request's body did not arrive within {} s of its headers; send it at once",
+                within.as_secs_f64()
+            ),
+        }
+    }
+
+    /// The server holds as many WebSockets waiting for their SETUP frame as it accepts.
+    pub fn too_many_setups() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSM_H1505",
+            name: "TooManyWebSocketsWaiting",
+            description: "the server holds as many WebSockets waiting for their SETUP frame as \
+                          it accepts; retry later"
+                .into(),
+        }
+    }
+
     /// A dependency (the primary, the store) cannot serve the request now.
     pub fn unavailable(description: String) -> Self {
         Self {
@@ -149,6 +175,13 @@ impl ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        }
+        // What is left of a body that did not arrive in time is not waited for.
+        if self.status == StatusCode::REQUEST_TIMEOUT {
+            response.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
         }
         response
     }

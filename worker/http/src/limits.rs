@@ -1,12 +1,17 @@
 //! The HTTP server's own limits: how long a client may take to send a request's headers
-//! (also how long a kept-alive connection may sit idle between requests), how long it may
-//! take nothing of what it is sent, and how many connections it holds at once. Defaults in `docs/operations.md`, "Limits".
+//! (also how long a kept-alive connection may sit idle between requests) and then its
+//! body, how long it may take nothing of what it is sent, and how many connections it
+//! holds at once. Defaults in `docs/operations.md`, "Limits".
 
 use std::time::Duration;
 
 /// How long a client gets to send a request's headers, and a kept-alive connection to
 /// start its next request, before the connection is closed.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client gets to send a request's whole body, counted once the request's
+/// headers are read (and, on the sync endpoints, its token accepted).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a connection may go without the client taking any of what it is sent
 /// before it is closed (a client that stopped reading).
@@ -28,6 +33,9 @@ pub struct HttpLimits {
     pub max_connections: usize,
     /// See [`DEFAULT_WRITE_TIMEOUT`].
     pub write_timeout: Duration,
+    /// See [`DEFAULT_BODY_READ_TIMEOUT`]; past it the request is answered 408
+    /// (`PSM_H1408`) and the connection closed.
+    pub body_read_timeout: Duration,
 }
 
 impl HttpLimits {
@@ -41,6 +49,7 @@ impl HttpLimits {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             max_connections: usize::try_from(connections).unwrap_or(usize::MAX),
             write_timeout: DEFAULT_WRITE_TIMEOUT,
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
         }
     }
 }

@@ -1,5 +1,10 @@
 //! `telemetry.prometheus_port`: `GET /metrics` alone on a port of its own, as the official
 //! service serves it, so Prometheus can scrape without reaching the sync endpoints.
+//!
+//! A scrape is one small request: each connection serves one request and closes (a body
+//! is never read), lasts at most [`CONNECTION_TIMEOUT`] in all, and at most
+//! [`MAX_CONNECTIONS`] are open at once; one more is closed at once, so clients that
+//! connect and send nothing cannot make the scraper wait in the listen queue.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +19,14 @@ use super::error::ApiError;
 use super::metrics;
 use super::state::HttpState;
 
-/// Scrapes served at once; more wait in the listen queue.
-const MAX_SCRAPES: usize = 8;
+/// Connections open at once; one more is closed without an answer.
+const MAX_CONNECTIONS: usize = 64;
 /// How long a scraper may take to send its request's head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// What a scrape's request head may be (hyper's least; its default is about 400 KiB).
+const HEAD_BYTES: usize = 8 << 10;
+/// How long a connection may last in all (its request sent, its answer taken).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves `GET /metrics` (and `HEAD`) on every listener until `shutdown` turns true;
 /// every other path is 404.
@@ -26,7 +35,7 @@ pub async fn serve_metrics(
     state: HttpState,
     shutdown: watch::Receiver<bool>,
 ) {
-    let scrapes = Arc::new(Semaphore::new(MAX_SCRAPES));
+    let scrapes = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut serving = tokio::task::JoinSet::new();
     for listener in listeners {
         serving.spawn(accept(
@@ -48,7 +57,9 @@ async fn accept(
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT);
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(HEAD_BYTES)
+        .keep_alive(false);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return,
@@ -62,8 +73,9 @@ async fn accept(
                 continue;
             }
         };
-        let Ok(slot) = scrapes.clone().acquire_owned().await else {
-            return;
+        let Ok(slot) = scrapes.clone().try_acquire_owned() else {
+            drop(tcp);
+            continue;
         };
         let state = state.clone();
         let service = hyper::service::service_fn(move |req| {
@@ -72,7 +84,12 @@ async fn accept(
         });
         let connection = http1.serve_connection(TokioIo::new(tcp), service);
         tokio::spawn(async move {
-            let _ = connection.await;
+            if tokio::time::timeout(CONNECTION_TIMEOUT, connection)
+                .await
+                .is_err()
+            {
+                tracing::debug!("a metrics connection was closed after {CONNECTION_TIMEOUT:?}");
+            }
             drop(slot);
         });
     }

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use super::body::Body;
+use super::connection::Connection;
 use super::error::ApiError;
 use super::limits::HttpLimits;
 use super::probes::{self, Probe};
@@ -130,6 +131,7 @@ pub async fn serve(
     limits: HttpLimits,
 ) {
     let connections = Arc::new(Semaphore::new(limits.max_connections));
+    let setups = Arc::new(Semaphore::new(sync_socket::MAX_SOCKETS_WAITING_FOR_SETUP));
     let connections_stop = shutdown.clone();
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
@@ -177,6 +179,14 @@ pub async fn serve(
                     tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT not set");
                 }
                 let state = state.clone();
+                // Shared with a WebSocket the connection upgrades to: the place is given
+                // back when both ended.
+                let permit = Arc::new(permit);
+                let connection = Connection {
+                    place: permit.clone(),
+                    limits,
+                    setups: setups.clone(),
+                };
                 let deadline = WriteDeadline::default();
                 let io = TokioIo::new(WriteTimeout::new(stream, limits.write_timeout, deadline.clone()));
                 // The request's future is boxed: hyper keeps a place for the service's
@@ -186,10 +196,11 @@ pub async fn serve(
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
                     let deadline = deadline.clone();
+                    let connection = connection.clone();
                     let answer: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> =
                         Box::pin(async move {
                             Ok::<_, std::convert::Infallible>(
-                                route(req, &state, peer, deadline).await,
+                                route(req, &state, peer, deadline, connection).await,
                             )
                         });
                     answer
@@ -270,9 +281,10 @@ async fn route(
     state: &HttpState,
     peer: SocketAddr,
     deadline: WriteDeadline,
+    connection: Connection,
 ) -> Response<Body> {
     let cors = SYNC_ENDPOINTS.contains(&req.uri().path());
-    let mut response = dispatch(req, state, peer, deadline).await;
+    let mut response = dispatch(req, state, peer, deadline, connection).await;
     if cors {
         cors::allow_origin(&mut response);
     }
@@ -284,7 +296,9 @@ async fn dispatch(
     state: &HttpState,
     peer: SocketAddr,
     deadline: WriteDeadline,
+    connection: Connection,
 ) -> Response<Body> {
+    let body_within = connection.limits.body_read_timeout;
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     if let Some(probe) = Probe::from_path(&path) {
@@ -305,13 +319,13 @@ async fn dispatch(
     match (method, path.as_str()) {
         (Method::OPTIONS, _) if known => cors::preflight(req.headers()),
         (Method::POST, "/sync/stream") => {
-            sync_stream::handle(req, state.sync.clone(), deadline).await
+            sync_stream::handle(req, state.sync.clone(), deadline, body_within).await
         }
         (Method::GET, "/sync/stream") if sync_socket::is_upgrade(&req) => {
-            sync_socket::handle(req, state.sync.clone())
+            sync_socket::handle(req, state.sync.clone(), connection)
         }
         (Method::POST, write_checkpoint::REQUEST_PATH) => {
-            write_checkpoint::handle_request(req, state.sync.clone()).await
+            write_checkpoint::handle_request(req, state.sync.clone(), body_within).await
         }
         (Method::GET, "/write-checkpoint2.json") => {
             write_checkpoint::handle(req, state.sync.clone()).await

@@ -7,6 +7,12 @@
 //! and the socket holds at most one chunk of them). Keepalives are answered, CANCEL ends
 //! the stream, an expired token completes it (a socket that takes nothing then is closed a
 //! little after).
+//!
+//! Until its SETUP is accepted a socket waits in a small pool of its own
+//! ([`MAX_SOCKETS_WAITING_FOR_SETUP`]), for at most [`SETUP_TIMEOUT`], and is read at most
+//! [`SETUP_MAX_BYTES`] (`setup_gate`); only an authenticated socket takes a stream's place
+//! (and its user's), as an HTTP stream does before its body is read. The socket keeps its
+//! connection's place for its life (hyper lets go of the connection at the upgrade).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,16 +23,21 @@ use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::{header, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
+use super::admission::{admit, Admission};
 use super::body::Body;
 use super::compress::Coding;
+use super::connection::Connection;
 use super::error::ApiError;
 use super::rsocket::{self, Inbound};
+use super::setup_gate::{SetupGate, SetupTooLarge};
 use super::sync_stream::{open, EXPIRY_GRACE};
+use auth::AuthenticatedUser;
 use service::{Encoding, SyncService, MAX_BODY_BYTES};
 
 /// The stream's chunks of BSON documents, produced as the client's credit takes them.
@@ -40,8 +51,25 @@ struct Lines {
     expires_at: std::time::Instant,
 }
 
-/// How long a client has to send its SETUP and then its REQUEST_STREAM.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Sockets that wait for their SETUP at once, per server; one more upgrade is answered
+/// 503 (`PSM_H1505`). A client sends its SETUP with the upgrade, so a place is held for
+/// about a round trip.
+pub const MAX_SOCKETS_WAITING_FOR_SETUP: usize = 256;
+
+/// How long a socket has from its upgrade to send its SETUP.
+pub(crate) const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bytes a socket may send before its SETUP is accepted. A SETUP carries the token and a
+/// user agent (the SDKs' is a few hundred bytes with a common token); this lets a token be
+/// as long as an HTTP request's head may be (the connection's 64 KiB buffer).
+pub(crate) const SETUP_MAX_BYTES: usize = 64 << 10;
+
+/// The largest frame once SETUP is accepted: a REQUEST_STREAM carries the sync request
+/// (at most [`MAX_BODY_BYTES`]) and its metadata.
+const MAX_FRAME_BYTES: usize = MAX_BODY_BYTES + (64 << 10);
+
+/// A socket's read buffer, allocated with it (the library's default is 128 KiB).
+const READ_BUFFER_BYTES: usize = 8 << 10;
 
 /// True for a WebSocket upgrade request.
 pub fn is_upgrade(req: &Request<Incoming>) -> bool {
@@ -56,8 +84,13 @@ pub fn is_upgrade(req: &Request<Incoming>) -> bool {
     has(header::CONNECTION, "upgrade") && has(header::UPGRADE, "websocket")
 }
 
-/// Answers the upgrade (101) and serves the socket once hyper hands it over.
-pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Body> {
+/// Answers the upgrade (101) and serves the socket once hyper hands it over, holding the
+/// `connection`'s place until the socket ends.
+pub(crate) fn handle(
+    req: Request<Incoming>,
+    service: Arc<SyncService>,
+    connection: Connection,
+) -> Response<Body> {
     let version_13 = req
         .headers()
         .get(header::SEC_WEBSOCKET_VERSION)
@@ -69,11 +102,9 @@ pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Bod
     if !version_13 {
         return ApiError::bad_request("only WebSocket version 13 is spoken".into()).into_response();
     }
-    // The socket holds a stream's place from its upgrade on: sockets waiting for their
-    // SETUP count against the limit of streams too.
-    let Ok(permit) = service.streams.clone().try_acquire_owned() else {
-        service.sync_responses.add(429);
-        return ApiError::too_many_streams().into_response();
+    let Ok(waiting) = connection.setups.clone().try_acquire_owned() else {
+        service.sync_responses.add(503);
+        return ApiError::too_many_setups().into_response();
     };
     let accept = derive_accept_key(key.as_bytes());
     // Counted as the stream's answer (`powersync_mdbx_sync_responses_total{status="101"}`).
@@ -82,16 +113,14 @@ pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Bod
     tokio::spawn(async move {
         match upgrading.await {
             Ok(upgraded) => {
-                let mut config = WebSocketConfig::default();
-                config.max_message_size = Some(MAX_BODY_BYTES + (64 << 10));
-                config.max_frame_size = Some(MAX_BODY_BYTES + (64 << 10));
-                let socket = WebSocketStream::from_raw_socket(
-                    TokioIo::new(upgraded),
-                    Role::Server,
-                    Some(config),
-                )
-                .await;
-                serve(socket, service, permit).await;
+                let config = WebSocketConfig::default()
+                    .read_buffer_size(READ_BUFFER_BYTES)
+                    .max_message_size(Some(MAX_FRAME_BYTES))
+                    .max_frame_size(Some(MAX_FRAME_BYTES));
+                let gated = SetupGate::new(TokioIo::new(upgraded), SETUP_MAX_BYTES);
+                let socket =
+                    WebSocketStream::from_raw_socket(gated, Role::Server, Some(config)).await;
+                serve(socket, service, waiting, connection).await;
             }
             Err(e) => tracing::debug!(error = %e, "a WebSocket upgrade failed"),
         }
@@ -113,7 +142,7 @@ pub fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Bod
     response
 }
 
-type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+type Socket = WebSocketStream<SetupGate<TokioIo<hyper::upgrade::Upgraded>>>;
 
 /// Why a socket ends early: an RSocket error to send first.
 struct Refusal {
@@ -122,45 +151,82 @@ struct Refusal {
     message: String,
 }
 
+impl Refusal {
+    fn on_setup(code: u32, message: String) -> Self {
+        Self {
+            stream: 0,
+            code,
+            message,
+        }
+    }
+}
+
+/// Serves the socket to its end; the `connection`'s place is given back with it.
 async fn serve(
     mut socket: Socket,
     service: Arc<SyncService>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    waiting: OwnedSemaphorePermit,
+    connection: Connection,
 ) {
-    let ended =
-        match tokio::time::timeout(SETUP_TIMEOUT, start(&mut socket, &service, permit)).await {
-            Err(_) => Err(Refusal {
-                stream: 0,
-                code: rsocket::INVALID_SETUP,
-                message: format!("no SETUP and REQUEST_STREAM within {SETUP_TIMEOUT:?}"),
-            }),
-            Ok(Err(refusal)) => Err(refusal),
-            Ok(Ok(None)) => Ok(()),
-            Ok(Ok(Some((stream, credit, lines)))) => {
-                let ends = (lines.expires_at + EXPIRY_GRACE).into();
-                let following = follow(&mut socket, stream, credit, lines.chunks);
-                tokio::time::timeout_at(ends, following)
-                    .await
-                    .unwrap_or(Ok(()))
-            }
-        };
-    if let Err(refusal) = ended {
+    let within = connection.limits.body_read_timeout;
+    if let Err(refusal) = run(&mut socket, &service, waiting, within).await {
         let frame = rsocket::error(refusal.stream, refusal.code, &refusal.message);
         let _ = socket.send(Message::binary(frame)).await;
     }
     let _ = socket.close(None).await;
+    drop(connection);
 }
 
-/// Reads SETUP (authenticating its token) and the first REQUEST_STREAM, and opens the
-/// sync stream: its id, the client's first credit and the lines. `None` when the client
-/// left first.
-async fn start(
+/// The socket's life: its SETUP within [`SETUP_TIMEOUT`] (holding `waiting`, its place
+/// in the pool of sockets waiting for SETUP), the stream's admission, its REQUEST_STREAM
+/// within `request_within`, then the stream's lines.
+async fn run(
     socket: &mut Socket,
     service: &Arc<SyncService>,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) -> Result<Option<(u32, u64, Lines)>, Refusal> {
-    let mut user = None;
-    let mut permit = Some(permit);
+    waiting: OwnedSemaphorePermit,
+    request_within: Duration,
+) -> Result<(), Refusal> {
+    let user = tokio::time::timeout(SETUP_TIMEOUT, setup(socket, service))
+        .await
+        .map_err(|_| {
+            Refusal::on_setup(
+                rsocket::INVALID_SETUP,
+                format!("no SETUP within {SETUP_TIMEOUT:?}"),
+            )
+        })??;
+    drop(waiting);
+    let Some(user) = user else { return Ok(()) };
+    socket.get_mut().open();
+    let admission = admit(service, &user).map_err(|error| {
+        Refusal::on_setup(
+            rsocket::REJECTED_SETUP,
+            format!("{}: {}", error.code, error.description),
+        )
+    })?;
+    let requested = tokio::time::timeout(request_within, request(socket, service, user, admission))
+        .await
+        .map_err(|_| {
+            Refusal::on_setup(
+                rsocket::INVALID,
+                format!("no REQUEST_STREAM within {request_within:?} of the SETUP"),
+            )
+        })??;
+    let Some((stream, credit, lines)) = requested else {
+        return Ok(());
+    };
+    let ends = (lines.expires_at + EXPIRY_GRACE).into();
+    let following = follow(socket, stream, credit, lines.chunks);
+    tokio::time::timeout_at(ends, following)
+        .await
+        .unwrap_or(Ok(()))
+}
+
+/// Reads frames until SETUP and authenticates its token; `None` when the client left
+/// first.
+async fn setup(
+    socket: &mut Socket,
+    service: &Arc<SyncService>,
+) -> Result<Option<AuthenticatedUser>, Refusal> {
     loop {
         let Some(frame) = next_frame(socket).await? else {
             return Ok(None);
@@ -168,30 +234,60 @@ async fn start(
         match frame {
             Inbound::Setup { metadata, .. } => {
                 let token = metadata_field(&metadata, "token");
-                match service.authenticate(token.as_deref()).await {
-                    Ok(verified) => user = Some(verified),
-                    Err(e) => {
-                        return Err(Refusal {
-                            stream: 0,
-                            code: rsocket::REJECTED_SETUP,
-                            message: format!("{}: {e}", e.code()),
-                        })
-                    }
+                return match service.authenticate(token.as_deref()).await {
+                    Ok(user) => Ok(Some(user)),
+                    Err(e) => Err(Refusal::on_setup(
+                        rsocket::REJECTED_SETUP,
+                        format!("{}: {e}", e.code()),
+                    )),
+                };
+            }
+            Inbound::RequestStream { .. } => {
+                return Err(Refusal::on_setup(
+                    rsocket::INVALID_SETUP,
+                    "REQUEST_STREAM before SETUP".into(),
+                ))
+            }
+            other => {
+                if !answer_other(socket, other).await? {
+                    return Ok(None);
                 }
             }
+        }
+    }
+}
+
+/// Answers a frame the socket does not wait for: a keepalive asking for one back is
+/// answered, others are passed over. False when the frame ends the socket (ERROR, CANCEL).
+async fn answer_other(socket: &mut Socket, frame: Inbound) -> Result<bool, Refusal> {
+    match frame {
+        Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,
+        Inbound::Error { .. } | Inbound::Cancel { .. } => return Ok(false),
+        _ => {}
+    }
+    Ok(true)
+}
+
+/// Reads the first REQUEST_STREAM and opens the sync stream of `user`, admitted with
+/// `admission`: its id, the client's first credit and the lines. `None` when the client
+/// left first.
+async fn request(
+    socket: &mut Socket,
+    service: &Arc<SyncService>,
+    user: AuthenticatedUser,
+    admission: Admission,
+) -> Result<Option<(u32, u64, Lines)>, Refusal> {
+    loop {
+        let Some(frame) = next_frame(socket).await? else {
+            return Ok(None);
+        };
+        match frame {
             Inbound::RequestStream {
                 stream,
                 credit,
                 metadata,
                 data,
             } => {
-                let Some(user) = user.take() else {
-                    return Err(Refusal {
-                        stream: 0,
-                        code: rsocket::INVALID_SETUP,
-                        message: "REQUEST_STREAM before SETUP".into(),
-                    });
-                };
                 let path = metadata_field(&metadata, "path");
                 let refuse = |error: ApiError| Refusal {
                     stream,
@@ -211,7 +307,7 @@ async fn start(
                     Encoding::Bson,
                     compressor,
                     &data,
-                    permit.take(),
+                    admission,
                     None,
                 )
                 .map_err(refuse)?;
@@ -221,9 +317,17 @@ async fn start(
                 };
                 return Ok(Some((stream, u64::from(credit), lines)));
             }
-            Inbound::Keepalive { respond: true } => send(socket, rsocket::keepalive(false)).await?,
-            Inbound::Error { .. } | Inbound::Cancel { .. } => return Ok(None),
-            Inbound::Keepalive { .. } | Inbound::RequestN { .. } | Inbound::Other => {}
+            Inbound::Setup { .. } => {
+                return Err(Refusal::on_setup(
+                    rsocket::INVALID,
+                    "one SETUP per connection".into(),
+                ))
+            }
+            other => {
+                if !answer_other(socket, other).await? {
+                    return Ok(None);
+                }
+            }
         }
     }
 }
@@ -311,6 +415,14 @@ async fn send(socket: &mut Socket, frame: Vec<u8>) -> Result<(), Refusal> {
 async fn next_frame(socket: &mut Socket) -> Result<Option<Inbound>, Refusal> {
     loop {
         let message = match socket.next().await {
+            Some(Err(WsError::Io(e)))
+                if e.get_ref().is_some_and(|inner| inner.is::<SetupTooLarge>()) =>
+            {
+                return Err(Refusal::on_setup(rsocket::INVALID_SETUP, e.to_string()))
+            }
+            Some(Err(WsError::Capacity(e))) => {
+                return Err(Refusal::on_setup(rsocket::INVALID, e.to_string()))
+            }
             None | Some(Err(_)) => return Ok(None),
             Some(Ok(message)) => message,
         };

@@ -12,16 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{header, Request, Response, StatusCode};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::accept::quality;
+use super::admission::{admit, Admission};
 use super::authorization::authenticate;
 use super::body::Body;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
+use super::request_body::read_body;
 use super::write_timeout::WriteDeadline;
 use service::write_checkpoint::{record_key, requested, to_report};
 use service::Registration;
@@ -38,12 +40,14 @@ const EXPIRY_WARNING: Duration = Duration::from_secs(20);
 /// Answers one `/sync/stream` request.
 /// `deadline` is set to the token's expiry while the stream is written: a client that
 /// stops reading stops asking for chunks, and the connection's pending writes then end it.
+/// The request's body must arrive whole within `body_within` of its headers.
 pub async fn handle(
     req: Request<Incoming>,
     service: Arc<SyncService>,
     deadline: WriteDeadline,
+    body_within: Duration,
 ) -> Response<Body> {
-    let response = match start(req, &service, deadline).await {
+    let response = match start(req, &service, deadline, body_within).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     };
@@ -51,28 +55,32 @@ pub async fn handle(
     response
 }
 
+/// Authenticates the request from its headers and admits the stream (the server's and
+/// the user's stream limits) before its body is read, within `body_within`.
 async fn start(
     req: Request<Incoming>,
     service: &Arc<SyncService>,
     deadline: WriteDeadline,
+    body_within: Duration,
 ) -> Result<Response<Body>, ApiError> {
     if !service.status.snapshot().ready {
         return Err(ApiError::not_ready());
     }
     let user = authenticate(service, req.headers()).await?;
+    let admission = admit(service, &user)?;
     let encoding = negotiate(req.headers().get(header::ACCEPT));
     let coding = Coding::negotiate(req.headers().get(header::ACCEPT_ENCODING));
     let compressor = coding.compressor();
-    let body = Limited::new(req.into_body(), MAX_BODY_BYTES)
-        .collect()
+    let body = read_body(req.into_body(), MAX_BODY_BYTES, body_within)
         .await
-        .map_err(|_| {
-            sync_error(SyncError::BodyTooLarge {
-                bytes: MAX_BODY_BYTES + 1,
-                max: MAX_BODY_BYTES,
+        .map_err(|e| {
+            e.answer().unwrap_or_else(|| {
+                sync_error(SyncError::BodyTooLarge {
+                    bytes: MAX_BODY_BYTES + 1,
+                    max: MAX_BODY_BYTES,
+                })
             })
-        })?
-        .to_bytes();
+        })?;
     let Opened {
         encoding, chunks, ..
     } = open(
@@ -81,7 +89,7 @@ async fn start(
         encoding,
         compressor,
         &body,
-        None,
+        admission,
         Some(deadline),
     )?;
     let body = StreamBody::new(futures_util::StreamExt::map(chunks, |chunk| {
@@ -126,27 +134,23 @@ pub(super) struct Opened<S> {
 /// that reads.
 pub(super) const EXPIRY_GRACE: Duration = Duration::from_secs(2);
 
-/// Opens a sync stream for `user` with the request `body`, whatever the transport.
-/// `permit` is the stream's place when the transport took it already (a WebSocket, from
-/// its upgrade on); `deadline`, the connection's, is set while the stream lives.
+/// Opens a sync stream for `user`, admitted with `admission`, with the request `body`,
+/// whatever the transport. `deadline`, the connection's, is set while the stream lives.
 pub(super) fn open(
     service: &Arc<SyncService>,
     user: auth::AuthenticatedUser,
     encoding: Encoding,
     compressor: Compressor,
     body: &[u8],
-    permit: Option<OwnedSemaphorePermit>,
+    admission: Admission,
     deadline: Option<WriteDeadline>,
 ) -> Result<Opened<impl futures_util::Stream<Item = Bytes> + Send + 'static>, ApiError> {
-    let permit = match permit {
-        Some(permit) => permit,
-        None => service
-            .streams
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ApiError::too_many_streams())?,
-    };
+    let Admission {
+        permit,
+        registration,
+    } = admission;
     let request = SyncRequest::parse(body).map_err(sync_error)?;
+    registration.set_client_id(request.client_id.as_deref());
     // As the official service: JSON for a client that did not ask for `raw_data` carries
     // the rows as objects.
     let encoding = match (encoding, request.raw_data) {
@@ -159,19 +163,6 @@ pub(super) fn open(
         .with_limits(service.limits.request);
     // Shared with the stream's wakeups entry.
     let key: Arc<str> = record_key(&user.user_id, request.client_id.as_deref()).into();
-    let expires = user
-        .expires_at
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let registration = service
-        .registry
-        .register(
-            &user.user_id,
-            request.client_id.as_deref(),
-            expires,
-            service.limits.max_streams_per_user,
-        )
-        .map_err(|full| ApiError::too_many_user_streams(full.max))?;
     let expires_at = Instant::now()
         + user
             .expires_at

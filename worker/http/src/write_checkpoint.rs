@@ -2,11 +2,12 @@
 //! client_id=…`, whose id is the primary's WAL position, and `POST /sync/checkpoint-request`
 //! (the SDKs' `checkpointMode: 'requests'`), whose client-chosen id the service keeps at
 //! least that position. Both record the request, then have the source emit a logical
-//! message that every replica of the primary records too.
+//! message that every replica of the primary records too. A request is authenticated (and
+//! held to its user's rate) from its headers, before a body is read.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::Value;
@@ -14,6 +15,8 @@ use serde_json::Value;
 use super::authorization::authenticate;
 use super::body::Body;
 use super::error::{json_response, ApiError};
+use super::request_body::read_body;
+use auth::AuthenticatedUser;
 use service::write_checkpoint::record_key;
 use service::SyncService;
 
@@ -30,7 +33,11 @@ pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Respon
             .map(|(_, v)| v.into_owned())
             .filter(|v| !v.is_empty())
     });
-    match create(&req, &service, client_id.as_deref(), None).await {
+    let created = match authorize(&service, &req).await {
+        Ok(user) => create(&service, &user, client_id.as_deref(), None).await,
+        Err(error) => Err(error),
+    };
+    match created {
         Ok(id) => json_response(
             StatusCode::OK,
             &serde_json::json!({ "data": { "write_checkpoint": id.to_string() } }),
@@ -40,30 +47,38 @@ pub async fn handle(req: Request<Incoming>, service: Arc<SyncService>) -> Respon
 }
 
 /// Answers one `POST /sync/checkpoint-request` (`{"client_id", "checkpoint_request_id"}`)
-/// with the id in effect, at least the one asked for.
-pub async fn handle_request(req: Request<Incoming>, service: Arc<SyncService>) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
-        Ok(body) => body.to_bytes(),
-        Err(_) => {
-            return ApiError::bad_request(format!(
-                "the body is larger than {MAX_REQUEST_BYTES} bytes"
-            ))
-            .into_response()
-        }
-    };
-    let (client_id, asked) = match parse_request(&body) {
-        Ok(request) => request,
-        Err(error) => return error.into_response(),
-    };
-    let req = Request::from_parts(parts, ());
-    match create(&req, &service, Some(&client_id), Some(asked)).await {
+/// with the id in effect, at least the one asked for. The body must arrive whole within
+/// `body_within` of the headers.
+pub async fn handle_request(
+    req: Request<Incoming>,
+    service: Arc<SyncService>,
+    body_within: Duration,
+) -> Response<Body> {
+    match checkpoint_request(req, &service, body_within).await {
         Ok(id) => json_response(
             StatusCode::OK,
             &serde_json::json!({ "data": { "checkpoint_request_id": id.to_string() } }),
         ),
         Err(error) => error.into_response(),
     }
+}
+
+/// Authorizes a checkpoint request, then reads, parses and records it.
+async fn checkpoint_request(
+    req: Request<Incoming>,
+    service: &Arc<SyncService>,
+    body_within: Duration,
+) -> Result<u64, ApiError> {
+    let user = authorize(service, &req).await?;
+    let body = read_body(req.into_body(), MAX_REQUEST_BYTES, body_within)
+        .await
+        .map_err(|e| {
+            e.answer().unwrap_or_else(|| {
+                ApiError::bad_request(format!("the body is larger than {MAX_REQUEST_BYTES} bytes"))
+            })
+        })?;
+    let (client_id, asked) = parse_request(&body)?;
+    create(service, &user, Some(&client_id), Some(asked)).await
 }
 
 /// The client id and the checkpoint-request id of a body: the id a positive `i64`, as a
@@ -87,14 +102,12 @@ pub(crate) fn parse_request(body: &[u8]) -> Result<(String, u64), ApiError> {
     Ok((client_id, id))
 }
 
-/// Records a request of the token's user for `client_id` (with `asked`, a checkpoint
-/// request's id) and announces it; returns the id in effect.
-async fn create<B>(
-    req: &Request<B>,
+/// The user of a write-checkpoint request, from its headers alone: the service is ready,
+/// the token valid and the user within its rate.
+async fn authorize<B>(
     service: &Arc<SyncService>,
-    client_id: Option<&str>,
-    asked: Option<u64>,
-) -> Result<u64, ApiError> {
+    req: &Request<B>,
+) -> Result<AuthenticatedUser, ApiError> {
     if !service.status.snapshot().ready {
         return Err(ApiError::not_ready());
     }
@@ -102,6 +115,17 @@ async fn create<B>(
     if !service.write_checkpoint_rate.allow(&user.user_id) {
         return Err(ApiError::too_many_write_checkpoints());
     }
+    Ok(user)
+}
+
+/// Records a request of `user` for `client_id` (with `asked`, a checkpoint request's id)
+/// and announces it; returns the id in effect.
+async fn create(
+    service: &Arc<SyncService>,
+    user: &AuthenticatedUser,
+    client_id: Option<&str>,
+    asked: Option<u64>,
+) -> Result<u64, ApiError> {
     let unreachable = |e: source::SourceError| {
         tracing::warn!(error = %e, "write checkpoint: the primary cannot be reached");
         ApiError::unavailable(format!(

@@ -44,6 +44,18 @@ pub enum SyncError {
         /// Limit.
         max: usize,
     },
+    /// A field a stream keeps for its whole life is larger than the server accepts.
+    #[error(
+        "PSM_Y1005 sync request field `{field}` has {bytes} bytes (as JSON text), more than the {max} accepted"
+    )]
+    FieldTooLarge {
+        /// Which field.
+        field: &'static str,
+        /// Its size as JSON text (a string's own bytes for `client_id`).
+        bytes: usize,
+        /// Limit.
+        max: usize,
+    },
     /// The request's bucket set cannot be resolved (the official service's `PSYNC_S2305`
     /// "too many buckets" is one case).
     #[error("PSYNC_S2305 {0}")]
@@ -61,6 +73,7 @@ impl SyncError {
             Self::BadField { .. } => "PSM_Y1002",
             Self::BodyTooLarge { .. } => "PSM_Y1003",
             Self::TooMany { .. } => "PSM_Y1004",
+            Self::FieldTooLarge { .. } => "PSM_Y1005",
             Self::Rules(_) => "PSYNC_S2305",
             Self::Store(_) => "PSM_Y1201",
         }
@@ -71,7 +84,10 @@ impl SyncError {
     /// the server's.
     pub fn status(&self) -> u16 {
         match self {
-            Self::BadBody { .. } | Self::BadField { .. } | Self::TooMany { .. } => 400,
+            Self::BadBody { .. }
+            | Self::BadField { .. }
+            | Self::TooMany { .. }
+            | Self::FieldTooLarge { .. } => 400,
             Self::Rules(_) => 400,
             Self::BodyTooLarge { .. } => 413,
             Self::Store(_) => 500,

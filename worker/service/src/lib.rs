@@ -31,8 +31,9 @@ pub use lines::{
 pub use paging::Budgets;
 pub use registry::{Registration, StreamInfo, StreamRegistry, UserStreamsFull};
 pub use request::{
-    BucketPosition, StreamSubscription, SyncRequest, MAX_BODY_BYTES, MAX_BUCKET_POSITIONS,
-    MAX_SUBSCRIPTIONS,
+    BucketPosition, KeptRequest, StreamSubscription, SyncRequest, MAX_BODY_BYTES,
+    MAX_BUCKET_POSITIONS, MAX_CLIENT_ID_BYTES, MAX_PARAMETERS_BYTES, MAX_SUBSCRIPTIONS,
+    MAX_SUBSCRIPTIONS_BYTES,
 };
 pub use service::{
     Served, StreamLimits, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS, MAX_STREAMS_PER_USER,

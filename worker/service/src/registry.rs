@@ -1,10 +1,12 @@
 //! The open `/sync/stream` connections, for `powersync_mdbx.streams()`. A stream registers
-//! once when it starts (one short lock), updates a few atomics when it sends a checkpoint
-//! line, and leaves when its task ends (the guard's drop).
+//! once its token is accepted, before its request is read (one short lock: the per-user
+//! limit applies before anything of the request is buffered), records its `client_id` once
+//! the request is read, updates a few atomics when it sends a checkpoint line, and leaves
+//! when it ends (the guard's drop).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
@@ -17,7 +19,8 @@ const NONE: u64 = u64::MAX;
 #[derive(Debug)]
 struct Entry {
     user_id: String,
-    client_id: Option<String>,
+    /// Set once the stream's request is read.
+    client_id: OnceLock<Box<str>>,
     started_at_ms: u64,
     token_expires_at: u64,
     last_op_id: AtomicU64,
@@ -32,7 +35,7 @@ pub struct StreamInfo {
     pub id: u64,
     /// The token's `sub`.
     pub user_id: String,
-    /// The request body's `client_id`, if sent.
+    /// The request body's `client_id`, if sent (and once the request was read).
     pub client_id: Option<String>,
     /// Unix milliseconds when the stream started.
     pub started_at_ms: u64,
@@ -73,14 +76,13 @@ impl StreamRegistry {
     pub fn register(
         self: &Arc<Self>,
         user_id: &str,
-        client_id: Option<&str>,
         token_expires_at: u64,
         max_per_user: usize,
     ) -> Result<Registration, UserStreamsFull> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Arc::new(Entry {
             user_id: user_id.to_owned(),
-            client_id: client_id.map(str::to_owned),
+            client_id: OnceLock::new(),
             started_at_ms: unix_now_ms(),
             token_expires_at,
             last_op_id: AtomicU64::new(NONE),
@@ -115,7 +117,7 @@ impl StreamRegistry {
                 StreamInfo {
                     id: *id,
                     user_id: e.user_id.clone(),
-                    client_id: e.client_id.clone(),
+                    client_id: e.client_id.get().map(|c| c.to_string()),
                     started_at_ms: e.started_at_ms,
                     token_expires_at: e.token_expires_at,
                     last_op_id: (last != NONE).then_some(last),
@@ -139,6 +141,14 @@ pub struct Registration {
 }
 
 impl Registration {
+    /// Records the `client_id` of the stream's request, once it is read (a second call
+    /// changes nothing).
+    pub fn set_client_id(&self, client_id: Option<&str>) {
+        if let Some(client_id) = client_id {
+            let _ = self.entry.client_id.set(client_id.into());
+        }
+    }
+
     /// Records a checkpoint-type line announcing `buckets` buckets at `op_id`.
     pub fn checkpoint_sent(&self, op_id: u64, buckets: usize) {
         self.entry
@@ -169,9 +179,11 @@ mod tests {
     #[test]
     fn streams_are_listed_while_registered() {
         let registry = Arc::new(StreamRegistry::default());
-        let a = registry.register("u1", Some("c1"), 100, 10).unwrap();
-        let b = registry.register("u2", None, 200, 10).unwrap();
+        let a = registry.register("u1", 100, 10).unwrap();
+        let b = registry.register("u2", 200, 10).unwrap();
         assert_eq!(registry.list().len(), 2);
+        assert_eq!(registry.list()[0].client_id, None, "no request read yet");
+        a.set_client_id(Some("c1"));
         assert_eq!(registry.list()[0].last_op_id, None);
         a.checkpoint_sent(42, 3);
         let listed = registry.list();
@@ -191,15 +203,15 @@ mod tests {
     #[test]
     fn a_user_holds_at_most_its_limit_of_streams() {
         let registry = Arc::new(StreamRegistry::default());
-        let first = registry.register("u1", None, 100, 2).unwrap();
-        let _second = registry.register("u1", None, 100, 2).unwrap();
+        let first = registry.register("u1", 100, 2).unwrap();
+        let _second = registry.register("u1", 100, 2).unwrap();
         assert_eq!(
-            registry.register("u1", None, 100, 2).unwrap_err(),
+            registry.register("u1", 100, 2).unwrap_err(),
             UserStreamsFull { max: 2 }
         );
-        let _other = registry.register("u2", None, 100, 2).unwrap();
+        let _other = registry.register("u2", 100, 2).unwrap();
         drop(first);
-        let _again = registry.register("u1", None, 100, 2).unwrap();
+        let _again = registry.register("u1", 100, 2).unwrap();
         assert_eq!(registry.list().len(), 3);
     }
 }

@@ -3,14 +3,25 @@
 //! Lenient where the official validator is (unknown fields, `null` for optional fields),
 //! strict about the types of what it reads: a wrong `after` would make the server send ops
 //! the client already holds, so it is refused rather than guessed.
+//!
+//! What a stream keeps of its request for its whole life (`client_id`, `parameters`,
+//! `streams.subscriptions`) is capped in size, and kept as JSON text ([`KeptRequest`]):
+//! a replica holds 10,000 streams, and a parsed JSON tree takes up to 16 times its text.
 
 use serde_json::{Map, Value};
 
 use super::error::SyncError;
 use rules::{RequestContext, Subscription};
 
-/// Largest body accepted.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// Largest body accepted: the official service's (fastify's default `bodyLimit`).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Longest `client_id` accepted, in bytes (the SDKs send a UUID, 36). A stream keeps it.
+pub const MAX_CLIENT_ID_BYTES: usize = 256;
+/// Most bytes of `parameters`, as JSON text, accepted. A stream keeps them for its life.
+pub const MAX_PARAMETERS_BYTES: usize = 8 << 10;
+/// Most bytes of `streams.subscriptions` (the stream names and parameters, as JSON text)
+/// accepted. A stream keeps them for its life.
+pub const MAX_SUBSCRIPTIONS_BYTES: usize = 8 << 10;
 /// Most bucket positions one request may carry (the service's bucket limit).
 pub const MAX_BUCKET_POSITIONS: usize = 1000;
 /// Most stream subscriptions one request may carry.
@@ -89,7 +100,11 @@ impl SyncRequest {
             Some(other) => return Err(expected("buckets", "an array", &other)),
         };
         let client_id = optional_string(&mut body, "client_id")?;
+        if let Some(id) = &client_id {
+            at_most("client_id", id.len(), MAX_CLIENT_ID_BYTES)?;
+        }
         let parameters = optional_object(&mut body, "parameters")?.unwrap_or_default();
+        at_most("parameters", json_len(&parameters), MAX_PARAMETERS_BYTES)?;
         let (include_defaults, subscriptions) = match take(&mut body, "streams") {
             None => (true, Vec::new()),
             Some(Value::Object(streams)) => streams_of(streams)?,
@@ -123,6 +138,103 @@ impl SyncRequest {
             })
             .collect();
         ctx
+    }
+}
+
+/// `value` as compact JSON text (values always serialize).
+fn json_text(value: &impl serde::Serialize) -> Box<str> {
+    serde_json::to_string(value)
+        .unwrap_or_default()
+        .into_boxed_str()
+}
+
+/// Refuses a kept field of `bytes` over `max`.
+fn at_most(field: &'static str, bytes: usize, max: usize) -> Result<(), SyncError> {
+    if bytes > max {
+        return Err(SyncError::FieldTooLarge { field, bytes, max });
+    }
+    Ok(())
+}
+
+/// The length of `value` as compact JSON text, counted without writing it.
+fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail; a value that cannot be written counts as none.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// What a stream keeps of its request for its life besides the token: the client
+/// parameters and the subscriptions, each as one JSON text rather than parsed trees (one
+/// allocation each). They are read back for each resolution of the request
+/// ([`Self::context`]); the common request (no parameters, no subscriptions) has nothing to
+/// read back.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KeptRequest {
+    /// `parameters` as JSON text; `None` for an empty object.
+    parameters: Option<Box<str>>,
+    /// The subscriptions as a JSON array of [`KeptSubscription`]; `None` for none.
+    subscriptions: Option<Box<str>>,
+}
+
+/// One subscription as the kept text writes it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptSubscription {
+    stream: String,
+    parameters: Value,
+    override_priority: Option<u8>,
+}
+
+impl KeptRequest {
+    /// Moves the client parameters and subscriptions of `context` into text, leaving it an
+    /// empty object of parameters and no subscriptions.
+    pub fn keep(context: &mut RequestContext) -> Self {
+        let parameters = std::mem::replace(&mut context.parameters, Value::Object(Map::new()));
+        let is_empty = parameters.as_object().is_some_and(Map::is_empty);
+        let subscriptions: Vec<KeptSubscription> = std::mem::take(&mut context.subscriptions)
+            .into_iter()
+            .map(|s| KeptSubscription {
+                stream: s.stream,
+                parameters: s.parameters,
+                override_priority: s.override_priority,
+            })
+            .collect();
+        Self {
+            parameters: (!is_empty).then(|| json_text(&parameters)),
+            subscriptions: (!subscriptions.is_empty()).then(|| json_text(&subscriptions)),
+        }
+    }
+
+    /// `base` (a context [`Self::keep`] emptied) with the kept parameters and
+    /// subscriptions read back in.
+    pub fn context(&self, base: &RequestContext) -> RequestContext {
+        let mut context = base.clone();
+        // Written by `keep` from values, so they read back.
+        if let Some(text) = &self.parameters {
+            context.parameters = serde_json::from_str(text).unwrap_or(Value::Null);
+        }
+        if let Some(text) = &self.subscriptions {
+            context.subscriptions = serde_json::from_str::<Vec<KeptSubscription>>(text)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| Subscription {
+                    stream: s.stream,
+                    parameters: s.parameters,
+                    override_priority: s.override_priority,
+                })
+                .collect();
+        }
+        context
     }
 }
 
@@ -240,6 +352,11 @@ fn streams_of(
             max: MAX_SUBSCRIPTIONS,
         });
     }
+    at_most(
+        "streams.subscriptions",
+        json_len(&items),
+        MAX_SUBSCRIPTIONS_BYTES,
+    )?;
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let field = |name: &str| format!("streams.subscriptions[{i}].{name}");
@@ -317,6 +434,52 @@ mod tests {
         assert_eq!(ctx.parameters, serde_json::json!({"p": 1}));
         assert_eq!(ctx.subscriptions.len(), 2);
         assert!(!ctx.include_defaults);
+    }
+
+    #[test]
+    fn a_kept_request_reads_back_as_it_was() {
+        let r = parse(
+            r#"{"parameters":{"p":[1,2.5,"x",null,{"n":-3}]},"streams":{"subscriptions":[
+            {"stream":"s","parameters":{"a":1},"override_priority":2},{"stream":"t"}]}}"#,
+        )
+        .unwrap();
+        let whole = r.context(serde_json::json!({"sub": "u1"}));
+        let mut base = whole.clone();
+        let kept = KeptRequest::keep(&mut base);
+        assert_eq!(base.parameters, serde_json::json!({}));
+        assert!(base.subscriptions.is_empty());
+        assert_eq!(kept.context(&base), whole);
+        // Nothing to keep: nothing to read back.
+        let mut plain = parse("{}")
+            .unwrap()
+            .context(serde_json::json!({"sub": "u1"}));
+        let kept = KeptRequest::keep(&mut plain);
+        assert_eq!(kept, KeptRequest::default());
+        assert_eq!(kept.context(&plain).parameters, serde_json::json!({}));
+    }
+
+    #[test]
+    fn what_a_stream_keeps_is_capped() {
+        let at = |field: &str, bytes: usize| {
+            // A JSON string of `bytes` characters, quotes included.
+            let text = format!("\"{}\"", "x".repeat(bytes - 2));
+            match field {
+                "client_id" => format!(r#"{{"client_id":{text}}}"#),
+                "parameters" => format!(r#"{{"parameters":{{"k":{text}}}}}"#),
+                _ => format!(r#"{{"streams":{{"subscriptions":[{{"stream":{text}}}]}}}}"#),
+            }
+        };
+        // The JSON text around the string: `{"k":…}` and `[{"stream":…}]`.
+        for (field, max, around) in [
+            ("client_id", MAX_CLIENT_ID_BYTES + 2, 0),
+            ("parameters", MAX_PARAMETERS_BYTES, 6),
+            ("streams.subscriptions", MAX_SUBSCRIPTIONS_BYTES, 13),
+        ] {
+            parse(&at(field, max - around)).unwrap_or_else(|e| panic!("{field}: {e}"));
+            let e = parse(&at(field, max - around + 1)).unwrap_err();
+            assert_eq!((e.code(), e.status()), ("PSM_Y1005", 400), "{field}: {e}");
+            assert!(e.to_string().contains(field), "{e}");
+        }
     }
 
     #[test]

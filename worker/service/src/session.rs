@@ -12,7 +12,7 @@ use super::checkpoint_state::{Announced, CheckpointState, RequestLimits};
 use super::error::SyncError;
 use super::lines::{CheckpointDiffLine, CheckpointLine, SyncLine};
 use super::paging::{Budgets, Download};
-use super::request::BucketPosition;
+use super::request::{BucketPosition, KeptRequest};
 use rules::{RequestContext, SyncRules};
 use store::{Forks, Placement, ReadTxn, Store, StoreError};
 
@@ -24,7 +24,10 @@ pub const CATCH_UP_HOLD: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct SyncSession {
     rules: Arc<SyncRules>,
+    /// The request without its client parameters and subscriptions, which `kept` holds
+    /// as text for the session's life and gives back for each resolution.
     context: RequestContext,
+    kept: KeptRequest,
     budgets: Budgets,
     /// What resolving the request may take (`PSYNC_S2305` past it).
     limits: RequestLimits,
@@ -59,12 +62,14 @@ impl SyncSession {
     /// positions. A name listed twice keeps its last position.
     pub fn new(
         rules: Arc<SyncRules>,
-        context: RequestContext,
+        mut context: RequestContext,
         positions: &[BucketPosition],
     ) -> Self {
+        let kept = KeptRequest::keep(&mut context);
         Self {
             rules,
             context,
+            kept,
             budgets: Budgets::default(),
             limits: RequestLimits::default(),
             requested: positions
@@ -149,6 +154,7 @@ impl SyncSession {
         decide: impl FnOnce(&ReadTxn<'_, '_>) -> Result<(Option<u64>, T), StoreError>,
     ) -> Result<(Option<SyncLine>, T), SyncError> {
         let first = self.announced.is_none();
+        let context = self.kept.context(&self.context);
         store.read(|view| {
             let forks = if first {
                 view.forks()?
@@ -156,7 +162,7 @@ impl SyncSession {
                 Forks::default()
             };
             let (write_checkpoint, decided) = decide(view)?;
-            let state = match CheckpointState::read(view, &self.rules, &self.context, self.limits) {
+            let state = match CheckpointState::read(view, &self.rules, &context, self.limits) {
                 Ok(state) => state,
                 Err(e) => return Ok(Err(e)),
             };
