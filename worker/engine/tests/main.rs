@@ -8,6 +8,7 @@ mod engine_rig;
 mod limits;
 mod metrics_http;
 mod rules_deploy;
+mod source_stall;
 mod sync_client;
 mod sync_http;
 mod sync_socket;

@@ -6,18 +6,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::{pin_mut, TryStreamExt};
-
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
 use super::pipeline::{Pipeline, TableJob};
 use crate::covered::covered_tables;
-use crate::error::ReplicationError;
+use crate::error::{stream_error, ReplicationError};
 use crate::plan::SourcePlan;
 use crate::progress::Progress;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
-    table_columns, validate_primary, SourceError, SourceTable,
+    slot_walsender, table_columns, terminate_backend, validate_primary, within, SourceError,
+    SourceTable,
 };
 use store::Store;
 
@@ -75,17 +74,23 @@ pub async fn bootstrap_with(
     start: Start,
 ) -> Result<BootstrapOutcome, ReplicationError> {
     progress.reset();
+    let bound = plan.connection.bounds.stall_after;
     let client = connect(&plan.connection).await?;
-    let tables = covered_tables(&client, &rules).await?;
     let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
     // A complete store's tables are the stream's to follow (one renamed or dropped since is
     // removed from the buckets there, not refused here).
     let complete = stored
         .as_ref()
         .is_some_and(|i| i.state == BootstrapState::Complete);
-    let primary = validate_primary(&client, if complete { &[] } else { &tables }).await?;
+    let (tables, primary, slot) = within(bound, "the checks of the primary", async {
+        let tables = covered_tables(&client, &rules).await?;
+        let primary = validate_primary(&client, if complete { &[] } else { &tables }).await?;
+        let slot = slot_info(&client, &plan.slot).await?;
+        Ok::<_, ReplicationError>((tables, primary, slot))
+    })
+    .await??;
+    progress.heard.now();
     let rules_hash = rules.content_hash_hex();
-    let slot = slot_info(&client, &plan.slot).await?;
 
     let existing = Existing {
         stored: stored.as_ref(),
@@ -124,10 +129,14 @@ pub async fn bootstrap_with(
 
     progress.start_copy();
     let reader = connect(&plan.connection).await?;
-    enter_snapshot(&reader, &exported.snapshot).await?;
-    let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
-    progress.set_rows_estimated(source::estimated_rows(&reader, &oids).await?);
-    let jobs = table_jobs(&reader, &primary, &mut intent).await?;
+    let jobs = within(bound, "the start of the snapshot's copy", async {
+        enter_snapshot(&reader, &exported.snapshot).await?;
+        let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
+        progress.set_rows_estimated(source::estimated_rows(&reader, &oids).await?);
+        table_jobs(&reader, &primary, &mut intent).await
+    })
+    .await??;
+    progress.heard.now();
     let copies: Vec<(SourceTable, Vec<source::ColumnMeta>)> = primary
         .tables
         .iter()
@@ -136,7 +145,7 @@ pub async fn bootstrap_with(
         .collect();
     let mut pipeline = Pipeline::start(rules, jobs, store.clone(), progress.clone())
         .map_err(|e| SourceError::Connection(format!("cannot start snapshot threads: {e}")))?;
-    let copied = copy_all(&reader, &copies, &mut pipeline, &progress).await;
+    let copied = copy_all(&reader, &copies, &mut pipeline, &progress, bound).await;
     if copied.is_ok() {
         intent.state = BootstrapState::Complete;
         pipeline.finish(intent.clone()).await;
@@ -209,10 +218,7 @@ async fn resume_or_start_over(
         // Interrupted: the slot (if it exists) is ours when it matches the intent and is idle.
         if let Some(slot) = slot {
             if slot.active {
-                return Err(ownership(
-                    "PSM_B1005",
-                    format!("replication slot \"{}\" is in use by another process; stop it or set powersync_mdbx.slot_name", plan.slot),
-                ));
+                end_stale_exporter(client, plan).await?;
             }
             if slot.database.as_deref() != Some(intent.database.as_str())
                 || slot.plugin.as_deref() != Some("pgoutput")
@@ -228,6 +234,56 @@ async fn resume_or_start_over(
         return Err(foreign_slot(&plan.slot));
     }
     Ok(None)
+}
+
+/// The slot of an interrupted bootstrap is still held. By this worker's walsender of that
+/// attempt when it runs as this worker's role and has heard nothing from its client for
+/// the progress bound: the network stopped under the copy and the primary has not noticed
+/// that the connection is gone (its TCP keepalives take 2 h by default), so it is ended
+/// and the bootstrap starts over now. A younger one of this role may still be closing
+/// (retried); another role's belongs to another process (the operator decides).
+async fn end_stale_exporter(
+    client: &tokio_postgres::Client,
+    plan: &SourcePlan,
+) -> Result<(), ReplicationError> {
+    let bound = plan.connection.bounds.stall_after;
+    let Some(holder) = slot_walsender(client, &plan.slot).await? else {
+        return Ok(()); // released meanwhile
+    };
+    if !holder.same_role {
+        return Err(ownership(
+            "PSM_B1005",
+            format!(
+                "replication slot \"{}\" is in use by another process; stop it or set \
+                 powersync_mdbx.slot_name",
+                plan.slot
+            ),
+        ));
+    }
+    let silent = holder.silent_for.unwrap_or_default();
+    let held = |detail: &str| {
+        stream_error(format!(
+            "replication slot \"{}\" of the interrupted bootstrap is still held by walsender \
+             pid {} (silent for {:.0} s){detail}; retrying",
+            plan.slot,
+            holder.pid,
+            silent.as_secs_f64()
+        ))
+    };
+    if silent < bound {
+        return Err(held("; an earlier attempt may still be closing"));
+    }
+    tracing::warn!(
+        pid = holder.pid,
+        silent_s = silent.as_secs(),
+        slot = %plan.slot,
+        "ending the walsender of an interrupted bootstrap: it has heard nothing from its \
+         client for longer than the progress bound"
+    );
+    if !terminate_backend(client, holder.pid).await? {
+        return Err(held("; it did not end"));
+    }
+    Ok(())
 }
 
 /// The store's record of `tables`, numbered from 1, before their columns are read.
@@ -287,18 +343,15 @@ async fn copy_all(
     copies: &[(SourceTable, Vec<source::ColumnMeta>)],
     pipeline: &mut Pipeline,
     progress: &Progress,
+    stall_after: std::time::Duration,
 ) -> Result<(), ReplicationError> {
     for (index, (table, columns)) in copies.iter().enumerate() {
-        let stream = copy_table(reader, table, columns).await?;
-        pin_mut!(stream);
+        let mut rows = copy_table(reader, table, columns, stall_after).await?;
         let mut chunk = Vec::with_capacity(CHUNK_ROWS);
-        while let Some(row) = stream
-            .try_next()
-            .await
-            .map_err(SourceError::query("COPY"))?
-        {
-            chunk.push(row);
+        while let Some(row) = rows.next().await {
+            chunk.push(row?);
             if chunk.len() == CHUNK_ROWS {
+                progress.heard.now();
                 let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));
                 if !pipeline.send_rows(index, full).await {
                     return Ok(()); // the pipeline stopped; its error is reported
