@@ -272,3 +272,42 @@ fn a_copy_whose_network_stops_ends_in_its_code_and_recovers() {
     println!("the copy failed {failed_after:?} into the stall; streaming {back:?} after the network returned");
     assert_nothing_lost(rig, 3000);
 }
+
+/// The network stops just as the bootstrap checks the primary (before any copy). Before:
+/// the check waited for its answer forever.
+#[test]
+fn a_bootstrap_whose_checks_get_no_answer_ends_in_its_code_and_recovers() {
+    let rig = EngineRig::start_proxied(
+        TODOS_SCHEMA,
+        TODOS_RULES,
+        "psm_checks_blackhole",
+        &[],
+        |proxy| proxy.stall_when_client_sends(Some("SHOW wal_level")),
+        |config| {
+            config.service.source.bounds = SourceBounds {
+                stall_after: Duration::from_secs(5),
+                ..BOUNDS
+            }
+        },
+    );
+    let proxy = rig.proxy.as_ref().unwrap();
+    within("the checks under way", Duration::from_secs(60), || {
+        (proxy.stalled_on_sending() > 0).then_some(())
+    });
+    proxy.stall_when_client_sends(None);
+    let error = within("the checks' coded error", Duration::from_secs(30), || {
+        let error = status(&rig)["last_error"].clone();
+        (error["code"] == "PSM_R3003").then_some(error)
+    });
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("the checks of the primary"),
+        "{error}"
+    );
+    within("the engine streaming", RECOVERY, || {
+        (rig.status.snapshot().phase == status::Phase::Streaming).then_some(())
+    });
+    assert_nothing_lost(rig, 3000);
+}

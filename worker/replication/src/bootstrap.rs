@@ -9,14 +9,13 @@ use std::time::Instant;
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
 use super::pipeline::{Pipeline, TableJob};
 use crate::covered::covered_tables;
-use crate::error::{stream_error, ReplicationError};
+use crate::error::ReplicationError;
 use crate::plan::SourcePlan;
 use crate::progress::Progress;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
-    slot_walsender, table_columns, terminate_backend, validate_primary, within, SourceError,
-    SourceTable,
+    table_columns, validate_primary, within, SourceError, SourceTable,
 };
 use store::Store;
 
@@ -218,7 +217,10 @@ async fn resume_or_start_over(
         // Interrupted: the slot (if it exists) is ours when it matches the intent and is idle.
         if let Some(slot) = slot {
             if slot.active {
-                end_stale_exporter(client, plan).await?;
+                return Err(ownership(
+                    "PSM_B1005",
+                    format!("replication slot \"{}\" is in use by another process; stop it or set powersync_mdbx.slot_name", plan.slot),
+                ));
             }
             if slot.database.as_deref() != Some(intent.database.as_str())
                 || slot.plugin.as_deref() != Some("pgoutput")
@@ -234,56 +236,6 @@ async fn resume_or_start_over(
         return Err(foreign_slot(&plan.slot));
     }
     Ok(None)
-}
-
-/// The slot of an interrupted bootstrap is still held. By this worker's walsender of that
-/// attempt when it runs as this worker's role and has heard nothing from its client for
-/// the progress bound: the network stopped under the copy and the primary has not noticed
-/// that the connection is gone (its TCP keepalives take 2 h by default), so it is ended
-/// and the bootstrap starts over now. A younger one of this role may still be closing
-/// (retried); another role's belongs to another process (the operator decides).
-async fn end_stale_exporter(
-    client: &tokio_postgres::Client,
-    plan: &SourcePlan,
-) -> Result<(), ReplicationError> {
-    let bound = plan.connection.bounds.stall_after;
-    let Some(holder) = slot_walsender(client, &plan.slot).await? else {
-        return Ok(()); // released meanwhile
-    };
-    if !holder.same_role {
-        return Err(ownership(
-            "PSM_B1005",
-            format!(
-                "replication slot \"{}\" is in use by another process; stop it or set \
-                 powersync_mdbx.slot_name",
-                plan.slot
-            ),
-        ));
-    }
-    let silent = holder.silent_for.unwrap_or_default();
-    let held = |detail: &str| {
-        stream_error(format!(
-            "replication slot \"{}\" of the interrupted bootstrap is still held by walsender \
-             pid {} (silent for {:.0} s){detail}; retrying",
-            plan.slot,
-            holder.pid,
-            silent.as_secs_f64()
-        ))
-    };
-    if silent < bound {
-        return Err(held("; an earlier attempt may still be closing"));
-    }
-    tracing::warn!(
-        pid = holder.pid,
-        silent_s = silent.as_secs(),
-        slot = %plan.slot,
-        "ending the walsender of an interrupted bootstrap: it has heard nothing from its \
-         client for longer than the progress bound"
-    );
-    if !terminate_backend(client, holder.pid).await? {
-        return Err(held("; it did not end"));
-    }
-    Ok(())
 }
 
 /// The store's record of `tables`, numbered from 1, before their columns are read.
