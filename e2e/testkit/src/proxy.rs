@@ -1,7 +1,13 @@
 //! A TCP proxy on loopback in front of a server, for faults of the network between: its
 //! open connections can be stalled (they stay open and swallow everything, in both
 //! directions, as a network that stopped forwarding does) while new connections pass,
-//! and it can be pointed at another server.
+//! and it can be pointed at another server. As a blackhole every connection, open or new,
+//! stops forwarding until it is lifted; the connections open during it stay stalled after
+//! (what they sent is gone, as a NAT that forgot the flow leaves them).
+//!
+//! The kernel of this host still acknowledges what the proxy swallows, so TCP keepalives
+//! and `TCP_USER_TIMEOUT` never end these connections: what notices them is the engine's
+//! own bounds (the stream's liveness check, a copy's progress bound, deadlines).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -21,6 +27,9 @@ struct Shared {
     /// Connections accepted while this is set pass the server's first answer (a
     /// PostgreSQL handshake) and nothing after it.
     handshake_only: AtomicBool,
+    /// While set, new connections are accepted and never forwarded (nothing reaches the
+    /// server), and [`TcpProxy::blackhole`] stalled those open when it began.
+    blackhole: AtomicBool,
     /// A connection whose client sends these bytes stops forwarding from then on.
     stall_on: Mutex<Option<Vec<u8>>>,
     /// Connections stalled by `stall_on`.
@@ -40,6 +49,7 @@ impl TcpProxy {
             target: AtomicU16::new(target_port),
             stalled_before: AtomicU64::new(0),
             handshake_only: AtomicBool::new(false),
+            blackhole: AtomicBool::new(false),
             stall_on: Mutex::new(None),
             stalled_on_sending: AtomicUsize::new(0),
             epoch: AtomicU64::new(1),
@@ -53,6 +63,10 @@ impl TcpProxy {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                if accepting.blackhole.load(SeqCst) {
+                    swallow(&accepting, client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", accepting.target.load(SeqCst)))
                 else {
                     continue;
@@ -103,6 +117,19 @@ impl TcpProxy {
         self.shared.stalled_before.store(next, SeqCst);
     }
 
+    /// While `on`, nothing is forwarded: the connections open now stop forwarding for
+    /// good (both directions; they stay open and swallow what they are sent), and new
+    /// ones are accepted and swallowed likewise. Turned off, new connections are
+    /// forwarded again.
+    pub fn blackhole(&self, on: bool) {
+        if on {
+            self.shared.blackhole.store(true, SeqCst);
+            self.stall_open_connections();
+        } else {
+            self.shared.blackhole.store(false, SeqCst);
+        }
+    }
+
     /// While `on`, new connections stop forwarding the server's answers after its first
     /// (a PostgreSQL handshake completes, the first query's answer never arrives): a
     /// network that stopped forwarding just after a client connected. Connections made
@@ -130,6 +157,19 @@ impl TcpProxy {
     pub fn retarget(&self, target_port: u16) {
         self.shared.target.store(target_port, SeqCst);
     }
+}
+
+/// Holds `client` open and reads (and drops) what it sends, on a thread of its own, until
+/// it closes or the proxy is dropped.
+fn swallow(shared: &Arc<Shared>, client: TcpStream) {
+    if let Ok(held) = client.try_clone() {
+        shared.sockets.lock().expect("proxy sockets").push(held);
+    }
+    std::thread::spawn(move || {
+        let mut client = client;
+        let mut buf = [0u8; 16 << 10];
+        while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
+    });
 }
 
 /// One proxied connection.

@@ -1,6 +1,7 @@
 //! The replication source: where the primary is and how to reach it safely.
 
 use std::fmt;
+use std::time::Duration;
 
 /// How the TLS connection to the primary is verified. There is no unverified TLS mode:
 /// either the certificate chain and host name are checked, or TLS is off because the
@@ -52,6 +53,45 @@ pub struct SourceConnection {
     pub sslmode: SslMode,
     /// PEM file (or inline PEM) of the CA that signs the primary's certificate.
     pub cacert: Option<String>,
+    /// How long the network to the primary may fail silently on this connection.
+    #[serde(skip)]
+    pub bounds: SourceBounds,
+}
+
+/// How long a network to the primary that stops forwarding (no reset, no close: a NAT that
+/// forgot the flow, a cable pulled between switches) goes unnoticed on a connection
+/// (`docs/operations.md`, "A network that stops forwarding"). Not read from the
+/// configuration file: these hold for any deployment; tests shorten them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceBounds {
+    /// A connection idle this long sends its first TCP keepalive probe.
+    pub keepalive_idle: Duration,
+    /// Time between keepalive probes.
+    pub keepalive_interval: Duration,
+    /// Probes unanswered before the kernel drops the connection: an idle connection to a
+    /// peer gone silently ends after `keepalive_idle + keepalive_count × keepalive_interval`.
+    pub keepalive_count: u32,
+    /// `TCP_USER_TIMEOUT`: data sent and not acknowledged for this long drops the connection
+    /// (a query or a reply waiting on a network that stopped; keepalives cover only idle
+    /// connections).
+    pub user_timeout: Duration,
+    /// The progress bound of a copy and of a question to the primary during one: nothing
+    /// received for this long fails it (`PSM_R3003`), and it is started again as other
+    /// network errors are. Also how long replication may hear nothing from the primary
+    /// before `status()` shows the source stalled and the readiness probe fails.
+    pub stall_after: Duration,
+}
+
+impl Default for SourceBounds {
+    fn default() -> Self {
+        Self {
+            keepalive_idle: Duration::from_secs(30),
+            keepalive_interval: Duration::from_secs(10),
+            keepalive_count: 3,
+            user_timeout: Duration::from_secs(60),
+            stall_after: Duration::from_secs(120),
+        }
+    }
 }
 
 impl SourceConnection {
@@ -140,6 +180,7 @@ impl SourceConnection {
             password,
             sslmode,
             cacert,
+            bounds: SourceBounds::default(),
         })
     }
 }
@@ -154,6 +195,7 @@ impl fmt::Debug for SourceConnection {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("sslmode", &self.sslmode)
             .field("cacert", &self.cacert)
+            .field("bounds", &self.bounds)
             .finish()
     }
 }

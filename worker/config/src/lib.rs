@@ -15,7 +15,7 @@ mod keys;
 mod peer;
 
 pub use api::ApiLimits;
-pub use connection::{SourceConnection, SslMode};
+pub use connection::{SourceBounds, SourceConnection, SslMode};
 pub use error::ConfigError;
 pub use file::{
     ClientAuth, RulesSource, ServiceConfig, Supabase, DEFAULT_PORT, SUPABASE_JWKS_OVERRIDE_ENV,

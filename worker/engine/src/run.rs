@@ -276,11 +276,35 @@ async fn follow_generations(
             _ = heartbeat.tick() => {
                 status.touch();
                 report_heartbeat(status, &generations.active);
+                report_source(status, &generations.active);
                 generations.report_progress();
                 log_snapshot_progress(status, &mut snapshot_logged);
             }
         }
     }
+}
+
+/// When the served generation's replication last heard from the primary, and whether
+/// that is longer ago than the connection's bound (`source_stalled`, which fails the
+/// readiness probe), once per heartbeat.
+fn report_source(status: &StatusCell, active: &Generation) {
+    let heard_ms = active
+        .progress
+        .heard
+        .at_ms()
+        .max(active.stream_progress.heard.at_ms());
+    let bound = active.plan.connection.bounds.stall_after;
+    let silent = Duration::from_millis(status::unix_now_ms().saturating_sub(heard_ms));
+    status.update(|s| {
+        let replicating = matches!(
+            s.phase,
+            Phase::Snapshotting | Phase::Ready | Phase::Streaming
+        );
+        if let Some(r) = s.replication.as_mut() {
+            r.source_heard_at = (heard_ms > 0).then_some(heard_ms / 1000);
+            r.source_stalled = replicating && heard_ms > 0 && silent > bound;
+        }
+    });
 }
 
 /// The served generation's progress into `status()`, once per heartbeat.

@@ -13,7 +13,8 @@ use http::HttpLimits;
 use serde_json::json;
 use status::{Phase, StatusCell};
 use testkit::{
-    free_port, wait_for, worker_progress, Cluster, ClusterKind, Patience, PgInstall, TestDir,
+    free_port, wait_for, worker_progress, Cluster, ClusterKind, Patience, PgInstall, TcpProxy,
+    TestDir,
 };
 
 pub const SECRET: &[u8] = b"a test secret of thirty-two bytes!";
@@ -42,6 +43,8 @@ pub struct EngineRig {
     pub port: u16,
     pub status: Arc<StatusCell>,
     config: EngineConfig,
+    /// Between the engine and the primary, when started with [`Self::start_proxied`].
+    pub proxy: Option<TcpProxy>,
 }
 
 impl EngineRig {
@@ -73,17 +76,60 @@ impl EngineRig {
         extra_yaml: &str,
         edit: impl FnOnce(&mut EngineConfig),
     ) -> Self {
+        let rig = Self::launch(
+            schema,
+            rules,
+            slot,
+            extra_yaml,
+            &[],
+            None::<fn(&TcpProxy)>,
+            edit,
+        );
+        rig.wait_phase(Phase::Streaming);
+        rig
+    }
+
+    /// A primary with `schema` and the primary's `settings` (`postgresql.conf` lines),
+    /// and the engine reaching it through a [`TcpProxy`] (`rig.proxy`) that `prepare`
+    /// may set up first; its configuration changed by `edit`. Returns at once (the
+    /// engine may still be bootstrapping).
+    pub fn start_proxied(
+        schema: &str,
+        rules: &str,
+        slot: &str,
+        settings: &[String],
+        prepare: impl FnOnce(&TcpProxy),
+        edit: impl FnOnce(&mut EngineConfig),
+    ) -> Self {
+        Self::launch(schema, rules, slot, "", settings, Some(prepare), edit)
+    }
+
+    fn launch(
+        schema: &str,
+        rules: &str,
+        slot: &str,
+        extra_yaml: &str,
+        settings: &[String],
+        proxied: Option<impl FnOnce(&TcpProxy)>,
+        edit: impl FnOnce(&mut EngineConfig),
+    ) -> Self {
         let install = PgInstall::pg16();
         let dir = TestDir::new(&install);
-        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, settings);
         primary.sql(schema);
         let store = tempfile::tempdir().unwrap();
         let port = free_port();
         let mut config = engine_config(&primary, store.path(), port, rules, slot, extra_yaml);
+        let proxy = proxied.map(|prepare| {
+            let proxy = TcpProxy::start(primary.port());
+            prepare(&proxy);
+            config.service.source.port = proxy.port();
+            proxy
+        });
         edit(&mut config);
         let status = Arc::new(StatusCell::new(std::process::id()));
         let engine = Engine::start(config.clone(), status.clone()).unwrap();
-        let rig = Self {
+        Self {
             _dir: dir,
             primary,
             store,
@@ -91,9 +137,8 @@ impl EngineRig {
             port,
             status,
             config,
-        };
-        rig.wait_phase(Phase::Streaming);
-        rig
+            proxy,
+        }
     }
 
     /// What the engine shows of its advance ([`worker_progress`] of its status).

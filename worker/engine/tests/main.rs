@@ -9,6 +9,7 @@ mod limits;
 mod metrics_http;
 mod rules_deploy;
 mod seeding;
+mod source_stall;
 mod sync_client;
 mod sync_http;
 mod sync_socket;

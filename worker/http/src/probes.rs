@@ -1,5 +1,7 @@
 //! `/probes/startup`, `/probes/liveness`, `/probes/readiness`: unauthenticated JSON
-//! `{ready, started, touched_at}` as the official service answers, 200 or 400.
+//! `{ready, started, touched_at}` as the official service answers, 200 or 400. Readiness
+//! also fails while the source is stalled (`status()`'s `replication.source_stalled`):
+//! a replica that hears nothing from the primary serves data that no longer advances.
 
 use hyper::{Response, StatusCode};
 
@@ -31,7 +33,7 @@ impl Probe {
 }
 
 pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
-    let ready = state.status.snapshot().ready;
+    let ready = state.status.snapshot().ready_and_current();
     let touched_ms = state.status.touched_at_ms();
     let alive = touched_ms > 0 && unix_now_ms().saturating_sub(touched_ms) <= LIVENESS_WINDOW_MS;
     let ok = match probe {

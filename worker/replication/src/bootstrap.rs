@@ -6,8 +6,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures_util::{pin_mut, TryStreamExt};
-
 use super::intent::{BootstrapIntent, BootstrapState, IntentTable};
 use super::pipeline::{Pipeline, TableJob};
 use crate::covered::covered_tables;
@@ -17,7 +15,7 @@ use crate::progress::Progress;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
-    table_columns, validate_primary, SourceError, SourceTable,
+    table_columns, validate_primary, within, SourceError, SourceTable,
 };
 use store::Store;
 
@@ -75,17 +73,23 @@ pub async fn bootstrap_with(
     start: Start,
 ) -> Result<BootstrapOutcome, ReplicationError> {
     progress.reset();
+    let bound = plan.connection.bounds.stall_after;
     let client = connect(&plan.connection).await?;
-    let tables = covered_tables(&client, &rules).await?;
     let stored = store.read(|view| Ok(BootstrapIntent::load(view)))??;
     // A complete store's tables are the stream's to follow (one renamed or dropped since is
     // removed from the buckets there, not refused here).
     let complete = stored
         .as_ref()
         .is_some_and(|i| i.state == BootstrapState::Complete);
-    let primary = validate_primary(&client, if complete { &[] } else { &tables }).await?;
+    let (tables, primary, slot) = within(bound, "the checks of the primary", async {
+        let tables = covered_tables(&client, &rules).await?;
+        let primary = validate_primary(&client, if complete { &[] } else { &tables }).await?;
+        let slot = slot_info(&client, &plan.slot).await?;
+        Ok::<_, ReplicationError>((tables, primary, slot))
+    })
+    .await??;
+    progress.heard.now();
     let rules_hash = rules.content_hash_hex();
-    let slot = slot_info(&client, &plan.slot).await?;
 
     let existing = Existing {
         stored: stored.as_ref(),
@@ -124,10 +128,14 @@ pub async fn bootstrap_with(
 
     progress.start_copy();
     let reader = connect(&plan.connection).await?;
-    enter_snapshot(&reader, &exported.snapshot).await?;
-    let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
-    progress.set_rows_estimated(source::estimated_rows(&reader, &oids).await?);
-    let jobs = table_jobs(&reader, &primary, &mut intent).await?;
+    let jobs = within(bound, "the start of the snapshot's copy", async {
+        enter_snapshot(&reader, &exported.snapshot).await?;
+        let oids: Vec<u32> = primary.tables.iter().map(|t| t.oid).collect();
+        progress.set_rows_estimated(source::estimated_rows(&reader, &oids).await?);
+        table_jobs(&reader, &primary, &mut intent).await
+    })
+    .await??;
+    progress.heard.now();
     let copies: Vec<(SourceTable, Vec<source::ColumnMeta>)> = primary
         .tables
         .iter()
@@ -136,7 +144,7 @@ pub async fn bootstrap_with(
         .collect();
     let mut pipeline = Pipeline::start(rules, jobs, store.clone(), progress.clone())
         .map_err(|e| SourceError::Connection(format!("cannot start snapshot threads: {e}")))?;
-    let copied = copy_all(&reader, &copies, &mut pipeline, &progress).await;
+    let copied = copy_all(&reader, &copies, &mut pipeline, &progress, bound).await;
     if copied.is_ok() {
         intent.state = BootstrapState::Complete;
         pipeline.finish(intent.clone()).await;
@@ -287,18 +295,15 @@ async fn copy_all(
     copies: &[(SourceTable, Vec<source::ColumnMeta>)],
     pipeline: &mut Pipeline,
     progress: &Progress,
+    stall_after: std::time::Duration,
 ) -> Result<(), ReplicationError> {
     for (index, (table, columns)) in copies.iter().enumerate() {
-        let stream = copy_table(reader, table, columns).await?;
-        pin_mut!(stream);
+        let mut rows = copy_table(reader, table, columns, stall_after).await?;
         let mut chunk = Vec::with_capacity(CHUNK_ROWS);
-        while let Some(row) = stream
-            .try_next()
-            .await
-            .map_err(SourceError::query("COPY"))?
-        {
-            chunk.push(row);
+        while let Some(row) = rows.next().await {
+            chunk.push(row?);
             if chunk.len() == CHUNK_ROWS {
+                progress.heard.now();
                 let full = std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK_ROWS));
                 if !pipeline.send_rows(index, full).await {
                     return Ok(()); // the pipeline stopped; its error is reported

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use pg_walstream::CancellationToken;
 
 use crate::plan::SourcePlan;
+use crate::progress::StreamProgress;
 use source::{connect, emit_marker, slot_walsender};
 
 /// How long one question to the primary over an ordinary connection may take: a network
@@ -66,17 +67,23 @@ impl Liveness {
     }
 }
 
-/// When the stream last delivered something, shared by the reader and the monitor.
+/// When the stream last delivered something, shared by the reader and the monitor; what
+/// it heard also goes to `status()` (`source`, with what the primary says of its
+/// walsender).
 pub(super) struct Heard {
     since: Instant,
     millis: AtomicU64,
+    source: Arc<StreamProgress>,
 }
 
 impl Heard {
-    pub(super) fn new() -> Self {
+    /// A stream just set up: its connection answered.
+    pub(super) fn new(source: Arc<StreamProgress>) -> Self {
+        source.heard.now();
         Self {
             since: Instant::now(),
             millis: AtomicU64::new(0),
+            source,
         }
     }
 
@@ -84,6 +91,13 @@ impl Heard {
     pub(super) fn now(&self) {
         let millis = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.millis.store(millis, Relaxed);
+        self.source.heard.now();
+    }
+
+    /// The primary says its walsender hears this worker within the liveness bound: the
+    /// stream counts as heard for `status()`, not for the silence the check measures.
+    fn confirmed(&self) {
+        self.source.heard.now();
     }
 
     fn silent_for(&self) -> Duration {
@@ -162,7 +176,10 @@ pub(super) async fn watch_liveness(
                     },
                 }
             }
-            Some(Ok(Some(_))) => None,
+            Some(Ok(Some(_))) => {
+                heard.confirmed();
+                None
+            }
             Some(Err(_)) | None => {
                 client = None;
                 (silent >= dead_after).then(|| {

@@ -7,9 +7,36 @@ use std::time::{Duration, Instant};
 use metrics::{Histogram, PendingCommits};
 use parking_lot::Mutex;
 
+/// When replication last heard from the primary, Unix milliseconds (0: not yet): a
+/// message of the stream, rows of a copy, the primary's word that its walsender hears
+/// this worker. The engine shows the source stalled when it is old (`status()`,
+/// the readiness probe).
+#[derive(Debug, Default)]
+pub struct SourceHeard(AtomicU64);
+
+impl SourceHeard {
+    /// Heard from the primary now.
+    pub fn now(&self) {
+        self.0.fetch_max(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// Unix milliseconds of the last word from the primary; 0 before the first.
+    pub fn at_ms(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Counters the pipeline advances and the engine reads for `status()`.
 #[derive(Debug, Default)]
 pub struct Progress {
+    /// When the bootstrap last heard from the primary (its answers, its copy's rows).
+    pub heard: SourceHeard,
     rows: AtomicU64,
     /// The planner's estimate of the rows to copy (0: unknown).
     rows_estimated: AtomicU64,
@@ -76,6 +103,8 @@ impl Progress {
 /// Counters the engine shows in `status()`.
 #[derive(Debug, Default)]
 pub struct StreamProgress {
+    /// When the stream (or a rebuild it waits for) last heard from the primary.
+    pub heard: SourceHeard,
     /// Source transactions applied since the stream started.
     pub transactions: std::sync::atomic::AtomicU64,
     /// Store commits that applied source transactions since the stream started (small

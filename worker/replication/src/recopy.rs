@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -149,7 +148,13 @@ async fn copy(
             operator: true,
         }
     })?);
-    let mut copy = TableCopy::start(&reader, source, &columns).await?;
+    let mut copy = TableCopy::start(
+        &reader,
+        source,
+        &columns,
+        plan.connection.bounds.stall_after,
+    )
+    .await?;
     // Rows are compared with the store only once it holds every transaction committed
     // before the snapshot; from then on a stored row changes only by a stream change the
     // merge sees (it skips such rows) or by this merge. Rows keyed by another identity
@@ -298,23 +303,22 @@ fn set_aside_unchanged(
 /// A table's `COPY` inside a snapshot, read in batches of lines (decoded where they are
 /// evaluated, off the runtime threads).
 pub(super) struct TableCopy {
-    rows: std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+    rows: source::CopyRows,
     /// The stream ended (it is not polled again).
     ended: bool,
 }
 
 impl TableCopy {
-    /// Starts `COPY source (columns)` on `reader` (inside its snapshot).
+    /// Starts `COPY source (columns)` on `reader` (inside its snapshot); no rows for
+    /// `stall_after` fail it (`source::CopyRows`).
     pub(super) async fn start(
         reader: &tokio_postgres::Client,
         source: &SourceTable,
         columns: &[ColumnMeta],
+        stall_after: std::time::Duration,
     ) -> Result<Self, ReplicationError> {
-        let rows = source::copy_table(reader, source, columns).await?;
-        Ok(Self {
-            rows: Box::pin(rows),
-            ended: false,
-        })
+        let rows = source::copy_table(reader, source, columns, stall_after).await?;
+        Ok(Self { rows, ended: false })
     }
 
     /// The next rows, up to [`BATCH_ROWS`]; `None` after the last.
@@ -325,7 +329,7 @@ impl TableCopy {
                 self.ended = true;
                 break;
             };
-            let mut line = line.map_err(source::SourceError::query("COPY"))?;
+            let mut line = line?;
             if line.last() == Some(&b'\n') {
                 line.truncate(line.len() - 1);
             }

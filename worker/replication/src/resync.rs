@@ -97,6 +97,7 @@ pub(super) async fn rebuild(
         reader: &reader,
         consistent_point,
         primary: &primary,
+        stall_after: plan.connection.bounds.stall_after,
     };
     let total = rebuild_tables(&report, &snapshot, &mut rebuilt, &published).await?;
     reader
@@ -243,6 +244,8 @@ struct Snapshot<'a> {
     consistent_point: u64,
     /// The published tables, in the order of the record's.
     primary: &'a source::PrimaryInfo,
+    /// A copy's progress bound (`SourceBounds::stall_after`).
+    stall_after: std::time::Duration,
 }
 
 /// Copies every table of `rebuilt` (its record, updated as each is rebuilt) in the
@@ -297,8 +300,16 @@ async fn rebuild_tables(
         // The rebuild forks the history once, before the first op any table's merge writes.
         let mut merge = Merge::default().after_fork(forked);
         merge.start(snapshot.consistent_point, shape);
-        let mut copy = TableCopy::start(snapshot.reader, &info.table, &table.columns).await?;
+        let mut copy = TableCopy::start(
+            snapshot.reader,
+            &info.table,
+            &table.columns,
+            snapshot.stall_after,
+        )
+        .await?;
         while let Some(rows) = copy.next_batch().await? {
+            // The stream waits for the rebuild: its rows are what is heard of the primary.
+            context.progress.heard.now();
             merge = merge_rows(context, merge, rows).await?;
             let (rows, written) = merge.merged_rows();
             let mut so_far = total;

@@ -11,13 +11,13 @@ use config::{SourceConnection, SslMode};
 
 const APPLICATION_NAME: &str = "powersync_mdbx";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// A connection that sends nothing this long is probed by TCP keepalives, so a primary
-/// that vanished without closing the connection (a network that stops forwarding) is
-/// noticed instead of waited on forever.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 
-/// Opens an ordinary connection; its driver task runs on the current tokio runtime.
-pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
+/// The settings of an ordinary connection to `conn`, TLS aside: TCP keepalives and
+/// `TCP_USER_TIMEOUT` as `conn.bounds` says, so a primary that vanished without closing
+/// the connection (a network that stops forwarding) is noticed in about a minute instead
+/// of the OS's 2 h + 9 × 75 s (or its idle time as set here + 9 × 75 s).
+fn pg_config(conn: &SourceConnection) -> tokio_postgres::Config {
+    let bounds = &conn.bounds;
     let mut config = tokio_postgres::Config::new();
     config
         .host(&conn.host)
@@ -27,10 +27,19 @@ pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
         .application_name(APPLICATION_NAME)
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
-        .keepalives_idle(KEEPALIVE_IDLE);
+        .keepalives_idle(bounds.keepalive_idle)
+        .keepalives_interval(bounds.keepalive_interval)
+        .keepalives_retries(bounds.keepalive_count)
+        .tcp_user_timeout(bounds.user_timeout);
     if let Some(password) = &conn.password {
         config.password(password);
     }
+    config
+}
+
+/// Opens an ordinary connection; its driver task runs on the current tokio runtime.
+pub async fn connect(conn: &SourceConnection) -> Result<Client, SourceError> {
+    let mut config = pg_config(conn);
     match tls::client_config(conn)? {
         None => {
             config.ssl_mode(PgSslMode::Disable);
@@ -130,6 +139,29 @@ pub fn replication_uri(conn: &SourceConnection) -> Result<String, SourceError> {
         params.push(("sslrootcert".into(), super::tls::cacert_file(cacert)?));
     }
     params.push(("application_name".into(), APPLICATION_NAME.into()));
+    if !conn.is_unix_socket() {
+        // libpq's options, which pg_walstream applies to its socket the same way.
+        let bounds = &conn.bounds;
+        params.extend([
+            ("keepalives".into(), "1".into()),
+            (
+                "keepalives_idle".into(),
+                bounds.keepalive_idle.as_secs().to_string(),
+            ),
+            (
+                "keepalives_interval".into(),
+                bounds.keepalive_interval.as_secs().to_string(),
+            ),
+            (
+                "keepalives_count".into(),
+                bounds.keepalive_count.to_string(),
+            ),
+            (
+                "tcp_user_timeout".into(),
+                bounds.user_timeout.as_millis().to_string(),
+            ),
+        ]);
+    }
     let query: Vec<String> = params
         .iter()
         .map(|(k, v)| format!("{k}={}", enc(v)))
@@ -143,6 +175,51 @@ pub fn replication_uri(conn: &SourceConnection) -> Result<String, SourceError> {
 mod tests {
     use super::*;
 
+    /// Every ordinary connection probes an idle peer with the bounds' keepalives and gives
+    /// up on data unacknowledged for their user timeout (not the OS's 2 h + 9 × 75 s).
+    #[test]
+    fn connections_carry_the_keepalive_and_user_timeout_bounds() {
+        let mut conn = SourceConnection::from_uri("postgresql://u@db:5433/app").unwrap();
+        conn.bounds.keepalive_idle = Duration::from_secs(7);
+        conn.bounds.keepalive_interval = Duration::from_secs(3);
+        conn.bounds.keepalive_count = 4;
+        conn.bounds.user_timeout = Duration::from_secs(19);
+        let config = pg_config(&conn);
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(7));
+        assert_eq!(
+            config.get_keepalives_interval(),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(config.get_keepalives_retries(), Some(4));
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(19))
+        );
+    }
+
+    /// The replication connection (`pg_walstream`, which reads libpq's options) carries the
+    /// same bounds, in libpq's units (seconds; milliseconds for `tcp_user_timeout`).
+    #[test]
+    fn the_replication_uri_carries_the_same_bounds() {
+        let mut conn =
+            SourceConnection::from_uri("postgresql://u@db:5433/app?sslmode=disable").unwrap();
+        conn.bounds.keepalive_idle = Duration::from_secs(7);
+        conn.bounds.keepalive_interval = Duration::from_secs(3);
+        conn.bounds.keepalive_count = 4;
+        conn.bounds.user_timeout = Duration::from_secs(19);
+        let uri = replication_uri(&conn).unwrap();
+        for option in [
+            "keepalives=1",
+            "keepalives_idle=7",
+            "keepalives_interval=3",
+            "keepalives_count=4",
+            "tcp_user_timeout=19000",
+        ] {
+            assert!(uri.contains(option), "{option} in {uri}");
+        }
+    }
+
     #[test]
     fn replication_uri_escapes_and_keeps_tls_policy() {
         let conn = SourceConnection::from_uri(
@@ -152,7 +229,9 @@ mod tests {
         assert_eq!(
             replication_uri(&conn).unwrap(),
             "postgresql://rep%40l:p%20w@db:5433/app?replication=database&sslmode=verify%2Dca\
-             &sslrootcert=%2Fca%2Epem&application_name=powersync%5Fmdbx"
+             &sslrootcert=%2Fca%2Epem&application_name=powersync%5Fmdbx&keepalives=1\
+             &keepalives_idle=30&keepalives_interval=10&keepalives_count=3\
+             &tcp_user_timeout=60000"
         );
     }
 }

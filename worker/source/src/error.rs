@@ -21,6 +21,20 @@ pub enum SourceError {
     /// The primary could not be reached or the connection broke; retried with backoff.
     #[error("PSM_R3001 connection to the primary failed: {0}")]
     Connection(String),
+    /// Nothing arrived from the primary within the progress bound where something should
+    /// have (a copy's next rows, the answer to a question during one): the network to it
+    /// may have stopped forwarding without closing anything; retried with backoff on new
+    /// connections.
+    #[error(
+        "PSM_R3003 the primary sent nothing for {seconds} s during {what}: the network to it \
+         may have stopped forwarding (nothing was closed); retrying on new connections"
+    )]
+    Stalled {
+        /// What was waited for.
+        what: String,
+        /// The bound, in seconds.
+        seconds: u64,
+    },
     /// The primary answered a query with an error.
     #[error("PSM_R3002 query on the primary failed ({context}): {source}")]
     Query {
@@ -44,11 +58,19 @@ impl SourceError {
         move |source| Self::Query { context, source }
     }
 
+    /// `what` did not finish within `bound` ([`Self::Stalled`]).
+    pub fn stalled(what: impl Into<String>, bound: std::time::Duration) -> Self {
+        Self::Stalled {
+            what: what.into(),
+            seconds: bound.as_secs(),
+        }
+    }
+
     /// True when only the operator can fix it; false when retrying may help.
     pub fn needs_operator(&self) -> bool {
         match self {
             Self::Setup { .. } | Self::Tls(_) => true,
-            Self::Connection(_) => false,
+            Self::Connection(_) | Self::Stalled { .. } => false,
             // Permission and undefined-object errors are set-up problems; others may pass.
             Self::Query { source, .. } => source.code().is_some_and(|code| {
                 let class = &code.code()[..2];

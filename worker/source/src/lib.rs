@@ -20,13 +20,18 @@ mod walsender;
 pub use client::{connect, replication_uri};
 pub use copy_text::{CopyFields, CopyTextError, Fields};
 pub use error::SourceError;
-pub use head::{emit_marker, write_checkpoint_message, PrimaryHead};
+pub use head::{
+    emit_marker, write_checkpoint_message, PrimaryHead, FAIL_FAST_FOR, HEAD_CONNECTIONS,
+    HEAD_DEADLINE,
+};
 pub use pgoutput::{Message, Pgoutput, PgoutputError, Relation, RelationColumn, Tuple, Value};
 pub use slot::{
     create_slot, create_temporary_slot, drop_slot, format_lsn, parse_lsn, replication_error,
     slot_info, start_stream, ExportedSlot, SlotInfo,
 };
-pub use snapshot::{copy_table, enter_snapshot, estimated_rows, table_columns, ColumnMeta};
+pub use snapshot::{
+    copy_table, enter_snapshot, estimated_rows, table_columns, within, ColumnMeta, CopyRows,
+};
 pub use tls::{install_crypto_provider, root_store};
 pub use validate::{
     published_tables, published_with_prefix, validate_primary, PrimaryInfo, ReplicaIdentity,

@@ -1,5 +1,13 @@
 //! Reading tables inside the slot's exported snapshot with `COPY ... TO STDOUT`.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::time::{Instant, Sleep};
 use tokio_postgres::{Client, CopyOutStream};
 
 use super::validate::{quote_ident, SourceTable};
@@ -80,17 +88,79 @@ pub async fn enter_snapshot(client: &Client, snapshot: &str) -> Result<(), Sourc
         .map_err(SourceError::query("import the exported snapshot"))
 }
 
-/// Starts `COPY table (columns) TO STDOUT`; the stream yields one row (with its newline)
-/// per item, as the server sends one CopyData message per row.
+/// Starts `COPY table (columns) TO STDOUT`; its rows come one per item (with its
+/// newline), as the server sends one CopyData message per row, each within `stall_after`
+/// of the one before (the progress bound, [`CopyRows`]).
 pub async fn copy_table(
     client: &Client,
     table: &SourceTable,
     columns: &[ColumnMeta],
-) -> Result<CopyOutStream, SourceError> {
+    stall_after: Duration,
+) -> Result<CopyRows, SourceError> {
     let list: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
     let sql = format!("COPY {table} ({}) TO STDOUT", list.join(", "));
-    client
-        .copy_out(&sql)
+    let what = format!("the COPY of {table}");
+    let rows = within(stall_after, &what, client.copy_out(&sql))
+        .await?
+        .map_err(SourceError::query("COPY"))?;
+    Ok(CopyRows {
+        rows: Box::pin(rows),
+        stall_after,
+        last: Instant::now(),
+        watchdog: Box::pin(tokio::time::sleep(stall_after)),
+        what,
+    })
+}
+
+/// `step` (named `what`), unless it takes longer than `bound`: then [`SourceError::Stalled`].
+/// For questions to the primary that answer at once when it is reachable.
+pub async fn within<T>(
+    bound: Duration,
+    what: &str,
+    step: impl Future<Output = T>,
+) -> Result<T, SourceError> {
+    tokio::time::timeout(bound, step)
         .await
-        .map_err(SourceError::query("COPY"))
+        .map_err(|_| SourceError::stalled(what, bound))
+}
+
+/// A table's COPY, bounded by progress: when no row arrives for `stall_after` (a network
+/// that stopped forwarding closes nothing, and this side sends nothing a TCP timeout
+/// would notice before its keepalives run out), the next read fails with `PSM_R3003`.
+/// One timer per copy, moved only when it fires, rather than one per row.
+pub struct CopyRows {
+    rows: Pin<Box<CopyOutStream>>,
+    stall_after: Duration,
+    /// When the last row arrived (or the copy started).
+    last: Instant,
+    /// Fires at `last + stall_after` or earlier.
+    watchdog: Pin<Box<Sleep>>,
+    what: String,
+}
+
+impl CopyRows {
+    /// The next row, with its newline; `None` after the last.
+    pub async fn next(&mut self) -> Option<Result<Bytes, SourceError>> {
+        std::future::poll_fn(|cx| self.poll_row(cx)).await
+    }
+
+    fn poll_row(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, SourceError>>> {
+        if let Poll::Ready(row) = self.rows.poll_next_unpin(cx) {
+            self.last = Instant::now();
+            return Poll::Ready(row.map(|r| r.map_err(SourceError::query("COPY"))));
+        }
+        loop {
+            if self.watchdog.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let due = self.last + self.stall_after;
+            if Instant::now() >= due {
+                return Poll::Ready(Some(Err(SourceError::stalled(
+                    self.what.clone(),
+                    self.stall_after,
+                ))));
+            }
+            self.watchdog.as_mut().reset(due);
+        }
+    }
 }

@@ -4,4 +4,5 @@
 extern crate powersync_mdbx_source as source;
 
 mod silent_primary;
+mod stalled_copy;
 mod validate;

@@ -337,6 +337,22 @@ pub struct ReplicationStatus {
     /// WAL bytes between the primary's position at the last check and the applied LSN
     /// (0 when caught up; includes WAL with nothing for this replica while it is idle).
     pub lag_bytes: u64,
+    /// Unix seconds when replication last heard from the primary: a message of the
+    /// stream, rows of a copy, or the primary's word that its walsender hears this worker.
+    pub source_heard_at: Option<u64>,
+    /// Replication has heard nothing from the primary for longer than its bound (120 s;
+    /// `docs/operations.md`, "A network that stops forwarding"): the network to it may
+    /// have stopped forwarding, or it is down. What is served does not advance; the
+    /// readiness probe fails meanwhile.
+    pub source_stalled: bool,
+}
+
+impl Status {
+    /// True when the engine serves and its source is not stalled: what the readiness probe
+    /// answers.
+    pub fn ready_and_current(&self) -> bool {
+        self.ready && !self.replication.as_ref().is_some_and(|r| r.source_stalled)
+    }
 }
 
 /// A [`Status`] shared between threads, with a version number so publishers copy it only

@@ -113,7 +113,7 @@ pub async fn follow_slot(
         slot_watch::EVERY,
     ));
     let cancel = CancellationToken::new();
-    let heard = Arc::new(Heard::new());
+    let heard = Arc::new(Heard::new(context.progress.clone()));
     let dead = Arc::new(parking_lot::Mutex::new(None));
     let monitor = tokio::spawn(watch_liveness(
         plan.clone(),
