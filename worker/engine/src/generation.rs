@@ -102,6 +102,8 @@ pub(super) struct Generation {
     wakeups: Arc<service::Wakeups>,
     /// Turns true when the snapshot is complete and durable.
     snapshot_done: watch::Sender<bool>,
+    /// Its store held a complete snapshot when it was opened.
+    complete_at_open: bool,
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), ReplicationError>>>,
     /// True while this generation is the served one (its replication then reports into
@@ -127,6 +129,7 @@ impl Generation {
             .history
             .map_or(BucketVersion::Versioned(number), BucketVersion::Derived);
         let rules = Arc::new(SyncRules::parse_with_version(rules_text, version)?);
+        let complete_at_open = opened.is_complete();
         let store = opened.store;
         let initial = store.read(|view| view.checkpoint())?;
         let (published, checkpoints) = watch::channel(initial);
@@ -143,6 +146,7 @@ impl Generation {
             checkpoints,
             wakeups,
             snapshot_done: watch::Sender::new(false),
+            complete_at_open,
             stop: watch::Sender::new(false),
             task: None,
             serving: Arc::new(AtomicBool::new(serving)),
@@ -181,6 +185,12 @@ impl Generation {
     /// Turns true once its snapshot is complete.
     pub fn snapshot_done(&self) -> watch::Receiver<bool> {
         self.snapshot_done.subscribe()
+    }
+
+    /// True when its store holds a complete snapshot (found so at open, or made since):
+    /// it can serve whatever its replication does.
+    pub fn can_serve(&self) -> bool {
+        self.complete_at_open || *self.snapshot_done.borrow()
     }
 
     /// Makes it the served generation: its replication reports into the engine's status.

@@ -26,7 +26,7 @@ pub const RESTART_BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between two starts after failures.
 pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// An engine that ran this long before failing starts the count of failures again.
-const HEALTHY_RUN: Duration = Duration::from_secs(300);
+pub(crate) const HEALTHY_RUN: Duration = Duration::from_secs(300);
 
 /// The host's settings (the extension reads them from GUCs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -500,7 +500,7 @@ impl Host {
 }
 
 /// The wait before start number `failures + 1` after `failures` failures in a row.
-fn restart_backoff(failures: u32) -> Duration {
+pub(crate) fn restart_backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     RESTART_BACKOFF_FIRST
         .saturating_mul(1 << doublings)

@@ -11,6 +11,7 @@ mod error;
 mod generation;
 pub mod host;
 pub mod idle_release;
+mod ingest;
 pub mod logging;
 mod own_runtime;
 mod run;

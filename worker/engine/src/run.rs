@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::deploy::{GenerationEvent, Generations};
 use super::generation::{store_status, Generation};
 use super::idle_release::BLOCKING_THREAD_KEEP_ALIVE;
+use super::ingest::Ingest;
 use super::seeding::{seed_unless_complete, SeedTarget};
 use super::{EngineConfig, EngineError};
 use auth::Authenticator;
@@ -18,7 +19,9 @@ use config::ConfigError;
 use http::HttpState;
 use service::{RequestLimits, StreamLimits, SyncService};
 use source::{format_lsn, PrimaryHead};
-use status::{unix_now, ErrorReport, Phase, ReplicationStatus, StatusCell};
+use status::{
+    unix_now, ErrorReport, IngestStatus, Phase, ReplicationStatus, ServedCheckpoint, StatusCell,
+};
 
 /// How often the engine's loop proves it is alive (liveness probe) and refreshes sizes.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -193,9 +196,17 @@ async fn serve_generations(
     let server = tokio::spawn(http::serve(listeners, state, stop.clone(), http_limits));
     status.touch();
     let tables_total = generations.active.rules.tables().len() as u64;
+    // A complete store serves from here on, whatever its ingest does: before the primary
+    // is reached (it may be down), and after ingest errors.
+    let serving = generations.active.can_serve();
     status.update(|s| {
         s.listen = listen;
         s.phase = Phase::Validating;
+        s.ready = serving;
+        s.ingest = IngestStatus {
+            running: true,
+            ..IngestStatus::default()
+        };
         s.replication = Some(ReplicationStatus {
             slot: generations.active.plan.slot.clone(),
             tables_total,
@@ -254,21 +265,29 @@ async fn follow_generations(
 ) -> Result<(), EngineError> {
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let mut snapshot_logged = std::time::Instant::now();
+    let mut ingest = Ingest::default();
     loop {
         tokio::select! {
             _ = stop.wait_for(|stop| *stop) => return Ok(()),
             event = generations.next_event() => match event {
                 // Replication finished its work for now; keep serving until stopped.
                 GenerationEvent::ServedStopped(Ok(())) => {}
-                GenerationEvent::ServedStopped(Err(e)) => return Err(e),
+                // A complete store goes on serving; the ingest starts again by itself or
+                // when the operator reloads.
+                GenerationEvent::ServedStopped(Err(e)) => {
+                    ingest.failed(e, &generations.active, status)?;
+                }
                 GenerationEvent::BuildReady(Ok(())) => generations.switch(sync).await,
                 GenerationEvent::BuildReady(Err(e)) => generations.fail_build(&e),
                 GenerationEvent::InPlaceReady => generations.finish_in_place(sync).await,
             },
+            () = ingest.due() => ingest.restart(&mut generations.active, status).await,
             changed = rules.changed() => {
                 if changed.is_err() {
                     return Ok(());
                 }
+                // A reload: an ingest that waits for the operator starts again.
+                ingest.operator_acted();
                 // The rules of a failed build, handed over again, are tried again.
                 let text = rules.borrow_and_update().clone();
                 generations.consider(text).await;
@@ -307,6 +326,24 @@ fn report_source(status: &StatusCell, active: &Generation) {
     });
 }
 
+/// The checkpoint served now, since when (kept from `before` while it is the same).
+fn served_checkpoint(
+    before: Option<ServedCheckpoint>,
+    checkpoint: store::Checkpoint,
+    now: u64,
+) -> ServedCheckpoint {
+    let lsn = format_lsn(checkpoint.lsn);
+    let since = before
+        .filter(|b| b.lsn == lsn && b.op_id == checkpoint.op_id)
+        .map_or(now, |b| b.since);
+    ServedCheckpoint {
+        lsn,
+        op_id: checkpoint.op_id,
+        since,
+        age_seconds: now.saturating_sub(since),
+    }
+}
+
 /// The served generation's progress into `status()`, once per heartbeat.
 fn report_heartbeat(status: &StatusCell, active: &Generation) {
     let (progress, stream_progress) = (&active.progress, &active.stream_progress);
@@ -314,8 +351,12 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
     // Read from the store before the status lock is taken: probes, `/metrics` and the
     // PostgreSQL main loop take it too, and must not wait on the store.
     let store = store_status(&active.store);
+    let now = unix_now();
     status.update(|s| {
         s.store = Some(store);
+        s.served = s
+            .ready
+            .then(|| served_checkpoint(s.served.take(), checkpoint, now));
         if s.phase == Phase::Validating && progress.copying() {
             s.phase = Phase::Snapshotting;
         }

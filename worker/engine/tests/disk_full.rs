@@ -1,7 +1,9 @@
 //! A full disk under the store (a small file system mounted as the storage directory's
-//! parent): the failed commit is reported with its code, the engine is started again inside
-//! the host with growing waits (no exit, no tight loop), and once space is freed it resumes
-//! by itself; afterwards the store holds exactly what the rules make of the primary's rows.
+//! parent): the failed commit is reported with its code, the last checkpoint is still
+//! served (to the stream open before and to a new client) while the ingest waits for
+//! space (no exit, no tight loop), and once space is freed it resumes by itself, the store
+//! opened again in place; afterwards the store holds exactly what the rules make of the
+//! primary's rows.
 //! Once on tmpfs and once on ext4 through a loop device, the file system a sync replica
 //! most likely runs on. On tmpfs the store writes its pages with file writes, which return
 //! `ENOSPC`; on ext4 the stream writes through a writable map (`MDBX_WRITEMAP`), whose
@@ -22,6 +24,10 @@ use store::Store;
 use testkit::{
     buckets, free_port, wait_for, worker_progress, Cluster, ClusterKind, PgInstall, TestDir,
 };
+
+use crate::engine_rig;
+use crate::reads_stay_up::still_open;
+use crate::sync_client::{first_checkpoint, rows_of};
 
 const SCHEMA: &str = "
 CREATE TABLE notes (id text PRIMARY KEY, body text NOT NULL);
@@ -126,6 +132,70 @@ fn a_full_ext4_is_reported_retried_and_recovered_from_without_loss() {
     full_disk_is_recovered_from(&disk, &root, true);
 }
 
+/// The configuration file at `path`: `primary`, the rules, the sync port `port` and the
+/// engine rig's HS256 key.
+fn write_config(path: &Path, primary: &Cluster, port: u16) {
+    std::fs::write(
+        path,
+        format!(
+            "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
+             sync_config:\n  content: |\n{}\nport: {port}\n\
+             client_auth:\n  audience: [{}]\n  jwks:\n    keys:\n      - {{kty: oct, alg: HS256, kid: k1, k: '{}'}}\n",
+            primary.uri("postgres"),
+            RULES
+                .lines()
+                .map(|l| format!("    {l}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            engine_rig::AUDIENCE,
+            engine_rig::base64_url(engine_rig::SECRET),
+        ),
+    )
+    .unwrap();
+}
+
+/// The disk is full: the failed commit is reported, the last checkpoint is still served
+/// (to `open`, the stream opened before, and to a new client), and the ingest waits for
+/// space without a tight loop.
+fn served_while_full(host: &mut Host, port: u16, open: &mut crate::sync_client::Lines) {
+    let error = tick_until(host, "the full disk reported", |h| {
+        let snap = h.status().snapshot();
+        let error = snap.last_error?;
+        (snap.phase == Phase::Failed && !snap.ingest.running).then_some(error)
+    });
+    assert!(error.code.starts_with("PSM_S100"), "{error:?}");
+    assert!(!error.needs_operator, "{error:?}");
+    assert!(
+        error.message.contains("(0 MiB free on its file system)"),
+        "the error says the disk is full: {error:?}"
+    );
+    assert!(
+        error
+            .message
+            .contains("the last checkpoint is still served"),
+        "{error:?}"
+    );
+    // Still served: the stream open before stays open, a new client gets the last
+    // checkpoint whole, and the ingest waits for space without a tight loop.
+    assert!(host.status().snapshot().ready);
+    let (took, client, _) = first_checkpoint(port, "u2");
+    println!("disk full: a new client's first checkpoint took {took:?}");
+    assert_eq!(
+        rows_of(&client, "everything[]").len(),
+        50,
+        "the last checkpoint, whole"
+    );
+    assert!(still_open(open), "the open stream was closed");
+    let waiting = tick_until(host, "the ingest waiting for space", |h| {
+        let ingest = h.status().snapshot().ingest;
+        ingest
+            .stopped_because
+            .filter(|why| why.contains("less than"))
+            .map(|_| ingest.failures)
+    });
+    assert!(waiting >= 1);
+}
+
 /// The scenario on `disk`, where the stream writes through the store's map when `map`.
 fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool) {
     let install = PgInstall::pg16();
@@ -134,21 +204,8 @@ fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool)
     primary.sql(SCHEMA);
     let storage = disk.0.join("store");
     let config_file = root.path().join("config.yaml");
-    std::fs::write(
-        &config_file,
-        format!(
-            "replication:\n  connections:\n    - uri: {}\n      sslmode: disable\n\
-             sync_config:\n  content: |\n{}\nport: {}\n",
-            primary.uri("postgres"),
-            RULES
-                .lines()
-                .map(|l| format!("    {l}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-            free_port()
-        ),
-    )
-    .unwrap();
+    let port = free_port();
+    write_config(&config_file, &primary, port);
     let settings = HostSettings {
         config_file: Some(config_file),
         storage_dir: storage.clone(),
@@ -175,6 +232,7 @@ fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool)
         (store_status(h)["writes_through_map"] == map).then_some(())
     });
 
+    let (_, _, mut open) = first_checkpoint(port, "u1");
     // The disk fills up; then 40 MB of rows arrive, more than the store can write. (The
     // file system is larger than the store's file may grow to: libmdbx extends its file
     // in steps, and a store whose file cannot fit the file system at all fails for good.)
@@ -183,18 +241,7 @@ fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool)
         "INSERT INTO notes SELECT 'big' || g, repeat(md5(g::text), 3125) \
          FROM generate_series(1, 400) g",
     );
-    let error = tick_until(&mut host, "the full disk reported twice", |h| {
-        let snap = h.status().snapshot();
-        let error = snap.last_error?;
-        (snap.phase == Phase::Failed && error.message.contains("failure 2 in a row"))
-            .then_some(error)
-    });
-    assert!(error.code.starts_with("PSM_S100"), "{error:?}");
-    assert!(!error.needs_operator, "{error:?}");
-    assert!(
-        error.message.contains("(0 MiB free on its file system)"),
-        "the error says the disk is full: {error:?}"
-    );
+    served_while_full(&mut host, port, &mut open);
 
     // Space is freed: the worker resumes by itself and catches up.
     std::fs::remove_file(&filler).unwrap();

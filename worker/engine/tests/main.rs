@@ -7,6 +7,7 @@ mod disk_full;
 mod engine_rig;
 mod limits;
 mod metrics_http;
+mod reads_stay_up;
 mod rules_deploy;
 mod seeding;
 mod source_stall;

@@ -181,3 +181,30 @@ impl Client {
 pub fn checksum(v: &Value) -> u32 {
     v.as_i64().unwrap() as u32
 }
+
+/// Opens a stream of everything `user` may see (NDJSON) and reads it to its first
+/// `checkpoint_complete`; returns how long that took, the client model and the stream,
+/// still open.
+pub fn first_checkpoint(port: u16, user: &str) -> (std::time::Duration, Client, Lines) {
+    let started = std::time::Instant::now();
+    let body = serde_json::json!({"buckets": [], "include_checksum": true, "raw_data": true});
+    let token = super::engine_rig::token(user, 600);
+    let (status, mut lines) = post(
+        port,
+        Some(&token),
+        "application/x-ndjson",
+        &body.to_string(),
+    );
+    assert_eq!(status, 200, "the stream is served");
+    let mut client = Client::default();
+    client.apply(&lines.until_complete());
+    (started.elapsed(), client, lines)
+}
+
+/// The rows of the bucket named `untagged` after its tag, as `client` holds them.
+pub fn rows_of(client: &Client, untagged: &str) -> BTreeMap<String, String> {
+    let bucket = client
+        .named(untagged)
+        .unwrap_or_else(|| panic!("{untagged} is announced"));
+    client.rows(&bucket)
+}

@@ -58,7 +58,28 @@ fn engine(e: &mut TextEncoder, state: &HttpState) {
         ],
         1,
     );
-    let phase = state.status.snapshot().phase;
+    let status = state.status.snapshot();
+    let phase = status.phase;
+    e.single_u64(
+        "powersync_mdbx_serving",
+        Kind::Gauge,
+        "1 while the sync endpoints serve a complete store (whatever its ingest does), else 0.",
+        u64::from(status.ready),
+    );
+    e.single_u64(
+        "powersync_mdbx_ingest_running",
+        Kind::Gauge,
+        "1 while the served store's ingest (its replication) runs; 0 while it waits to start \
+         again or for the operator (status().ingest says why).",
+        u64::from(status.ingest.running),
+    );
+    e.single_u64(
+        "powersync_mdbx_served_checkpoint_age_seconds",
+        Kind::Gauge,
+        "Seconds the checkpoint served now has been served (it grows while nothing is \
+         applied: an idle source, or an ingest that stopped); 0 while nothing is served.",
+        status.served.as_ref().map_or(0, |s| s.age_seconds),
+    );
     e.family(
         "powersync_mdbx_phase",
         Kind::Gauge,

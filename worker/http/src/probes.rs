@@ -1,7 +1,9 @@
 //! `/probes/startup`, `/probes/liveness`, `/probes/readiness`: unauthenticated JSON
-//! `{ready, started, touched_at}` as the official service answers, 200 or 400. Readiness
-//! also fails while the source is stalled (`status()`'s `replication.source_stalled`):
-//! a replica that hears nothing from the primary serves data that no longer advances.
+//! `{ready, started, touched_at}` as the official service answers, 200 or 400, with what
+//! this service adds: `ingest_running` and `source_stalled`. Readiness keeps the official
+//! meaning, the one load balancers act on: the sync endpoints serve (a complete store,
+//! whatever its ingest does; `docs/operations.md`, "Serving and ingest"). A stalled source
+//! or a stopped ingest shows in the body, `status()` and `/metrics`.
 
 use hyper::{Response, StatusCode};
 
@@ -33,7 +35,8 @@ impl Probe {
 }
 
 pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
-    let ready = state.status.snapshot().ready_and_current();
+    let status = state.status.snapshot();
+    let ready = status.ready;
     let touched_ms = state.status.touched_at_ms();
     let alive = touched_ms > 0 && unix_now_ms().saturating_sub(touched_ms) <= LIVENESS_WINDOW_MS;
     let ok = match probe {
@@ -45,6 +48,8 @@ pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
         "ready": ready,
         "started": true,
         "touched_at": touched_at_iso(touched_ms),
+        "ingest_running": status.ingest.running,
+        "source_stalled": status.source_stalled(),
     });
     json_response(
         if ok {

@@ -19,6 +19,7 @@ use super::request_body::read_body;
 use auth::AuthenticatedUser;
 use service::write_checkpoint::record_key;
 use service::SyncService;
+use status::Phase;
 
 /// `POST /sync/checkpoint-request`'s path.
 pub const REQUEST_PATH: &str = "/sync/checkpoint-request";
@@ -103,13 +104,22 @@ pub(crate) fn parse_request(body: &[u8]) -> Result<(String, u64), ApiError> {
 }
 
 /// The user of a write-checkpoint request, from its headers alone: the service is ready,
-/// the token valid and the user within its rate.
+/// its ingest streams (a write checkpoint completes only once the stream applies it), the
+/// token valid and the user within its rate.
 async fn authorize<B>(
     service: &Arc<SyncService>,
     req: &Request<B>,
 ) -> Result<AuthenticatedUser, ApiError> {
-    if !service.status.snapshot().ready {
+    let status = service.status.snapshot();
+    if !status.ready {
         return Err(ApiError::not_ready());
+    }
+    if !status.ingest.running || !matches!(status.phase, Phase::Ready | Phase::Streaming) {
+        return Err(ApiError::unavailable(format!(
+            "this replica serves its last checkpoint but does not apply the source's changes \
+             now (phase {}): a write checkpoint could not complete; retry",
+            status.phase.name()
+        )));
     }
     let user = authenticate(service, req.headers()).await?;
     if !service.write_checkpoint_rate.allow(&user.user_id) {

@@ -115,8 +115,14 @@ impl ErrorReport {
 pub struct Status {
     /// Life-cycle phase.
     pub phase: Phase,
-    /// True once the engine serves (the readiness probe answers 200).
+    /// True while the engine serves a complete store (the readiness probe answers 200):
+    /// from the engine's start when the store it opens is complete, whatever its ingest
+    /// does after.
     pub ready: bool,
+    /// The last checkpoint served, and since when (what a client gets now).
+    pub served: Option<ServedCheckpoint>,
+    /// Whether the served store's ingest (its replication) runs, and if not why.
+    pub ingest: IngestStatus,
     /// Process id of the background worker (or test process).
     pub worker_pid: u32,
     /// The configuration file in use.
@@ -149,6 +155,36 @@ pub struct Status {
     pub engine_starts: u64,
     /// Unix seconds of the current engine start.
     pub started_at: Option<u64>,
+}
+
+/// The checkpoint served.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ServedCheckpoint {
+    /// The source position it includes.
+    pub lsn: String,
+    /// Its op id.
+    pub op_id: u64,
+    /// Unix seconds since this engine first served it.
+    pub since: u64,
+    /// Seconds it has been served, when the status was last refreshed (each second).
+    pub age_seconds: u64,
+}
+
+/// The served store's ingest (`docs/operations.md`, "Serving and ingest").
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct IngestStatus {
+    /// The served generation's replication runs (validating, copying or streaming).
+    pub running: bool,
+    /// Why it stopped, while it does not run.
+    pub stopped_because: Option<String>,
+    /// It waits for the operator (fix the cause, then `reload()`).
+    pub waiting_for_operator: bool,
+    /// Failures in a row that a new attempt may fix.
+    pub failures: u32,
+    /// Unix seconds of its next attempt, when one is planned.
+    pub next_attempt_at: Option<u64>,
+    /// Times it started again in this engine after stopping on an error.
+    pub restarts: u32,
 }
 
 /// The store as shown in status.
@@ -348,10 +384,9 @@ pub struct ReplicationStatus {
 }
 
 impl Status {
-    /// True when the engine serves and its source is not stalled: what the readiness probe
-    /// answers.
-    pub fn ready_and_current(&self) -> bool {
-        self.ready && !self.replication.as_ref().is_some_and(|r| r.source_stalled)
+    /// True when the served store's source is stalled (`replication.source_stalled`).
+    pub fn source_stalled(&self) -> bool {
+        self.replication.as_ref().is_some_and(|r| r.source_stalled)
     }
 }
 
@@ -369,6 +404,8 @@ impl StatusCell {
         let status = Status {
             phase: Phase::Starting,
             ready: false,
+            served: None,
+            ingest: IngestStatus::default(),
             worker_pid: pid,
             config_file: None,
             storage_dir: None,

@@ -236,6 +236,11 @@ impl FreeSpace {
         }
         Self(Some(stat.f_bavail.saturating_mul(stat.f_frsize)))
     }
+
+    /// The free bytes, when known.
+    pub fn bytes(self) -> Option<u64> {
+        self.0
+    }
 }
 
 impl std::fmt::Display for FreeSpace {

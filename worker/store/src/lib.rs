@@ -28,6 +28,7 @@ mod op_blocks;
 mod prepared;
 mod reader;
 mod record;
+mod reopen;
 mod stored_row;
 mod tables;
 mod transfer;
@@ -60,6 +61,7 @@ pub use meta::{inspect_data_file, stage_record_of_any_format, DataFile, StoreIde
 pub use op::{BucketState, OpKind};
 pub use prepared::{OutputPacker, PackedOutputs, PreparedRow, RowCodec, RowPacker};
 pub use reader::{ObjectRead, OpRead, OpsPage, ReadTxn, RowCursors};
+pub use reopen::ROOM_TO_REOPEN;
 pub use transfer::CopiedMeta;
 pub use write_checkpoints::{Expiry, ExpiryPass, WriteCheckpointRecord, WRITE_CHECKPOINT_PREFIX};
 pub use writer::{LookupPut, RowPut, Stash, StoredAs, WriteTxn};

@@ -559,3 +559,46 @@ fn reads_go_on_while_a_switch_to_map_writes_reads_the_file_back() {
     assert_eq!(lsn.unwrap(), 10);
     assert!(used > 0);
 }
+
+#[test]
+fn a_poisoned_store_opened_again_in_place_writes_again_and_keeps_what_it_held() {
+    let root = reservable_tempdir();
+    let dir = root.path().join("store");
+    let store = std::sync::Arc::new(Store::open(&dir).unwrap());
+    write_and_list(&store, 10, "a");
+    assert!(store.write_through_map().unwrap());
+    // A commit failed: writes are refused, reads go on.
+    store.poisoned.store(true, Ordering::Release);
+    let refused = store.write(11, |w| w.upsert_row(1, b"b", &[], &[]));
+    assert!(matches!(refused, Err(StoreError::Poisoned { .. })));
+    assert_eq!(listed(&store, |_| true), ["a"]);
+    // Writes held when it is opened again are dropped, never published.
+    store.poisoned.store(false, Ordering::Release);
+    store.hold().unwrap();
+    store
+        .write(12, |w| {
+            w.upsert_row(
+                1,
+                b"held",
+                &[RowPut {
+                    bucket: "1#everything[]",
+                    object_type: "notes",
+                    object_id: "held",
+                    data: "{}",
+                    checksum: 1,
+                }],
+                &[],
+            )
+        })
+        .unwrap();
+    store.poisoned.store(true, Ordering::Release);
+    assert!(store.has_room_to_reopen());
+    store.reopen().unwrap();
+    assert!(!store.is_held());
+    assert!(store.writes_through_map(), "it writes as it did");
+    assert_eq!(store.read(|v| v.checkpoint()).unwrap().lsn, 10);
+    assert_eq!(write_and_list(&store, 13, "c"), ["a", "c"]);
+    drop(store);
+    let store = Store::open(&dir).unwrap();
+    assert_eq!(listed(&store, |_| true), ["a", "c"]);
+}
