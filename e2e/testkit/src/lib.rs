@@ -11,6 +11,7 @@
 pub mod buckets;
 mod certs;
 mod cluster;
+mod disk;
 mod held;
 mod http;
 mod install;
@@ -23,6 +24,7 @@ mod wait;
 
 pub use certs::{ServerCert, TestCa};
 pub use cluster::{Cluster, ClusterKind, TestDir};
+pub use disk::SmallDisk;
 pub use held::HeldTransaction;
 pub use http::{http_get, HttpReply};
 pub use install::PgInstall;

@@ -12,7 +12,7 @@
 //!
 //! Mounting needs root (the CI runs as root), and ext4 a loop device and `mkfs.ext4`;
 //! without them the test fails and says so.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,8 @@ use engine::host::{Host, HostSettings, Tick};
 use status::{Phase, StatusCell};
 use store::Store;
 use testkit::{
-    buckets, free_port, wait_for, worker_progress, Cluster, ClusterKind, PgInstall, TestDir,
+    buckets, free_port, wait_for, worker_progress, Cluster, ClusterKind, PgInstall, SmallDisk,
+    TestDir,
 };
 
 use crate::engine_rig;
@@ -36,69 +37,6 @@ INSERT INTO notes SELECT 'n' || g, 'small ' || g FROM generate_series(1, 50) g;
 ";
 
 const RULES: &str = "bucket_definitions:\n  everything:\n    data:\n      - SELECT * FROM notes\n";
-
-/// A small file system mounted for the test's life.
-struct Disk(PathBuf);
-
-impl Disk {
-    /// A tmpfs of `size` at `at`.
-    fn tmpfs(at: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(at).unwrap();
-        let options = format!("size={size},mode=0700");
-        run(Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &options, "tmpfs"])
-            .arg(at));
-        Self(at.to_owned())
-    }
-
-    /// An ext4 file system of `mib` MiB in the file `image`, mounted at `at` through a
-    /// loop device (no blocks reserved for root: the test fills it as root).
-    fn ext4(image: &Path, at: &Path, mib: u64) -> Self {
-        std::fs::create_dir_all(at).unwrap();
-        std::fs::File::create(image)
-            .and_then(|f| f.set_len(mib << 20))
-            .unwrap();
-        run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0"])
-            .arg(image));
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(image)
-            .arg(at));
-        std::fs::set_permissions(at, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-        Self(at.to_owned())
-    }
-}
-
-/// Runs a command the test needs, failing with what it printed.
-fn run(command: &mut Command) {
-    let out = command.output().unwrap_or_else(|e| {
-        panic!("this test runs {command:?} (as root, the CI does) and could not: {e}")
-    });
-    assert!(
-        out.status.success(),
-        "this test mounts a small file system as the store's disk and needs root, loop \
-         devices and mkfs.ext4 (the CI has them): {command:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Drop for Disk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// Fills the file system of `dir` with one file until it refuses more.
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let path = dir.join("filler");
-    let mut file = std::fs::File::create(&path).unwrap();
-    let block = vec![0xA5u8; 64 << 10];
-    while file.write_all(&block).is_ok() {}
-    let _ = file.sync_all();
-    path
-}
 
 fn tick_until<T>(host: &mut Host, what: &str, mut done: impl FnMut(&Host) -> Option<T>) -> T {
     wait_for(what, || {
@@ -117,14 +55,14 @@ fn tick_until<T>(host: &mut Host, what: &str, mut done: impl FnMut(&Host) -> Opt
 #[test]
 fn a_full_tmpfs_is_reported_retried_and_recovered_from_without_loss() {
     let root = tempfile::tempdir().unwrap();
-    let disk = Disk::tmpfs(&root.path().join("disk"), "160m");
+    let disk = SmallDisk::tmpfs(&root.path().join("disk"), "160m");
     full_disk_is_recovered_from(&disk, &root, false);
 }
 
 #[test]
 fn a_full_ext4_is_reported_retried_and_recovered_from_without_loss() {
     let root = tempfile::tempdir().unwrap();
-    let disk = Disk::ext4(
+    let disk = SmallDisk::ext4(
         &root.path().join("disk.img"),
         &root.path().join("disk"),
         160,
@@ -197,12 +135,12 @@ fn served_while_full(host: &mut Host, port: u16, open: &mut crate::sync_client::
 }
 
 /// The scenario on `disk`, where the stream writes through the store's map when `map`.
-fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool) {
+fn full_disk_is_recovered_from(disk: &SmallDisk, root: &tempfile::TempDir, map: bool) {
     let install = PgInstall::pg16();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(SCHEMA);
-    let storage = disk.0.join("store");
+    let storage = disk.path().join("store");
     let config_file = root.path().join("config.yaml");
     let port = free_port();
     write_config(&config_file, &primary, port);
@@ -236,7 +174,7 @@ fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool)
     // The disk fills up; then 40 MB of rows arrive, more than the store can write. (The
     // file system is larger than the store's file may grow to: libmdbx extends its file
     // in steps, and a store whose file cannot fit the file system at all fails for good.)
-    let filler = fill(&disk.0);
+    let filler = disk.fill();
     primary.sql(
         "INSERT INTO notes SELECT 'big' || g, repeat(md5(g::text), 3125) \
          FROM generate_series(1, 400) g",
@@ -287,8 +225,8 @@ fn full_disk_is_recovered_from(disk: &Disk, root: &tempfile::TempDir, map: bool)
 #[test]
 fn a_store_whose_space_cannot_be_reserved_keeps_file_writes() {
     let root = tempfile::tempdir().unwrap();
-    let disk = Disk::ext4(&root.path().join("disk.img"), &root.path().join("disk"), 64);
-    let dir = disk.0.join("store");
+    let disk = SmallDisk::ext4(&root.path().join("disk.img"), &root.path().join("disk"), 64);
+    let dir = disk.path().join("store");
     let put = |store: &Store, lsn: u64, id: &str| {
         let row = store::RowPut {
             bucket: "1#everything[]",
@@ -309,11 +247,14 @@ fn a_store_whose_space_cannot_be_reserved_keeps_file_writes() {
         file >= unused_from + (128 << 10),
         "a file larger than its pages ({unused_from} of {file})"
     );
-    run(Command::new("fallocate")
+    let punched = Command::new("fallocate")
         .args(["--punch-hole", "--offset", &unused_from.to_string()])
         .args(["--length", &(file - unused_from).to_string()])
-        .arg(dir.join("mdbx.dat")));
-    let filler = fill(&disk.0);
+        .arg(dir.join("mdbx.dat"))
+        .status()
+        .expect("fallocate runs");
+    assert!(punched.success(), "fallocate --punch-hole");
+    let filler = disk.fill();
 
     assert!(!store.write_through_map().unwrap(), "no space to reserve");
     assert!(!store.writes_through_map());

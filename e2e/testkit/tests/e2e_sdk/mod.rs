@@ -20,6 +20,7 @@ mod deploys;
 mod end_to_end;
 mod joins;
 mod metrics;
+mod reads_stay_up;
 mod selftest;
 mod source_changes;
 mod transports;
@@ -103,12 +104,20 @@ impl Rig {
     /// started from `install` (which may carry environment variables).
     fn start_with(rules: Rules, client_auth: &str, install: PgInstall) -> Self {
         let text = std::fs::read_to_string(fixture_dir().join(rules.file())).unwrap();
-        Self::start_serving(rules, &text, client_auth, install)
+        Self::start_serving(rules, &text, client_auth, install, &[])
+    }
+
+    /// [`Self::start`] with the replica's store in `storage` (a directory the clusters'
+    /// user may create).
+    fn start_on_storage(rules: Rules, storage: &std::path::Path) -> Self {
+        let text = std::fs::read_to_string(fixture_dir().join(rules.file())).unwrap();
+        let setting = format!("powersync_mdbx.storage_dir = '{}'", storage.display());
+        Self::start_serving(rules, &text, &client_auth(), PgInstall::pg16(), &[setting])
     }
 
     /// [`Self::start`] serving `rules_text` (of the `rules` format) instead of the fixture's.
     fn start_with_rules(rules: Rules, rules_text: &str) -> Self {
-        Self::start_serving(rules, rules_text, &client_auth(), PgInstall::pg16())
+        Self::start_serving(rules, rules_text, &client_auth(), PgInstall::pg16(), &[])
     }
 
     fn start_serving(
@@ -116,6 +125,7 @@ impl Rig {
         rules_text: &str,
         client_auth: &str,
         install: PgInstall,
+        settings: &[String],
     ) -> Self {
         require_sdk_client();
         let dir = TestDir::new(&install);
@@ -133,7 +143,7 @@ impl Rig {
             primary.uri("postgres"),
             rules_path.display(),
         );
-        let replica = Cluster::start_sync_replica(&install, &dir, &config, &[]);
+        let replica = Cluster::start_sync_replica(&install, &dir, &config, settings);
         let rig = Self {
             replica,
             primary,
