@@ -15,6 +15,10 @@ use status::Phase;
 use sync_client::{first_checkpoint, rows_of, Lines};
 use testkit::wait_for;
 
+/// A write checkpoint that waited for the primary takes its 5 s deadline (`source::head`);
+/// one refused because no ingest runs is answered at once, in milliseconds on any machine.
+const NO_PRIMARY_WAIT: Duration = Duration::from_secs(5);
+
 /// `GET /write-checkpoint2.json` for `user`: the status code and how long the answer took.
 fn write_checkpoint(port: u16, user: &str) -> (u16, Duration) {
     let started = Instant::now();
@@ -102,8 +106,8 @@ fn a_replica_restarted_while_its_primary_is_down_serves_its_last_checkpoint() {
     let (code, answered) = write_checkpoint(rig.port, "u1");
     assert_eq!(code, 503, "a write checkpoint needs the ingest");
     assert!(
-        answered < Duration::from_secs(2),
-        "answered at once: {answered:?}"
+        answered < NO_PRIMARY_WAIT,
+        "answered without waiting for the primary: {answered:?}"
     );
 
     // The primary returns: the ingest streams again, and the client connected during the
@@ -165,8 +169,8 @@ fn an_ingest_waiting_for_the_operator_keeps_serving_its_last_checkpoint() {
     let (code, answered) = write_checkpoint(rig.port, "u2");
     assert_eq!(code, 503, "a write checkpoint needs the ingest");
     assert!(
-        answered < Duration::from_secs(2),
-        "answered at once: {answered:?}"
+        answered < NO_PRIMARY_WAIT,
+        "answered without waiting for the primary: {answered:?}"
     );
     let probe = testkit::http_get(rig.port, "/probes/readiness").expect("the probe answers");
     assert_eq!(probe.status, 200, "{}", probe.body);
