@@ -26,6 +26,7 @@ mod meta;
 mod op;
 mod op_blocks;
 mod prepared;
+mod read_gate;
 mod reader;
 mod record;
 mod reopen;
@@ -39,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use libmdbx::{DatabaseOptions, Mode, ReadWriteOptions, SyncMode};
-use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+use parking_lot::{RwLock, RwLockReadGuard};
 
 use env::Env;
 
@@ -94,6 +95,8 @@ pub fn quiet_library_logging() {
 pub struct Store {
     /// `None` only when opening it again failed ([`Store::write_through_map`]).
     opened: RwLock<Option<Opened>>,
+    /// Where new reads wait while a close of `opened` waits for the reads in progress.
+    gate: read_gate::ReadGate,
     dir: PathBuf,
     identity: StoreIdentity,
     created: bool,
@@ -174,6 +177,7 @@ impl Store {
         let codec = writer::packing::load_codec(&db, dir)?;
         Ok(Self {
             opened: RwLock::new(Some(Opened::with(Env::Files(db), dir)?)),
+            gate: read_gate::ReadGate::default(),
             dir: dir.to_owned(),
             identity,
             created,
@@ -200,6 +204,7 @@ impl Store {
     /// for a 270 MB file here; store size ÷ disk speed on a cold disk), which this call
     /// does before it returns, so the writer that calls it writes only after it.
     pub fn write_through_map(&self) -> Result<bool, StoreError> {
+        let closed = self.gate.close();
         let mut opened = self.opened.write();
         if opened.as_ref().is_some_and(|o| o.env.is_map()) {
             return Ok(true);
@@ -240,6 +245,7 @@ impl Store {
                 *opened = Some(map);
                 // Reads go on while the file is read back.
                 drop(opened);
+                drop(closed);
                 if let Ok(file) = uncached {
                     if let Err(e) = map_write::read_back(file, &self.dir) {
                         tracing::warn!(dir = %self.dir.display(), "reading the store's file into the cache again: {e}");
@@ -276,14 +282,15 @@ impl Store {
     }
 
     /// The open environment; an error once opening it again failed.
-    fn opened(&self) -> Result<MappedRwLockReadGuard<'_, Opened>, StoreError> {
+    fn opened(&self) -> Result<read_gate::OpenedRead<'_>, StoreError> {
         // Recursive: a write's closure may read, and a switch waiting for the lock must
-        // not block that read.
-        RwLockReadGuard::try_map(self.opened.read_recursive(), Option::as_ref).map_err(|_| {
-            StoreError::Poisoned {
+        // not block that read; other new reads wait at the gate while it waits.
+        self.gate.pass();
+        RwLockReadGuard::try_map(self.opened.read_recursive(), Option::as_ref)
+            .map(read_gate::OpenedRead::new)
+            .map_err(|_| StoreError::Poisoned {
                 path: self.dir.clone(),
-            }
-        })
+            })
     }
 
     /// The directory the environment lives in.

@@ -32,6 +32,7 @@ impl Store {
     /// wait for the open. An open that fails leaves the store refusing reads and writes
     /// (`PSM_S1007`) until a later call succeeds.
     pub fn reopen(&self) -> Result<(), StoreError> {
+        let _closed = self.gate.close();
         let mut opened = self.opened.write();
         let map = opened.as_ref().is_some_and(|o| o.env.is_map());
         // libmdbx opens an environment once per process: the old one closes first (with

@@ -602,3 +602,97 @@ fn a_poisoned_store_opened_again_in_place_writes_again_and_keeps_what_it_held() 
     let store = Store::open(&dir).unwrap();
     assert_eq!(listed(&store, |_| true), ["a", "c"]);
 }
+
+/// What open streams see of a reopen under load (readers reading 1,000-op pages and a
+/// writer committing single rows throughout, on a store of 100,000 rows): each read and
+/// write waits only for the close and open, well under the second within which a client
+/// must have its checkpoint again (issue 59). The times are printed.
+#[test]
+fn reads_and_writes_wait_only_for_the_reopen_itself() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let root = reservable_tempdir();
+    let store = Arc::new(Store::open(&root.path().join("store")).unwrap());
+    let ids: Vec<String> = (0..100_000).map(|i| format!("r{i:06}")).collect();
+    store
+        .write(1, |w| {
+            for id in &ids {
+                let put = RowPut {
+                    bucket: "1#everything[]",
+                    object_type: "notes",
+                    object_id: id,
+                    data: "{\"body\":\"a row of the benchmark's size\"}",
+                    checksum: 1,
+                };
+                w.upsert_row(1, id.as_bytes(), &[put], &[])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let longest = |work: Box<dyn Fn() + Send>| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut longest = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                work();
+                longest = longest.max(started.elapsed());
+            }
+            longest
+        })
+    };
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let store = store.clone();
+            longest(Box::new(move || {
+                store
+                    .read(|v| {
+                        let state = v.bucket("1#everything[]")?.unwrap();
+                        v.ops(state.id, 50_000, u64::MAX, 1000).map(|_| ())
+                    })
+                    .unwrap();
+            }))
+        })
+        .collect();
+    let writer = {
+        let (store, lsn) = (store.clone(), std::sync::atomic::AtomicU64::new(2));
+        longest(Box::new(move || {
+            let lsn = lsn.fetch_add(1, Ordering::Relaxed);
+            write_and_list_nothing(&store, lsn);
+        }))
+    };
+    let mut reopens = Vec::new();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(100));
+        let started = Instant::now();
+        store.reopen().unwrap();
+        reopens.push(started.elapsed());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let read_waits: Vec<Duration> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let write_wait = writer.join().unwrap();
+    println!(
+        "reopen under load: reopens {reopens:?}; longest read {:?}; longest write {write_wait:?}",
+        read_waits.iter().max().unwrap()
+    );
+    for wait in read_waits.iter().chain([&write_wait]) {
+        assert!(*wait < Duration::from_secs(1), "waited {wait:?}");
+    }
+}
+
+/// One single-row commit at `lsn`, as the stream makes.
+fn write_and_list_nothing(store: &Store, lsn: u64) {
+    let id = format!("w{lsn}");
+    let put = RowPut {
+        bucket: "1#everything[]",
+        object_type: "notes",
+        object_id: &id,
+        data: "{}",
+        checksum: 1,
+    };
+    store
+        .write(lsn, |w| w.upsert_row(1, id.as_bytes(), &[put], &[]))
+        .unwrap();
+}
