@@ -140,6 +140,7 @@ fn settings() -> HostSettings {
             key_file: guc::get(&guc::PEER_TLS_KEY_FILE).map(PathBuf::from),
             ca_file: guc::get(&guc::PEER_TLS_CA_FILE).map(PathBuf::from),
         },
+        in_rotation: guc::IN_ROTATION.get(),
     }
 }
 

@@ -23,6 +23,8 @@ pub static PEER_SECRET: GucSetting<Option<CString>> = GucSetting::<Option<CStrin
 pub static PEER_SECRET_FILE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `powersync_mdbx.peer_loopback`: the sync port serves store copies to peers on this host.
 pub static PEER_LOOPBACK: GucSetting<bool> = GucSetting::<bool>::new(false);
+/// `powersync_mdbx.in_rotation`: off takes the replica out of rotation.
+pub static IN_ROTATION: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `powersync_mdbx.seed_from`: the peer an empty store is copied from.
 pub static SEED_FROM: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 /// `powersync_mdbx.peer_listen`.
@@ -66,6 +68,33 @@ pub fn define(preloading: bool) {
         GucContext::Sighup,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"powersync_mdbx.in_rotation",
+        c"Off takes the sync replica out of rotation without a restart.",
+        c"Off: the readiness probe fails (so load balancers stop sending clients), new sync \
+          connections are refused with a retryable 503 and open sync streams end, while the \
+          store and its ingest go on. On again with pg_reload_conf().",
+        &IN_ROTATION,
+        GucContext::Sighup,
+        GucFlags::SUPERUSER_ONLY,
+    );
+    define_fleet();
+    if !preloading {
+        return;
+    }
+    GucRegistry::define_string_guc(
+        c"powersync_mdbx.storage_dir",
+        c"Directory of the MDBX bucket store.",
+        c"Empty means a directory named after the data directory with the suffix \
+          .powersync_mdbx, beside it. Created with mode 0700.",
+        &STORAGE_DIR,
+        GucContext::Postmaster,
+        GucFlags::SUPERUSER_ONLY,
+    );
+}
+
+/// The settings of a fleet of replicas: the peer secret, seeding and the peer listener.
+fn define_fleet() {
     GucRegistry::define_string_guc(
         c"powersync_mdbx.peer_secret_file",
         c"File holding the secret the sync replicas of one fleet share (at least 16 bytes).",
@@ -138,18 +167,6 @@ pub fn define(preloading: bool) {
         c"Unset: the public web roots.",
         &PEER_TLS_CA_FILE,
         GucContext::Sighup,
-        GucFlags::SUPERUSER_ONLY,
-    );
-    if !preloading {
-        return;
-    }
-    GucRegistry::define_string_guc(
-        c"powersync_mdbx.storage_dir",
-        c"Directory of the MDBX bucket store.",
-        c"Empty means a directory named after the data directory with the suffix \
-          .powersync_mdbx, beside it. Created with mode 0700.",
-        &STORAGE_DIR,
-        GucContext::Postmaster,
         GucFlags::SUPERUSER_ONLY,
     );
 }

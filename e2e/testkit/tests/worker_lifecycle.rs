@@ -246,6 +246,32 @@ fn bad_config_is_reported_and_a_reload_recovers() {
         http_get(rig.http_port, "/probes/readiness").unwrap().status,
         200
     );
+
+    // The operator takes the replica out of rotation and back with the setting.
+    let starts = s["engine_starts"].clone();
+    replica.sql("ALTER SYSTEM SET powersync_mdbx.in_rotation = off");
+    replica.sql("SELECT pg_reload_conf()");
+    let probe = wait_until("readiness to fail out of rotation", || {
+        http_get(rig.http_port, "/probes/readiness").filter(|p| p.status == 400)
+    });
+    assert!(
+        probe.body.contains("\"in_rotation\":false"),
+        "{}",
+        probe.body
+    );
+    assert_eq!(replica.worker_status().unwrap()["in_rotation"], false);
+    replica.sql("ALTER SYSTEM RESET powersync_mdbx.in_rotation");
+    replica.sql("SELECT pg_reload_conf()");
+    wait_until("readiness back in rotation", || {
+        http_get(rig.http_port, "/probes/readiness").filter(|p| p.status == 200)
+    });
+    let s = replica.worker_status().unwrap();
+    assert_eq!(s["in_rotation"], true);
+    assert_eq!(
+        s["engine_starts"], starts,
+        "the engine was not started again"
+    );
+    assert_eq!(worker_pid(&replica), Some(pid));
 }
 
 #[test]

@@ -56,6 +56,10 @@ pub struct HostSettings {
     pub peer_listen: Option<String>,
     /// `powersync_mdbx.peer_tls_cert_file`, `_key_file`, `_ca_file`.
     pub peer_tls: config::PeerTlsFiles,
+    /// `powersync_mdbx.in_rotation`: false takes the replica out of rotation (readiness
+    /// fails, sync connections are refused and end). Applied by a reload as it is, without
+    /// starting the engine again.
+    pub in_rotation: bool,
 }
 
 /// What the host loop should do after a [`Host::tick`].
@@ -106,6 +110,7 @@ impl Host {
                 .map(|p| p.display().to_string());
             s.storage_dir = Some(settings.storage_dir.display().to_string());
         });
+        status.set_in_rotation(settings.in_rotation);
         Self {
             settings,
             status,
@@ -121,6 +126,24 @@ impl Host {
             reset_result: None,
             release_timeout: RELEASE_TIMEOUT,
         }
+    }
+
+    /// Puts the replica in rotation or takes it out, without starting the engine again.
+    fn set_in_rotation(&mut self, in_rotation: bool) {
+        if in_rotation != self.settings.in_rotation {
+            tracing::info!(
+                "{}",
+                if in_rotation {
+                    "the replica is in rotation again: readiness passes, sync connections are \
+                     accepted"
+                } else {
+                    "the replica is out of rotation (powersync_mdbx.in_rotation = off): \
+                     readiness fails, sync connections are refused and open streams end"
+                }
+            );
+        }
+        self.settings.in_rotation = in_rotation;
+        self.status.set_in_rotation(in_rotation);
     }
 
     /// The status this host publishes.
@@ -143,6 +166,7 @@ impl Host {
     pub fn reload(&mut self, settings: HostSettings) -> serde_json::Value {
         // The operator acted: a fault seen before starts a fresh count.
         self.failures = 0;
+        self.set_in_rotation(settings.in_rotation);
         if self.reset.is_some() {
             // The engine starts with them once the reset has finished.
             self.settings = settings;

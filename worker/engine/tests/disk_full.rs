@@ -30,15 +30,20 @@ use crate::engine_rig;
 use crate::reads_stay_up::still_open;
 use crate::sync_client::{first_checkpoint, rows_of};
 
-const SCHEMA: &str = "
+pub(crate) const SCHEMA: &str = "
 CREATE TABLE notes (id text PRIMARY KEY, body text NOT NULL);
 CREATE PUBLICATION powersync FOR TABLE notes;
 INSERT INTO notes SELECT 'n' || g, 'small ' || g FROM generate_series(1, 50) g;
 ";
 
-const RULES: &str = "bucket_definitions:\n  everything:\n    data:\n      - SELECT * FROM notes\n";
+pub(crate) const RULES: &str =
+    "bucket_definitions:\n  everything:\n    data:\n      - SELECT * FROM notes\n";
 
-fn tick_until<T>(host: &mut Host, what: &str, mut done: impl FnMut(&Host) -> Option<T>) -> T {
+pub(crate) fn tick_until<T>(
+    host: &mut Host,
+    what: &str,
+    mut done: impl FnMut(&Host) -> Option<T>,
+) -> T {
     wait_for(what, || {
         assert_eq!(
             host.tick(),
@@ -72,7 +77,7 @@ fn a_full_ext4_is_reported_retried_and_recovered_from_without_loss() {
 
 /// The configuration file at `path`: `primary`, the rules, the sync port `port` and the
 /// engine rig's HS256 key.
-fn write_config(path: &Path, primary: &Cluster, port: u16) {
+pub(crate) fn write_config(path: &Path, primary: &Cluster, port: u16) {
     std::fs::write(
         path,
         format!(
@@ -90,6 +95,40 @@ fn write_config(path: &Path, primary: &Cluster, port: u16) {
         ),
     )
     .unwrap();
+}
+
+/// The settings of a host on `config_file` and `storage_dir`, owning `slot`.
+pub(crate) fn host_settings(
+    config_file: std::path::PathBuf,
+    storage_dir: std::path::PathBuf,
+    slot: &str,
+) -> HostSettings {
+    HostSettings {
+        config_file: Some(config_file),
+        storage_dir,
+        listen_addresses: vec!["127.0.0.1".into()],
+        runtime_threads: 2,
+        slot_name: slot.into(),
+        admin_socket: None,
+        peer_secret_file: None,
+        peer_secret_in_setting: false,
+        peer_loopback: false,
+        seed_from: None,
+        peer_listen: None,
+        peer_tls: Default::default(),
+        in_rotation: true,
+    }
+}
+
+/// A host started with `settings`, once its engine streams.
+pub(crate) fn streaming_host(settings: HostSettings) -> Host {
+    let no_guard: fn(&mut dyn FnMut()) = |f| f();
+    let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
+    host.start();
+    tick_until(&mut host, "the engine streaming", |h| {
+        (h.status().snapshot().phase == Phase::Streaming).then_some(())
+    });
+    host
 }
 
 /// The disk is full: the failed commit is reported, the last checkpoint is still served
@@ -144,33 +183,14 @@ fn full_disk_is_recovered_from(disk: &SmallDisk, root: &tempfile::TempDir, map: 
     let config_file = root.path().join("config.yaml");
     let port = free_port();
     write_config(&config_file, &primary, port);
-    let settings = HostSettings {
-        config_file: Some(config_file),
-        storage_dir: storage.clone(),
-        listen_addresses: vec!["127.0.0.1".into()],
-        runtime_threads: 2,
-        slot_name: "psm_disk_full".into(),
-        admin_socket: None,
-        peer_secret_file: None,
-        peer_secret_in_setting: false,
-        peer_loopback: false,
-        seed_from: None,
-        peer_listen: None,
-        peer_tls: Default::default(),
-    };
-    let no_guard: fn(&mut dyn FnMut()) = |f| f();
-    let mut host = Host::new(settings, Arc::new(StatusCell::new(1)), no_guard);
-    host.start();
-    tick_until(&mut host, "the engine streaming", |h| {
-        (h.status().snapshot().phase == Phase::Streaming).then_some(())
-    });
+    let mut host = streaming_host(host_settings(config_file, storage.clone(), "psm_disk_full"));
     let store_status =
         |h: &Host| serde_json::to_value(h.status().snapshot()).unwrap()["store"].clone();
     tick_until(&mut host, "the store's write mode shown", |h| {
         (store_status(h)["writes_through_map"] == map).then_some(())
     });
 
-    let (_, _, mut open) = first_checkpoint(port, "u1");
+    let (_, mut kept, mut open) = first_checkpoint(port, "u1");
     // The disk fills up; then 40 MB of rows arrive, more than the store can write. (The
     // file system is larger than the store's file may grow to: libmdbx extends its file
     // in steps, and a store whose file cannot fit the file system at all fails for good.)
@@ -194,6 +214,15 @@ fn full_disk_is_recovered_from(disk: &SmallDisk, root: &tempfile::TempDir, map: 
             (snap["phase"] == "streaming" && buckets::lsn(applied) >= buckets::lsn(&head))
                 .then_some(())
         },
+    );
+    // The stream open throughout, across the store's reopen, gets every row.
+    let resumed = std::time::Instant::now();
+    while rows_of(&kept, "everything[]").len() < 450 {
+        kept.apply(&open.until_complete());
+    }
+    println!(
+        "disk freed: the stream open throughout held every row {:?} after the ingest caught up",
+        resumed.elapsed()
     );
     assert!(host.shutdown());
 

@@ -8,6 +8,7 @@ mod engine_rig;
 mod limits;
 mod metrics_http;
 mod reads_stay_up;
+mod rotation;
 mod rules_deploy;
 mod seeding;
 mod source_stall;

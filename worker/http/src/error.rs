@@ -54,6 +54,19 @@ impl ApiError {
         }
     }
 
+    /// The operator took the replica out of rotation (`powersync_mdbx.in_rotation`): the
+    /// client retries, through its load balancer, on a replica in rotation.
+    pub fn out_of_rotation() -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "PSM_H1506",
+            name: "OutOfRotation",
+            description: "this sync replica was taken out of rotation by its operator \
+                          (powersync_mdbx.in_rotation = off); connect to another replica"
+                .into(),
+        }
+    }
+
     /// The server holds as many streams as it accepts.
     pub fn too_many_streams() -> Self {
         Self {

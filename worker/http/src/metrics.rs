@@ -67,6 +67,13 @@ fn engine(e: &mut TextEncoder, state: &HttpState) {
         u64::from(status.ready),
     );
     e.single_u64(
+        "powersync_mdbx_in_rotation",
+        Kind::Gauge,
+        "0 while the operator has taken the replica out of rotation (powersync_mdbx.in_rotation \
+         = off: readiness fails, new sync connections are refused), else 1.",
+        u64::from(status.in_rotation),
+    );
+    e.single_u64(
         "powersync_mdbx_ingest_running",
         Kind::Gauge,
         "1 while the served store's ingest (its replication) runs; 0 while it waits to start \

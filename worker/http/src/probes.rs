@@ -1,9 +1,10 @@
 //! `/probes/startup`, `/probes/liveness`, `/probes/readiness`: unauthenticated JSON
 //! `{ready, started, touched_at}` as the official service answers, 200 or 400, with what
-//! this service adds: `ingest_running` and `source_stalled`. Readiness keeps the official
-//! meaning, the one load balancers act on: the sync endpoints serve (a complete store,
-//! whatever its ingest does; `docs/operations.md`, "Serving and ingest"). A stalled source
-//! or a stopped ingest shows in the body, `status()` and `/metrics`.
+//! this service adds: `ingest_running`, `source_stalled` and `in_rotation`. Readiness
+//! keeps the official meaning, the one load balancers act on: the sync endpoints serve (a
+//! complete store, whatever its ingest does; `docs/operations.md`, "Serving and ingest"),
+//! unless the operator took the replica out of rotation. A stalled source or a stopped
+//! ingest shows in the body, `status()` and `/metrics`.
 
 use hyper::{Response, StatusCode};
 
@@ -36,7 +37,7 @@ impl Probe {
 
 pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
     let status = state.status.snapshot();
-    let ready = status.ready;
+    let ready = status.ready && status.in_rotation;
     let touched_ms = state.status.touched_at_ms();
     let alive = touched_ms > 0 && unix_now_ms().saturating_sub(touched_ms) <= LIVENESS_WINDOW_MS;
     let ok = match probe {
@@ -50,6 +51,7 @@ pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
         "touched_at": touched_at_iso(touched_ms),
         "ingest_running": status.ingest.running,
         "source_stalled": status.source_stalled(),
+        "in_rotation": status.in_rotation,
     });
     json_response(
         if ok {

@@ -36,7 +36,7 @@ use super::connection::Connection;
 use super::error::ApiError;
 use super::rsocket::{self, Inbound};
 use super::setup_gate::{SetupGate, SetupTooLarge};
-use super::sync_stream::{open, EXPIRY_GRACE};
+use super::sync_stream::{open, refuse_unless_serving, EXPIRY_GRACE};
 use auth::AuthenticatedUser;
 use service::{Encoding, SyncService, MAX_BODY_BYTES};
 
@@ -297,9 +297,7 @@ async fn request(
                 if path.as_deref() != Some("/sync/stream") {
                     return Err(refuse(ApiError::not_found(path.as_deref().unwrap_or(""))));
                 }
-                if !service.status.snapshot().ready {
-                    return Err(refuse(ApiError::not_ready()));
-                }
+                refuse_unless_serving(service).map_err(refuse)?;
                 let compressor = Coding::negotiate(None).compressor();
                 let opened = open(
                     service,

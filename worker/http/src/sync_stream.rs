@@ -63,9 +63,7 @@ async fn start(
     deadline: WriteDeadline,
     body_within: Duration,
 ) -> Result<Response<Body>, ApiError> {
-    if !service.status.snapshot().ready {
-        return Err(ApiError::not_ready());
-    }
+    refuse_unless_serving(service)?;
     let user = authenticate(service, req.headers()).await?;
     let admission = admit(service, &user)?;
     let encoding = negotiate(req.headers().get(header::ACCEPT));
@@ -115,6 +113,19 @@ async fn start(
     );
     *response.status_mut() = StatusCode::OK;
     Ok(response)
+}
+
+/// Refuses a new sync connection while the store is not served (not ready) or the
+/// operator took the replica out of rotation.
+pub(super) fn refuse_unless_serving(service: &SyncService) -> Result<(), ApiError> {
+    let status = service.status.snapshot();
+    if !status.ready {
+        return Err(ApiError::not_ready());
+    }
+    if !status.in_rotation {
+        return Err(ApiError::out_of_rotation());
+    }
+    Ok(())
 }
 
 /// An opened stream.
@@ -176,6 +187,7 @@ pub(super) fn open(
         generations: service.subscribe(),
         wakeups: served.wakeups.register(key.clone()),
         shutdown: service.shutdown.clone(),
+        rotation: service.status.rotation(),
         service: service.clone(),
         served,
         producer: Some(Producer {
@@ -231,6 +243,7 @@ fn sync_error(e: SyncError) -> ApiError {
 enum End {
     TokenExpired,
     Shutdown,
+    OutOfRotation,
     Failed(String),
 }
 
@@ -263,6 +276,9 @@ struct Stream {
     /// Wakes the stream for the checkpoints that concern it.
     wakeups: service::Subscription,
     shutdown: watch::Receiver<bool>,
+    /// Turns false when the operator takes the replica out of rotation: the stream ends,
+    /// and its client reconnects through its load balancer to a replica in rotation.
+    rotation: watch::Receiver<bool>,
     /// Taken out while a blocking call works on it, and at the end.
     producer: Option<Producer>,
     encoding: Encoding,
@@ -380,6 +396,9 @@ impl Stream {
             },
             _ = tokio::time::sleep_until(wake.into()) => Woke::Keepalive,
             _ = self.shutdown.wait_for(|s| *s) => return Err(End::Shutdown),
+            _ = self.rotation.wait_for(|in_rotation| !*in_rotation) => {
+                return Err(End::OutOfRotation)
+            }
         };
         if let Woke::Checkpoint = woke {
             return Ok(None);

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
 use serde::Serialize;
+use tokio::sync::watch;
 
 use store::StoreIdentity;
 
@@ -123,6 +124,10 @@ pub struct Status {
     pub served: Option<ServedCheckpoint>,
     /// Whether the served store's ingest (its replication) runs, and if not why.
     pub ingest: IngestStatus,
+    /// False while the operator has taken the replica out of rotation
+    /// (`powersync_mdbx.in_rotation = off`): the readiness probe fails, new sync
+    /// connections are refused and open streams end, whatever is served.
+    pub in_rotation: bool,
     /// Process id of the background worker (or test process).
     pub worker_pid: u32,
     /// The configuration file in use.
@@ -378,8 +383,8 @@ pub struct ReplicationStatus {
     pub source_heard_at: Option<u64>,
     /// Replication has heard nothing from the primary for longer than its bound (120 s;
     /// `docs/operations.md`, "A network that stops forwarding"): the network to it may
-    /// have stopped forwarding, or it is down. What is served does not advance; the
-    /// readiness probe fails meanwhile.
+    /// have stopped forwarding, or it is down. What is served does not advance (the
+    /// readiness probe's body says so).
     pub source_stalled: bool,
 }
 
@@ -396,6 +401,8 @@ pub struct StatusCell {
     status: RwLock<Status>,
     version: AtomicU64,
     touched_at_ms: AtomicU64,
+    /// [`Status::in_rotation`], for the streams that end when it turns false.
+    rotation: watch::Sender<bool>,
 }
 
 impl StatusCell {
@@ -406,6 +413,7 @@ impl StatusCell {
             ready: false,
             served: None,
             ingest: IngestStatus::default(),
+            in_rotation: true,
             worker_pid: pid,
             config_file: None,
             storage_dir: None,
@@ -427,7 +435,20 @@ impl StatusCell {
             status: RwLock::new(status),
             version: AtomicU64::new(1),
             touched_at_ms: AtomicU64::new(0),
+            rotation: watch::Sender::new(true),
         }
+    }
+
+    /// Puts the replica in rotation or takes it out (`powersync_mdbx.in_rotation`).
+    pub fn set_in_rotation(&self, in_rotation: bool) {
+        if self.rotation.send_replace(in_rotation) != in_rotation {
+            self.update(|s| s.in_rotation = in_rotation);
+        }
+    }
+
+    /// Follows [`Status::in_rotation`]: a stream waits on it to end when it turns false.
+    pub fn rotation(&self) -> watch::Receiver<bool> {
+        self.rotation.subscribe()
     }
 
     /// Changes the status and bumps its version.

@@ -39,6 +39,7 @@ fn settings(dir: &Path) -> HostSettings {
         seed_from: None,
         peer_listen: None,
         peer_tls: Default::default(),
+        in_rotation: true,
     }
 }
 
