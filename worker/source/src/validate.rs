@@ -8,7 +8,9 @@ use super::SourceError;
 /// The publication the rules read through (the official service uses the same name).
 pub const PUBLICATION: &str = "powersync";
 /// PostgreSQL 13 is the oldest primary supported.
-const MIN_SERVER_VERSION: i32 = 130_000;
+/// PostgreSQL 14: older servers' pgoutput carries no logical messages (which write
+/// checkpoints ride on), and the replication client speaks to 14 and later only.
+const MIN_SERVER_VERSION: i32 = 140_000;
 
 /// A table the sync rules read.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -80,7 +82,14 @@ pub async fn validate_primary(
     if version < MIN_SERVER_VERSION {
         return Err(SourceError::setup(
             "PSM_R1001",
-            format!("the primary runs PostgreSQL {version}; version 13 or later is required"),
+            format!(
+                "the primary runs PostgreSQL {}.{}; version 14 or later is required (an older \
+                 primary's pgoutput carries no logical messages, which write checkpoints \
+                 need): upgrade the primary, or point replication.connections at a server of \
+                 14 or later",
+                version / 10_000,
+                version % 10_000
+            ),
         ));
     }
     let wal_level = scalar(client, "SHOW wal_level", "wal_level").await?;
@@ -106,7 +115,7 @@ pub async fn validate_primary(
              on the primary",
         ));
     }
-    check_publication(client).await?;
+    check_publication(client, version).await?;
     let identity = super::walsender::primary_identity(client).await?;
     let mut infos = Vec::with_capacity(tables.len());
     for table in tables {
@@ -128,11 +137,11 @@ pub async fn published_tables(
     client: &Client,
     tables: &[SourceTable],
 ) -> Result<Vec<Option<TableInfo>>, SourceError> {
-    check_publication(client).await?;
     let version: i32 = scalar(client, "SHOW server_version_num", "server version")
         .await?
         .parse()
         .unwrap_or(0);
+    check_publication(client, version).await?;
     let mut published = Vec::with_capacity(tables.len());
     for table in tables {
         published.push(match check_table(client, table, version).await {
@@ -184,11 +193,19 @@ async fn scalar(client: &Client, sql: &str, context: &'static str) -> Result<Str
         .map_err(SourceError::query(context))
 }
 
-async fn check_publication(client: &Client) -> Result<(), SourceError> {
+async fn check_publication(client: &Client, version: i32) -> Result<(), SourceError> {
+    // PostgreSQL 18 can publish stored generated columns (`publish_generated_columns`).
+    let generated = if version >= 180_000 {
+        "pubgencols::text <> 'n'"
+    } else {
+        "false"
+    };
     let row = client
         .query_opt(
-            "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot \
-             FROM pg_publication WHERE pubname = $1",
+            &format!(
+                "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot, {generated} \
+                 FROM pg_publication WHERE pubname = $1"
+            ),
             &[&PUBLICATION],
         )
         .await
@@ -228,6 +245,19 @@ async fn check_publication(client: &Client) -> Result<(), SourceError> {
             ),
         ));
     }
+    if flag(5) {
+        // The snapshot reads the columns pgoutput sends by default, without generated ones.
+        return Err(SourceError::setup(
+            "PSM_R1015",
+            format!(
+                "publication \"{PUBLICATION}\" publishes generated columns \
+                 (publish_generated_columns = stored), which is not supported: generated \
+                 columns are not synced (the snapshot leaves them out, as pgoutput does by \
+                 default); run ALTER PUBLICATION {PUBLICATION} SET (publish_generated_columns \
+                 = none)"
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -262,8 +292,9 @@ async fn check_table(
     // Row filters and column lists exist since PostgreSQL 15.
     let publication_sql = if version >= 150_000 {
         "SELECT rowfilter IS NOT NULL, \
-                attnames IS NOT NULL AND cardinality(attnames) < \
-                  (SELECT count(*) FROM pg_attribute WHERE attrelid = $3 AND attnum > 0 AND NOT attisdropped) \
+                attnames IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = $3 \
+                  AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
+                  AND NOT attname = ANY (attnames)) \
          FROM pg_publication_tables WHERE pubname = $4 AND schemaname = $1 AND tablename = $2"
     } else {
         "SELECT false, false FROM pg_publication_tables \

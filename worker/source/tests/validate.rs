@@ -20,7 +20,7 @@ async fn validate(
     let conn = SourceConnection::from_uri(&cluster.uri(user)).unwrap();
     let client = connect(&conn).await?;
     let info = validate_primary(&client, tables).await?;
-    assert!(info.server_version >= 160_000);
+    assert!(info.server_version >= 140_000);
     assert!(
         info.system_identifier.len() > 10,
         "{}",
@@ -41,7 +41,7 @@ fn code(result: Result<impl std::fmt::Debug, SourceError>) -> String {
 
 #[tokio::test]
 async fn accepts_a_ready_primary_and_reports_identities() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(
@@ -79,7 +79,7 @@ async fn accepts_a_ready_primary_and_reports_identities() {
 
 #[tokio::test]
 async fn each_broken_setting_has_its_own_error() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(
@@ -169,4 +169,43 @@ async fn wal_level_replica_and_unreachable_primaries() {
         err.to_string().starts_with("PSM_R2001") && err.needs_operator(),
         "{err}"
     );
+}
+
+/// PostgreSQL 13 (`scripts/install_primaries.sh` installs it) is refused before anything is
+/// created on it, with the reason and the fix.
+#[tokio::test]
+async fn a_postgresql_13_primary_is_refused_with_the_reason() {
+    let install = PgInstall::primary_of_major(13);
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    let err = code(validate(&primary, "postgres", &[]).await);
+    assert!(
+        err.starts_with("PSM_R1001")
+            && err.contains("PostgreSQL 13.")
+            && err.contains("14 or later"),
+        "{err}"
+    );
+    let slots = primary.sql("SELECT count(*) FROM pg_replication_slots");
+    assert_eq!(slots.trim(), "0", "nothing created on it");
+}
+
+/// A PostgreSQL 18 publication that publishes generated columns is refused, with the fix.
+#[tokio::test]
+async fn a_publication_of_generated_columns_is_refused_with_the_fix() {
+    let install = PgInstall::primary_of_major(18);
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(
+        "CREATE TABLE gen (id text PRIMARY KEY, n int, d int GENERATED ALWAYS AS (n * 2) STORED);
+         CREATE PUBLICATION powersync FOR TABLE gen WITH (publish_generated_columns = stored);",
+    );
+    let err = code(validate(&primary, "postgres", &[table("gen")]).await);
+    assert!(
+        err.starts_with("PSM_R1015") && err.contains("publish_generated_columns = none"),
+        "{err}"
+    );
+    primary.sql("ALTER PUBLICATION powersync SET (publish_generated_columns = none)");
+    validate(&primary, "postgres", &[table("gen")])
+        .await
+        .unwrap();
 }
