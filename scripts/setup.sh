@@ -40,6 +40,9 @@ fi
 "$PSM_PG16_BIN/pg_config" --version | grep -q '^PostgreSQL 16\.' \
   || { echo "error: $PSM_PG16_BIN/pg_config is not PostgreSQL 16" >&2; exit 1; }
 
+# The primaries of the version matrix (PostgreSQL 13, 14, 17, 18; the replica stays 16).
+"$here/install_primaries.sh"
+
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
   step "cargo-pgrx $PGRX_VERSION (about 12 minutes on 2 cores, once per machine)"
   cargo install cargo-pgrx --version "=$PGRX_VERSION" --locked --quiet

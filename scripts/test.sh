@@ -2,8 +2,10 @@
 # The one test command: prepares the machine (idempotent), then runs the format check,
 # the crate-graph, documentation and layout checks, clippy with warnings denied, installs the
 # extension into PostgreSQL 16 and runs every crate's tests (unit, in-process engine, live
-# clusters); then builds the extension for Debian's PostgreSQL 15 and runs the extension's
-# live tests (testkit) there too; last, a short coverage-guided fuzzing pass of every
+# clusters); then the primary matrix: the replication crate's live tests and the official
+# SDK's against PostgreSQL 14, 17 and 18 primaries (scripts/matrix.sh; 13 is refused, which
+# the source crate's tests check); then builds the extension for Debian's PostgreSQL 15 and
+# runs the extension's live tests (testkit) there too; last, a short coverage-guided fuzzing pass of every
 # parser of outside input (scripts/fuzz.sh, PSM_FUZZ_SECONDS per target, 20 by default).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,6 +39,9 @@ scripts/install_extension.sh "$PSM_PG16_BIN/pg_config"
 
 step "tests: unit, in-process engine, live clusters"
 cargo test --workspace --no-fail-fast
+
+step "the primary matrix: PostgreSQL 14, 17 and 18 primaries beside a PostgreSQL 16 sync replica (scripts/matrix.sh)"
+scripts/matrix.sh
 
 step "install the extension into PostgreSQL 15 ($PSM_PG15_BIN)"
 scripts/install_extension.sh "$PSM_PG15_BIN/pg_config"

@@ -364,7 +364,7 @@ impl Cluster {
     /// `psql` connected to this cluster as `postgres`: unaligned, tuples only, stopping
     /// at the first error.
     fn psql(&self) -> Command {
-        let mut cmd = Command::new(self.install.bin().join("psql"));
+        let mut cmd = Command::new(self.install.program("psql"));
         cmd.arg("-h")
             .arg(&self.socket_dir)
             .args([

@@ -27,7 +27,7 @@ impl Cluster {
             std::process::id(),
             SESSIONS.fetch_add(1, Ordering::Relaxed)
         );
-        let mut session = Command::new(self.install().bin().join("psql"))
+        let mut session = Command::new(self.install().program("psql"))
             .arg(self.uri("postgres"))
             .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
             .env("PGAPPNAME", &name)

@@ -27,6 +27,44 @@ impl PgInstall {
         Self::at(bin)
     }
 
+    /// The primary of the live tests: `PSM_PRIMARY_BIN` when set (the version matrix of
+    /// `scripts/test.sh` runs PostgreSQL 13, 14, 17 and 18 there, from
+    /// `scripts/install_primaries.sh`), else [`Self::pg16`]. The sync replica stays
+    /// [`Self::pg16`].
+    pub fn primary() -> Self {
+        match std::env::var_os("PSM_PRIMARY_BIN") {
+            Some(bin) => Self::at(PathBuf::from(bin)),
+            None => Self::pg16(),
+        }
+    }
+
+    /// The matrix's PostgreSQL `major` (`scripts/install_primaries.sh` puts it in
+    /// `$PSM_TOOLS/pg<major>/bin`, `PSM_TOOLS` defaulting to `/opt/powersync-mdbx`).
+    pub fn primary_of_major(major: u32) -> Self {
+        let tools = std::env::var("PSM_TOOLS").unwrap_or_else(|_| "/opt/powersync-mdbx".into());
+        let bin = PathBuf::from(tools).join(format!("pg{major}")).join("bin");
+        assert!(
+            bin.join("postgres").exists(),
+            "no PostgreSQL {major} in {}: run scripts/install_primaries.sh (scripts/setup.sh does)",
+            bin.display()
+        );
+        Self::at(bin)
+    }
+
+    /// The server's major version (`postgres --version`).
+    pub fn major(&self) -> u32 {
+        let out = Command::new(self.bin.join("postgres"))
+            .arg("--version")
+            .output()
+            .expect("postgres --version runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .last()
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("no version in `postgres --version`: {text}"))
+    }
+
     /// Debian's PostgreSQL 15 (`PSM_PG15_BIN`, default `/usr/lib/postgresql/15/bin`): built
     /// with OpenSSL, so it can be a primary with `ssl = on` (the PostgreSQL 16 in use has
     /// no TLS).
@@ -94,9 +132,20 @@ impl PgInstall {
         );
     }
 
+    /// The path of `program`: this installation's, or for a client program it lacks
+    /// (`psql`: the primaries of the version matrix ship only the server) PostgreSQL 16's.
+    pub fn program(&self, program: &str) -> PathBuf {
+        let own = self.bin.join(program);
+        if own.exists() {
+            own
+        } else {
+            Self::pg16().bin.join(program)
+        }
+    }
+
     /// A command for one of this installation's programs, run as the cluster user.
     pub fn command(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
+        let path = self.program(program);
         match &self.run_as {
             Some(user) => {
                 // `env` sets the variables after `runuser` switched users.

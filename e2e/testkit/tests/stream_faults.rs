@@ -404,7 +404,7 @@ fn an_immediate_stop_of_the_replica_mid_stream_loses_and_duplicates_nothing() {
     // A steady flow on another connection until told to stop: small transactions, and
     // every 300th round a 30,000-row one.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut psql = std::process::Command::new(rig.install.bin().join("psql"))
+    let mut psql = std::process::Command::new(rig.install.program("psql"))
         .arg(rig.primary.uri("postgres"))
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
         .stdin(std::process::Stdio::piped())

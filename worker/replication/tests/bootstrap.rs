@@ -23,7 +23,7 @@ struct Rig {
 
 impl Rig {
     fn fixture() -> Self {
-        let install = PgInstall::pg16();
+        let install = PgInstall::primary();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
         primary.sql_file(&fixture_dir().join("schema.sql"), &[]);
@@ -241,7 +241,7 @@ async fn an_interrupted_bootstrap_starts_over_and_foreign_slots_are_refused() {
 
 #[tokio::test]
 async fn every_supported_column_type_bootstraps() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(

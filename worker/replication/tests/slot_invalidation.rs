@@ -172,7 +172,7 @@ fn start(
 /// and only the rows that changed got new ops.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalidated_slot_is_rebuilt_and_unchanged_rows_keep_their_ops() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
     primary.sql(SCHEMA);
@@ -256,7 +256,7 @@ async fn an_invalidated_slot_is_rebuilt_and_unchanged_rows_keep_their_ops() {
 /// nothing half-applied; the next one rebuilds from a new slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_invalidated_while_streaming_is_rebuilt() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
     primary.sql(SCHEMA);
@@ -352,7 +352,7 @@ bucket_definitions:
       - SELECT id, name FROM lists WHERE owner = bucket.owner
       - SELECT id, title FROM todos WHERE owner = bucket.owner
 ";
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = small_wal_primary(&install, &dir);
     primary.sql(SCHEMA);
@@ -402,7 +402,7 @@ bucket_definitions:
 /// changes the store never received) is refused, and keeps what it had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_behind_its_slot_is_refused() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql(SCHEMA);

@@ -65,7 +65,7 @@ impl Rig {
 /// A primary whose walsenders wait 10 minutes for a silent client (so a stale one stays
 /// until this worker ends it), reached through a proxy; bootstrapped.
 async fn rig() -> Rig {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(
         &install,

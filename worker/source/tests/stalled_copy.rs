@@ -9,7 +9,7 @@ use testkit::{Cluster, ClusterKind, PgInstall, TcpProxy, TestDir};
 
 #[test]
 fn a_copy_that_stops_receiving_fails_within_its_progress_bound() {
-    let install = PgInstall::pg16();
+    let install = PgInstall::primary();
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     // About 60 MB: more than the sockets and the driver hold between them.

@@ -129,7 +129,14 @@ impl Rig {
     ) -> Self {
         require_sdk_client();
         let dir = TestDir::new(&install);
-        let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+        // The primary of the version matrix (`PSM_PRIMARY_BIN`); the sync replica is `install`.
+        let primary = Cluster::start_new(
+            &PgInstall::primary(),
+            &dir,
+            "primary",
+            ClusterKind::Primary,
+            &[],
+        );
         primary.sql_file(&fixture_dir().join("schema.sql"), &[]);
         primary.sql_file(
             &fixture_dir().join("data.sql"),

@@ -84,7 +84,7 @@ impl Rig {
     }
 
     pub(crate) fn with(schema: &str, rules: &str) -> Self {
-        let install = PgInstall::pg16();
+        let install = PgInstall::primary();
         let dir = TestDir::new(&install);
         let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
         primary.sql(schema);

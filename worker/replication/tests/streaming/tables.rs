@@ -258,6 +258,19 @@ async fn a_new_table_a_wildcard_matches_without_a_key_stops_the_stream_with_its_
 /// nothing of it is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_table_a_wildcard_matches_published_with_a_row_filter_is_refused() {
+    if testkit::PgInstall::primary().major() < 15 {
+        // Row filters came with PostgreSQL 15: an older primary refuses to publish one, so
+        // no stream can meet it.
+        let rig = Rig::with(WILDCARD_SCHEMA, WILDCARD_RULES);
+        rig.primary
+            .sql("CREATE TABLE todos_f (id text PRIMARY KEY, list_id text, title text)");
+        let refused = rig
+            .primary
+            .try_sql("ALTER PUBLICATION powersync ADD TABLE todos_f WHERE (list_id = 'l1')")
+            .unwrap_err();
+        assert!(refused.contains("syntax error"), "{refused}");
+        return;
+    }
     let message = stream_end_for_a_new_table(&[
         "CREATE TABLE todos_f (id text PRIMARY KEY, list_id text, title text)",
         "ALTER PUBLICATION powersync ADD TABLE todos_f WHERE (list_id = 'l1')",
