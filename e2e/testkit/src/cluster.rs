@@ -260,6 +260,18 @@ impl Cluster {
         name: &str,
         primary: &Cluster,
     ) -> Self {
+        Self::start_standby_with(install, dir, name, primary, &[])
+    }
+
+    /// [`Self::start_standby`] with `extra_conf` lines in its `postgresql.conf`
+    /// (`primary_slot_name`, `sync_replication_slots`, …).
+    pub fn start_standby_with(
+        install: &PgInstall,
+        dir: &TestDir,
+        name: &str,
+        primary: &Cluster,
+        extra_conf: &[String],
+    ) -> Self {
         let data = dir.path().join(name);
         let socket_dir = dir.path().join(format!("{name}.sock"));
         let log = dir.path().join(format!("{name}.log"));
@@ -273,7 +285,7 @@ impl Cluster {
             panic!("{e}");
         }
         let port = free_port();
-        configure(install, &data, &socket_dir, port, &[]);
+        configure(install, &data, &socket_dir, port, extra_conf);
         Self::started(install, data, socket_dir, log, port)
     }
 

@@ -33,8 +33,20 @@ impl PgInstall {
     /// [`Self::pg16`].
     pub fn primary() -> Self {
         match std::env::var_os("PSM_PRIMARY_BIN") {
-            Some(bin) => Self::at(PathBuf::from(bin)),
+            Some(bin) => Self::at(PathBuf::from(bin)).with_own_libraries(),
             None => Self::pg16(),
+        }
+    }
+
+    /// The same installation, its programs (and servers) loading its own libraries first:
+    /// the matrix's servers carry no library path, so theirs would otherwise load the
+    /// system's libpq (Debian's, of PostgreSQL 15), which cannot parse what a newer
+    /// `pg_basebackup -R` writes (`sslnegotiation`) and stops a standby's slot sync.
+    fn with_own_libraries(self) -> Self {
+        let lib = self.bin.parent().map(|root| root.join("lib"));
+        match lib.filter(|lib| lib.join("libpq.so.5").exists()) {
+            Some(lib) => self.with_env("LD_LIBRARY_PATH", &lib.display().to_string()),
+            None => self,
         }
     }
 
@@ -48,7 +60,7 @@ impl PgInstall {
             "no PostgreSQL {major} in {}: run scripts/install_primaries.sh (scripts/setup.sh does)",
             bin.display()
         );
-        Self::at(bin)
+        Self::at(bin).with_own_libraries()
     }
 
     /// The server's major version (`postgres --version`).

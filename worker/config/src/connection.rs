@@ -53,6 +53,10 @@ pub struct SourceConnection {
     pub sslmode: SslMode,
     /// PEM file (or inline PEM) of the CA that signs the primary's certificate.
     pub cacert: Option<String>,
+    /// `slot_failover`: the slot is created with `failover = true` (PostgreSQL 17+), so a
+    /// standby with `sync_replication_slots` keeps it through a promotion.
+    #[serde(default)]
+    pub slot_failover: bool,
     /// How long the network to the primary may fail silently on this connection.
     #[serde(skip)]
     pub bounds: SourceBounds,
@@ -180,6 +184,7 @@ impl SourceConnection {
             password,
             sslmode,
             cacert,
+            slot_failover: false,
             bounds: SourceBounds::default(),
         })
     }
@@ -195,6 +200,7 @@ impl fmt::Debug for SourceConnection {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("sslmode", &self.sslmode)
             .field("cacert", &self.cacert)
+            .field("slot_failover", &self.slot_failover)
             .field("bounds", &self.bounds)
             .finish()
     }

@@ -120,6 +120,7 @@ struct RawConnection {
     password: Option<String>,
     sslmode: Option<String>,
     cacert: Option<String>,
+    slot_failover: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -311,6 +312,16 @@ fn source_connection(
     if raw.cacert.is_some() {
         conn.cacert = raw.cacert;
     }
+    conn.slot_failover = match raw.slot_failover {
+        None => false,
+        Some(Value::Bool(on)) => on,
+        Some(other) => {
+            return Err(invalid(
+                "slot_failover",
+                format!("is {other:?}; give true or false"),
+            ))
+        }
+    };
     if conn.sslmode == SslMode::Disable && conn.cacert.is_some() {
         return Err(invalid("cacert", "is set but sslmode is `disable`".into()));
     }

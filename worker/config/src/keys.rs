@@ -35,6 +35,7 @@ const CONNECTION: &[(&str, Key)] = &[
     ("password", Used),
     ("sslmode", Used),
     ("cacert", Used),
+    ("slot_failover", Used),
     ("id", Unused),
     ("tag", Unused),
     ("debug_api", Unused),

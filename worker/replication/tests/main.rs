@@ -4,6 +4,7 @@
 extern crate powersync_mdbx_replication as replication;
 
 mod bootstrap;
+mod failover_slot;
 mod history;
 mod observer;
 mod slot_invalidation;

@@ -19,7 +19,7 @@ use testkit::buckets::{diff, expected, lsn, stored};
 use testkit::{Cluster, ClusterKind, PgInstall, TcpProxy, TestDir, Waiting};
 use tokio::sync::watch;
 
-const SLOT: &str = "psm_stalled";
+pub(crate) const SLOT: &str = "psm_stalled";
 
 const SCHEMA: &str = "
 CREATE TABLE notes (id text PRIMARY KEY, owner text NOT NULL, body text);
@@ -43,20 +43,23 @@ const LIVENESS: Liveness = Liveness {
     setup_within: Duration::from_secs(10),
 };
 
-struct Rig {
+pub(crate) struct Rig {
     _dir: TestDir,
-    install: PgInstall,
-    primary: Cluster,
-    proxy: TcpProxy,
-    store: Arc<Store>,
+    pub(crate) install: PgInstall,
+    pub(crate) primary: Cluster,
+    pub(crate) proxy: TcpProxy,
+    pub(crate) store: Arc<Store>,
     _store_dir: tempfile::TempDir,
     rules: Arc<SyncRules>,
+    slot_failover: bool,
 }
 
 impl Rig {
     fn plan(&self) -> SourcePlan {
+        let mut connection = SourceConnection::from_uri(&self.proxy.uri()).unwrap();
+        connection.slot_failover = self.slot_failover;
         SourcePlan {
-            connection: SourceConnection::from_uri(&self.proxy.uri()).unwrap(),
+            connection,
             slot: SLOT.into(),
         }
     }
@@ -65,7 +68,13 @@ impl Rig {
 /// A primary whose walsenders wait 10 minutes for a silent client (so a stale one stays
 /// until this worker ends it), reached through a proxy; bootstrapped.
 async fn rig() -> Rig {
-    let install = PgInstall::primary();
+    rig_on(PgInstall::primary(), false).await
+}
+
+/// A bootstrapped store of `install`'s primary, reached through a proxy, its slot created
+/// with `failover` when `slot_failover` (the primary then waits for a standby on the
+/// physical slot `standby_phys` before it sends the slot's changes).
+pub(crate) async fn rig_on(install: PgInstall, slot_failover: bool) -> Rig {
     let dir = TestDir::new(&install);
     let primary = Cluster::start_new(
         &install,
@@ -75,6 +84,13 @@ async fn rig() -> Rig {
         &["wal_sender_timeout = '10min'".to_owned()],
     );
     primary.sql(SCHEMA);
+    if slot_failover {
+        // A failover slot is made only where a standby's slot holds back what the primary
+        // sends its consumer (`PSM_R1017`): the standby's physical slot, named here.
+        primary.sql("SELECT pg_create_physical_replication_slot('standby_phys')");
+        primary.sql("ALTER SYSTEM SET synchronized_standby_slots = 'standby_phys'");
+        primary.sql("SELECT pg_reload_conf()");
+    }
     let proxy = TcpProxy::start(primary.port());
     let store_dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(&store_dir.path().join("store")).unwrap());
@@ -86,6 +102,7 @@ async fn rig() -> Rig {
         store,
         _store_dir: store_dir,
         rules: Arc::new(SyncRules::parse(RULES).unwrap()),
+        slot_failover,
     };
     bootstrap(
         &rig.plan(),
@@ -99,15 +116,15 @@ async fn rig() -> Rig {
 }
 
 /// Follows the slot as the engine does: errors that may pass are noted and retried.
-struct Following {
+pub(crate) struct Following {
     checkpoints: watch::Receiver<Checkpoint>,
-    progress: Arc<StreamProgress>,
+    pub(crate) progress: Arc<StreamProgress>,
     retried: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<Result<(), ReplicationError>>,
     _stop: watch::Sender<bool>,
 }
 
-fn follow(rig: &Rig) -> Following {
+pub(crate) fn follow(rig: &Rig) -> Following {
     let initial = rig.store.read(|v| v.checkpoint()).unwrap();
     let (published, checkpoints) = watch::channel(initial);
     let progress = Arc::new(StreamProgress::default());
@@ -147,7 +164,7 @@ fn follow(rig: &Rig) -> Following {
 
 impl Following {
     /// Waits until everything committed on `primary` so far is in a published checkpoint.
-    async fn sync_point(&mut self, primary: &Cluster) {
+    pub(crate) async fn sync_point(&mut self, primary: &Cluster) {
         let head = lsn(&primary.sql("SELECT pg_current_wal_lsn()"));
         primary.sql("SELECT pg_logical_emit_message(false, 'powersync', 'sync point')");
         let mut waiting = Waiting::new(format!("a checkpoint at {head:X}"));
@@ -194,7 +211,7 @@ async fn assert_matches_primary(rig: &Rig, when: &str) {
 }
 
 /// The store holds exactly what the rules make of `primary`'s rows.
-async fn assert_matches(rig: &Rig, primary: &Cluster, when: &str) {
+pub(crate) async fn assert_matches(rig: &Rig, primary: &Cluster, when: &str) {
     let conn = SourceConnection::from_uri(&primary.uri("postgres")).unwrap();
     let expected = expected(&conn, &rig.rules, &["notes"]).await;
     let stored = stored(&rig.store);

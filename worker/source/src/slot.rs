@@ -108,6 +108,11 @@ async fn create_exporting_slot(
     name: &str,
     temporary: bool,
 ) -> Result<ExportedSlot, SourceError> {
+    // A temporary slot (a re-copy's) never outlives its connection, so never fails over.
+    let failover = conn.slot_failover && !temporary;
+    if failover {
+        require_failover_slots(client).await?;
+    }
     let config = ReplicationStreamConfig::builder(name, PUBLICATION)
         .with_protocol_version(1)
         .with_connection_timeout(Duration::from_secs(10))
@@ -118,6 +123,7 @@ async fn create_exporting_slot(
         .with_slot_options(ReplicationSlotOptions {
             snapshot: Some("export".into()),
             temporary,
+            failover,
             ..ReplicationSlotOptions::default()
         });
     let uri = replication_uri(conn)?;
@@ -241,6 +247,46 @@ fn cancel_creation(conn: &SourceConnection, slot: &str, finished: &AtomicBool) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     });
+}
+
+/// Refuses `slot_failover` on a primary older than PostgreSQL 17, which has no failover
+/// slots (`PSM_R1016`), or one whose `synchronized_standby_slots` names no standby
+/// (`PSM_R1017`).
+async fn require_failover_slots(client: &Client) -> Result<(), SourceError> {
+    let version: i32 = client
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(SourceError::query("the server version"))?;
+    if version < 170_000 {
+        return Err(SourceError::setup(
+            "PSM_R1016",
+            format!(
+                "replication.connections[0].slot_failover is true, but the primary runs \
+                 PostgreSQL {}.{}, which has no failover slots (they came with 17): remove \
+                 slot_failover, or upgrade the primary",
+                version / 10_000,
+                version % 10_000
+            ),
+        ));
+    }
+    let standbys: String = client
+        .query_one("SELECT current_setting('synchronized_standby_slots')", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(SourceError::query("synchronized_standby_slots"))?;
+    if standbys.trim().is_empty() {
+        return Err(SourceError::setup(
+            "PSM_R1017",
+            "replication.connections[0].slot_failover is true, but the primary's \
+             synchronized_standby_slots is empty: the primary could then send this replica \
+             changes its standby has not received, which a promotion loses while the replica \
+             keeps them. Set synchronized_standby_slots to the physical slot of each standby \
+             that synchronizes slots (ALTER SYSTEM SET synchronized_standby_slots = \
+             '<slot>'; SELECT pg_reload_conf()), or remove slot_failover",
+        ));
+    }
+    Ok(())
 }
 
 /// Opens a replication connection and starts streaming slot `name` from `start_lsn`

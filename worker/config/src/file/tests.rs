@@ -297,3 +297,20 @@ fn supabase_keys_derive_from_the_connection_or_the_test_override() {
         "{bad}"
     );
 }
+
+#[test]
+fn slot_failover_is_read_from_the_connection_and_off_by_default() {
+    let file = |extra: &str| {
+        format!(
+            "replication:\n  connections:\n    - type: postgresql\n      uri: !env PS_URI\n{extra}\
+             sync_config:\n  content: |\n    bucket_definitions: {{}}\n\
+             client_auth:\n  jwks_uri: https://auth.example/keys\n  audience: [app]\n"
+        )
+    };
+    assert!(!parse(&file("")).unwrap().source.slot_failover);
+    let on = parse(&file("      slot_failover: true\n")).unwrap();
+    assert!(on.source.slot_failover);
+    assert!(on.ignored.is_empty(), "{:?}", on.ignored);
+    let err = parse(&file("      slot_failover: sometimes\n")).unwrap_err();
+    assert!(err.to_string().contains("slot_failover"), "{err}");
+}
