@@ -23,19 +23,26 @@ impl Observer {
         let (store, user, stopped) = (store.clone(), format!("\"{user}\""), stop.clone());
         let thread = std::thread::spawn(move || {
             let mut seen: Vec<Contents> = Vec::new();
-            while !stopped.load(Ordering::Acquire) {
+            let read = |seen: &mut Vec<Contents>| {
                 let now = stored_where(&store, |name| name.contains(&user));
                 if seen.last() != Some(&now) {
                     seen.push(now);
                 }
+            };
+            while !stopped.load(Ordering::Acquire) {
+                read(&mut seen);
                 std::thread::sleep(Duration::from_micros(200));
             }
+            // Once more after the stop: a commit published while the last read was under
+            // way (a read of 20,000 rows takes a while on a loaded machine) is the state the
+            // caller waited for, and is seen here.
+            read(&mut seen);
             seen
         });
         Self { stop, thread }
     }
 
-    /// Stops; returns the distinct states seen, in order.
+    /// Stops; returns the distinct states seen, in order, the last read after the stop.
     pub(crate) fn stop(self) -> Vec<Contents> {
         self.stop.store(true, Ordering::Release);
         self.thread.join().unwrap()
