@@ -11,7 +11,7 @@ use pg_walstream::{
 use tokio_postgres::Client;
 
 use super::client::replication_uri;
-use super::validate::PUBLICATION;
+use super::validate::{version_name, PUBLICATION};
 use super::SourceError;
 use config::SourceConnection;
 
@@ -263,10 +263,9 @@ async fn require_failover_slots(client: &Client) -> Result<(), SourceError> {
             "PSM_R1016",
             format!(
                 "replication.connections[0].slot_failover is true, but the primary runs \
-                 PostgreSQL {}.{}, which has no failover slots (they came with 17): remove \
+                 PostgreSQL {}, which has no failover slots (they came with 17): remove \
                  slot_failover, or upgrade the primary",
-                version / 10_000,
-                version % 10_000
+                version_name(version)
             ),
         ));
     }

@@ -7,10 +7,14 @@ use super::SourceError;
 
 /// The publication the rules read through (the official service uses the same name).
 pub const PUBLICATION: &str = "powersync";
-/// PostgreSQL 13 is the oldest primary supported.
 /// PostgreSQL 14: older servers' pgoutput carries no logical messages (which write
 /// checkpoints ride on), and the replication client speaks to 14 and later only.
 const MIN_SERVER_VERSION: i32 = 140_000;
+
+/// `server_version_num` as people write it (`170011` → `17.11`).
+pub(crate) fn version_name(version: i32) -> String {
+    format!("{}.{}", version / 10_000, version % 10_000)
+}
 
 /// A table the sync rules read.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,12 +87,11 @@ pub async fn validate_primary(
         return Err(SourceError::setup(
             "PSM_R1001",
             format!(
-                "the primary runs PostgreSQL {}.{}; version 14 or later is required (an older \
+                "the primary runs PostgreSQL {}; version 14 or later is required (an older \
                  primary's pgoutput carries no logical messages, which write checkpoints \
                  need): upgrade the primary, or point replication.connections at a server of \
                  14 or later",
-                version / 10_000,
-                version % 10_000
+                version_name(version)
             ),
         ));
     }
