@@ -21,7 +21,7 @@ ALLOWED = {
     "powersync-mdbx-status": {"store"},
     "powersync-mdbx-replication": {"config", "metrics", "rules", "source", "store"},
     "powersync-mdbx-service": {
-        "auth", "metrics", "replication", "rules", "source", "status", "store",
+        "auth", "config", "metrics", "replication", "rules", "source", "status", "store",
     },
     "powersync-mdbx-http": {"auth", "metrics", "service", "source", "status", "store"},
     "powersync-mdbx-admin": {"service", "store"},

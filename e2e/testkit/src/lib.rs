@@ -10,6 +10,7 @@
 #[cfg(feature = "buckets")]
 pub mod buckets;
 mod certs;
+mod cli;
 mod cluster;
 mod disk;
 mod held;
@@ -23,10 +24,11 @@ mod sync_stream;
 mod wait;
 
 pub use certs::{ServerCert, TestCa};
+pub use cli::{CliRun, OfficialCli};
 pub use cluster::{Cluster, ClusterKind, TestDir};
 pub use disk::SmallDisk;
 pub use held::HeldTransaction;
-pub use http::{http_get, HttpReply};
+pub use http::{http_get, http_post, HttpReply};
 pub use install::PgInstall;
 pub use jwt::{base64_url, global_bucket_config, hs256_token, rules_config};
 pub use ports::free_port;

@@ -22,7 +22,7 @@ fn client_wait() -> Duration {
 const ANSWER_MARGIN: Duration = Duration::from_secs(10);
 
 /// Where the e2e client lives: `e2e/` beside the workspace root.
-fn e2e_dir() -> PathBuf {
+pub(crate) fn e2e_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 

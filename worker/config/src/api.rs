@@ -1,6 +1,6 @@
 //! `api.parameters`: the official service's limits for sync connections, honoured when set,
 //! and this engine's own `max_concurrent_connections_per_user`, which the official schema
-//! does not have.
+//! does not have; `api.tokens`: who may call the admin API.
 
 use serde_norway::Value;
 
@@ -55,6 +55,73 @@ pub(crate) fn parse(api: &Value) -> Result<ApiLimits, (String, String)> {
     Ok(limits)
 }
 
+/// `api.tokens`: the bearer tokens the admin API accepts (`/api/admin/v1/*`,
+/// `/api/sync-rules/v1/*`). Empty: the admin API is off, as in the official service. The
+/// tokens never show in `Debug` or serialized output.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ApiTokens(Vec<String>);
+
+impl ApiTokens {
+    /// Tokens given in code (tests, tools).
+    pub fn new(tokens: Vec<String>) -> Self {
+        Self(tokens)
+    }
+
+    /// The tokens, to compare a request's against.
+    pub fn expose(&self) -> &[String] {
+        &self.0
+    }
+
+    /// No token configured: the admin API is off.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for ApiTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApiTokens({} configured)", self.0.len())
+    }
+}
+
+impl serde::Serialize for ApiTokens {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0.len() as u64)
+    }
+}
+
+/// Reads `api.tokens`: a list of non-empty strings (`!env` tags resolve to strings). A
+/// token with whitespace could never be sent in an `Authorization` header: refused.
+pub(crate) fn parse_tokens(api: &Value) -> Result<ApiTokens, (String, String)> {
+    let tokens = match api.get("tokens") {
+        None | Some(Value::Null) => return Ok(ApiTokens::default()),
+        Some(Value::Sequence(items)) => items,
+        Some(_) => {
+            return Err((
+                "api.tokens".to_owned(),
+                "must be a list of strings".to_owned(),
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(tokens.len());
+    for (i, token) in tokens.iter().enumerate() {
+        let path = format!("api.tokens[{i}]");
+        let text = match token {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return Err((path, "must be a string".to_owned())),
+        };
+        if text.is_empty() || text.chars().any(char::is_whitespace) {
+            return Err((
+                path,
+                "must be a non-empty string without whitespace (it is sent as `Authorization: Bearer <token>`)".to_owned(),
+            ));
+        }
+        out.push(text);
+    }
+    Ok(ApiTokens(out))
+}
+
 /// A positive integer, written as a number or as digits in a string (`!env` tags resolve
 /// to strings).
 fn positive(value: &Value) -> Result<usize, String> {
@@ -87,6 +154,21 @@ mod tests {
         assert_eq!(limits.max_buckets_per_connection, Some(20));
         assert_eq!(limits.max_parameter_query_results, Some(7));
         assert_eq!(limits.max_concurrent_connections_per_user, Some(3));
+    }
+
+    #[test]
+    fn tokens_are_read_and_never_shown() {
+        let section = serde_norway::from_str("tokens: [alpha, '1234']\n").unwrap();
+        let tokens = parse_tokens(&section).unwrap();
+        assert_eq!(tokens.expose(), ["alpha", "1234"]);
+        assert_eq!(format!("{tokens:?}"), "ApiTokens(2 configured)");
+        assert_eq!(serde_json::to_string(&tokens).unwrap(), "2");
+        let none = parse_tokens(&serde_norway::from_str("parameters: {}\n").unwrap()).unwrap();
+        assert!(none.is_empty());
+        let spaced = parse_tokens(&serde_norway::from_str("tokens: ['a b']\n").unwrap());
+        assert_eq!(spaced.unwrap_err().0, "api.tokens[0]");
+        let scalar = parse_tokens(&serde_norway::from_str("tokens: abc\n").unwrap());
+        assert_eq!(scalar.unwrap_err().0, "api.tokens");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_norway::Value;
 
-use super::api::{self, ApiLimits};
+use super::api::{self, ApiLimits, ApiTokens};
 use super::connection::{SourceConnection, SslMode};
 use super::env_tags;
 use super::error::ConfigError;
@@ -80,6 +80,8 @@ pub struct ServiceConfig {
     pub prometheus_port: Option<u16>,
     /// `api.parameters`: the limits the file sets.
     pub api: ApiLimits,
+    /// `api.tokens`: who may call the admin API (none: it is off).
+    pub api_tokens: ApiTokens,
     /// Top-level keys present in the file that the engine does not use.
     pub ignored: Vec<String>,
 }
@@ -236,9 +238,12 @@ impl ServiceConfig {
                 format!("is the sync port ({port}), which serves /metrics already; give another port or leave it out"),
             ));
         }
-        let api = match &raw.api {
-            None => ApiLimits::default(),
-            Some(section) => api::parse(section).map_err(|(key, m)| invalid(&key, m))?,
+        let (api, api_tokens) = match &raw.api {
+            None => (ApiLimits::default(), ApiTokens::default()),
+            Some(section) => (
+                api::parse(section).map_err(|(key, m)| invalid(&key, m))?,
+                api::parse_tokens(section).map_err(|(key, m)| invalid(&key, m))?,
+            ),
         };
         Ok(Self {
             path: path.to_owned(),
@@ -248,6 +253,7 @@ impl ServiceConfig {
             port,
             prometheus_port,
             api,
+            api_tokens,
             ignored,
         })
     }

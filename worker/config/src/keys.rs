@@ -100,7 +100,7 @@ const SCHEMA: &[(&str, Key)] = &[
     (
         "api",
         Section(&[
-            ("tokens", Unused),
+            ("tokens", Used),
             (
                 "parameters",
                 Section(&[
@@ -117,6 +117,8 @@ const SCHEMA: &[(&str, Key)] = &[
         ]),
     ),
     ("port", Used),
+    // The official CLI's marker in a project's service.yaml (`_type: self-hosted`).
+    ("_type", Unused),
     ("storage", Unused),
     ("metadata", Unused),
     ("migrations", Unused),

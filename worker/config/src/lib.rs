@@ -14,7 +14,7 @@ mod file;
 mod keys;
 mod peer;
 
-pub use api::ApiLimits;
+pub use api::{ApiLimits, ApiTokens};
 pub use connection::{SourceBounds, SourceConnection, SslMode};
 pub use error::ConfigError;
 pub use file::{

@@ -62,6 +62,29 @@ struct Build {
 }
 
 impl Generations {
+    /// The served rules and those being deployed, for the admin API.
+    pub fn configs(&self) -> service::SyncConfigs {
+        let active = service::ConfigInUse {
+            rules: self.active.rules.clone(),
+            slot: self.active.plan.slot.clone(),
+        };
+        let deploying = match (&self.build, &self.in_place) {
+            (Some(build), _) => Some(service::ConfigInUse {
+                rules: build.generation.rules.clone(),
+                slot: build.generation.plan.slot.clone(),
+            }),
+            (None, Some(in_place)) => Some(service::ConfigInUse {
+                rules: in_place.rules.clone(),
+                slot: active.slot.clone(),
+            }),
+            (None, None) => None,
+        };
+        service::SyncConfigs {
+            active: Some(active),
+            deploying,
+        }
+    }
+
     /// Opens the served generation and looks at what else the storage directory holds:
     /// a build the configured rules still want is resumed, anything else retired.
     pub async fn open(

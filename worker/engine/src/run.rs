@@ -17,7 +17,7 @@ use super::{EngineConfig, EngineError};
 use auth::Authenticator;
 use config::ConfigError;
 use http::HttpState;
-use service::{RequestLimits, StreamLimits, SyncService};
+use service::{AdminApi, ReprocessRequest, RequestLimits, StreamLimits, SyncService};
 use source::{format_lsn, PrimaryHead};
 use status::{
     unix_now, ErrorReport, IngestStatus, Phase, ReplicationStatus, ServedCheckpoint, StatusCell,
@@ -181,10 +181,18 @@ async fn serve_generations(
         max_streams = sync.limits.max_streams,
         "HTTP server listening"
     );
-    let admin = start_admin(config, &sync, status, stop);
+    let admin_socket = start_admin(config, &sync, status, stop);
+    let (admin_api, mut reprocess) = AdminApi::new(
+        config.service.api_tokens.clone(),
+        status.clone(),
+        config.service.source.clone(),
+    );
+    let admin_api = Arc::new(admin_api);
+    admin_api.set_configs(generations.configs());
     let state = HttpState {
         status: status.clone(),
         sync: sync.clone(),
+        admin: admin_api.clone(),
         peer: config
             .fleet
             .peer_secret
@@ -219,7 +227,11 @@ async fn serve_generations(
     generations
         .consider(rules.borrow_and_update().clone())
         .await;
-    let outcome = follow_generations(status, generations, &sync, rules, stop).await;
+    let admin = AdminLink {
+        api: &admin_api,
+        reprocess: &mut reprocess,
+    };
+    let outcome = follow_generations(status, generations, &sync, rules, stop, admin).await;
     status.update(|s| {
         s.phase = Phase::Stopping;
         s.ready = false;
@@ -228,7 +240,7 @@ async fn serve_generations(
     // Ends the server (and every stream) also when the engine failed.
     halt.send_replace(true);
     let _ = server.await;
-    for task in [peers, scrapes, admin].into_iter().flatten() {
+    for task in [peers, scrapes, admin_socket].into_iter().flatten() {
         let _ = task.await;
     }
     status.update(|s| s.admin_socket = None);
@@ -262,6 +274,7 @@ async fn follow_generations(
     sync: &Arc<SyncService>,
     rules: &mut watch::Receiver<Arc<str>>,
     stop: &mut watch::Receiver<bool>,
+    admin: AdminLink<'_>,
 ) -> Result<(), EngineError> {
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let mut snapshot_logged = std::time::Instant::now();
@@ -281,6 +294,9 @@ async fn follow_generations(
                 GenerationEvent::BuildReady(Err(e)) => generations.fail_build(&e),
                 GenerationEvent::InPlaceReady => generations.finish_in_place(sync).await,
             },
+            Some(request) = admin.reprocess.recv() => {
+                let _ = request.reply.send(generations.reprocess().await);
+            }
             () = ingest.due() => ingest.restart(&mut generations.active, status).await,
             changed = rules.changed() => {
                 if changed.is_err() {
@@ -300,7 +316,16 @@ async fn follow_generations(
                 log_snapshot_progress(status, &mut snapshot_logged);
             }
         }
+        // What it serves and deploys may have changed with any of these.
+        admin.api.set_configs(generations.configs());
     }
+}
+
+/// The admin API as the engine's loop serves it: what it publishes to it, and the re-copy
+/// requests it takes from it.
+struct AdminLink<'a> {
+    api: &'a AdminApi,
+    reprocess: &'a mut tokio::sync::mpsc::Receiver<ReprocessRequest>,
 }
 
 /// When the served generation's replication last heard from the primary, and whether

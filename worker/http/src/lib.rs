@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod accept;
+mod admin_api;
 mod admission;
 mod authorization;
 mod body;

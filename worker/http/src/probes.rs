@@ -48,7 +48,7 @@ pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
     let body = serde_json::json!({
         "ready": ready,
         "started": true,
-        "touched_at": touched_at_iso(touched_ms),
+        "touched_at": status::iso_time(touched_ms),
         "ingest_running": status.ingest.running,
         "source_stalled": status.source_stalled(),
         "in_rotation": status.in_rotation,
@@ -61,47 +61,4 @@ pub(super) fn answer(probe: Probe, state: &HttpState) -> Response<Body> {
         },
         &body,
     )
-}
-
-/// RFC 3339 UTC with milliseconds, like JavaScript's `Date.toISOString()`.
-fn touched_at_iso(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iso_timestamps() {
-        assert_eq!(touched_at_iso(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            touched_at_iso(1_796_000_123_456),
-            "2026-11-30T00:55:23.456Z"
-        );
-        assert_eq!(touched_at_iso(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 }

@@ -18,7 +18,7 @@ use super::limits::HttpLimits;
 use super::probes::{self, Probe};
 use super::state::HttpState;
 use super::write_timeout::{WriteDeadline, WriteTimeout};
-use super::{cors, metrics, peer_copy, sync_socket, sync_stream, write_checkpoint};
+use super::{admin_api, cors, metrics, peer_copy, sync_socket, sync_stream, write_checkpoint};
 
 /// How long open connections get to finish when the engine stops.
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
@@ -314,6 +314,9 @@ async fn dispatch(
         } else {
             ApiError::method_not_allowed(&method, &path).into_response()
         };
+    }
+    if admin_api::is_admin_path(&path) {
+        return admin_api::handle(req, &state.admin, body_within).await;
     }
     let known = SYNC_ENDPOINTS.contains(&path.as_str());
     match (method, path.as_str()) {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use service::SyncService;
+use service::{AdminApi, SyncService};
 
 use super::peer_gate::PeerGate;
 use status::StatusCell;
@@ -14,6 +14,8 @@ pub struct HttpState {
     pub status: Arc<StatusCell>,
     /// The sync endpoints.
     pub sync: Arc<SyncService>,
+    /// The admin API (`api.tokens`).
+    pub admin: Arc<AdminApi>,
     /// Who may copy the store (`powersync_mdbx.peer_secret_file`); `None`: no peer
     /// endpoint.
     pub peer: Option<Arc<PeerGate>>,

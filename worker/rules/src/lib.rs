@@ -53,6 +53,6 @@ pub use row::{OwnedSourceRow, SourceColumn, SourceRow};
 pub use sync_rules::{
     BucketSource, SourceKind, SyncRules, TableUsage, DEFAULT_MAX_BUCKETS, DEFAULT_PRIORITY,
 };
-pub use types::PgType;
+pub use types::{sqlite_type, PgType};
 pub use value::{OwnedValue, Value};
 pub use warning::{RulesWarning, WarningKind};

@@ -5,6 +5,7 @@
 //! `docs/protocol.md`.
 #![warn(missing_docs)]
 
+pub mod admin_api;
 mod checkpoint_state;
 mod emit;
 pub mod error;
@@ -21,6 +22,7 @@ mod user_rate;
 pub mod wakeups;
 pub mod write_checkpoint;
 
+pub use admin_api::{AdminApi, AdminError, ConfigInUse, ReprocessRequest, SyncConfigs};
 pub use checkpoint_state::{RequestLimits, DEFAULT_MAX_PARAMETER_RESULTS};
 pub use emit::Encoding;
 pub use error::SyncError;

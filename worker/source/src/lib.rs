@@ -10,6 +10,7 @@ mod client;
 mod copy_text;
 mod error;
 mod head;
+mod instance;
 mod pgoutput;
 mod slot;
 mod snapshot;
@@ -23,6 +24,10 @@ pub use error::SourceError;
 pub use head::{
     emit_marker, write_checkpoint_message, PrimaryHead, FAIL_FAST_FOR, HEAD_CONNECTIONS,
     HEAD_DEADLINE,
+};
+pub use instance::{
+    connection_schema, slot_budget, table_status, DatabaseSchema, SchemaColumn, SchemaTable,
+    SlotBudget,
 };
 pub use pgoutput::{Message, Pgoutput, PgoutputError, Relation, RelationColumn, Tuple, Value};
 pub use slot::{

@@ -187,7 +187,11 @@ pub async fn published_with_prefix(
         .collect()
 }
 
-async fn scalar(client: &Client, sql: &str, context: &'static str) -> Result<String, SourceError> {
+pub(crate) async fn scalar(
+    client: &Client,
+    sql: &str,
+    context: &'static str,
+) -> Result<String, SourceError> {
     let row = client
         .query_one(sql, &[])
         .await
@@ -196,7 +200,7 @@ async fn scalar(client: &Client, sql: &str, context: &'static str) -> Result<Str
         .map_err(SourceError::query(context))
 }
 
-async fn check_publication(client: &Client, version: i32) -> Result<(), SourceError> {
+pub(crate) async fn check_publication(client: &Client, version: i32) -> Result<(), SourceError> {
     // PostgreSQL 18 can publish stored generated columns (`publish_generated_columns`).
     let generated = if version >= 180_000 {
         "pubgencols::text <> 'n'"
@@ -264,7 +268,7 @@ async fn check_publication(client: &Client, version: i32) -> Result<(), SourceEr
     Ok(())
 }
 
-async fn check_table(
+pub(crate) async fn check_table(
     client: &Client,
     table: &SourceTable,
     version: i32,

@@ -16,6 +16,7 @@
 
 mod auth;
 mod checkpoint_requests;
+mod cli;
 mod deploys;
 mod end_to_end;
 mod joins;
@@ -89,6 +90,8 @@ struct Rig {
     http_port: u16,
     rules: Rules,
     rules_path: std::path::PathBuf,
+    /// The replica's configuration file, as written.
+    config: String,
     db_dir: tempfile::TempDir,
     _dir: TestDir,
 }
@@ -157,6 +160,7 @@ impl Rig {
             http_port,
             rules,
             rules_path,
+            config,
             db_dir: tempfile::tempdir().unwrap(),
             _dir: dir,
         };

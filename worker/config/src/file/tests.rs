@@ -16,9 +16,11 @@ fn official_style_file_with_env_tags() {
         "replication:\n  connections:\n    - type: postgresql\n      uri: !env PS_URI\n\
          sync_config:\n  content: |\n    bucket_definitions: {}\n\
          client_auth:\n  jwks_uri: https://auth.example/keys\n  audience: [app]\n\
-         port: !env PS_PORT\nstorage:\n  type: mongodb\nfancy: 1\n",
+         port: !env PS_PORT\nstorage:\n  type: mongodb\nfancy: 1\n_type: self-hosted\n\
+         api:\n  tokens: [admin-token]\n",
     )
     .unwrap();
+    assert_eq!(cfg.api_tokens.expose(), ["admin-token"]);
     assert_eq!(cfg.source.host, "db");
     assert_eq!(cfg.source.port, 5433);
     assert_eq!(cfg.source.sslmode, SslMode::VerifyCa);
@@ -29,7 +31,11 @@ fn official_style_file_with_env_tags() {
     assert_eq!(cfg.client_auth.audience, vec!["app"]);
     assert_eq!(
         cfg.ignored,
-        vec!["fancy (unknown)".to_owned(), "storage".to_owned()]
+        vec![
+            "_type".to_owned(),
+            "fancy (unknown)".to_owned(),
+            "storage".to_owned()
+        ]
     );
 }
 
@@ -193,7 +199,6 @@ fn every_key_of_the_official_file_is_used_listed_or_refused() {
             "api.parameters.bucket_count_cache_ttl_minutes",
             "api.parameters.checkpoint_request_retention_minutes",
             "api.parameters.max_data_fetch_concurrency",
-            "api.tokens",
             "healthcheck",
             "metadata",
             "migrations",

@@ -10,6 +10,7 @@ use super::{blocking, Build, Generations};
 use crate::generation::{slot_for, Generation, OpenedStore};
 use crate::EngineError;
 use rules::SyncRules;
+use service::AdminError;
 use source::{format_lsn, PrimaryHead};
 use status::{unix_now, DeployPhase, DeployStatus, ErrorReport};
 
@@ -18,6 +19,14 @@ impl Generations {
     /// being built already. Invalid rules change nothing; the error shows in `status()`.
     pub async fn consider(&mut self, text: Arc<str>) {
         if *text == *self.active.rules.text() {
+            if self
+                .build
+                .as_ref()
+                .is_some_and(|b| b.generation.rules.text() == &*text)
+            {
+                // A re-copy of the served rules (`reprocess`) goes on.
+                return;
+            }
             if let Some(build) = self.build.take() {
                 tracing::info!(
                     generation = build.generation.number,
@@ -62,6 +71,28 @@ impl Generations {
             return;
         }
         self.start_build(text, None).await;
+    }
+
+    /// The admin API's `reprocess`: the served rules copied again from a new slot into a
+    /// new generation, switched to once caught up as a deploy is. Refused while a deploy
+    /// is in progress. Answers the new generation's slot.
+    pub async fn reprocess(&mut self) -> Result<String, AdminError> {
+        if self.build.is_some() || self.in_place.is_some() {
+            return Err(AdminError::busy());
+        }
+        let text: Arc<str> = Arc::from(self.active.rules.text());
+        tracing::info!("reprocess: copying the served rules again into a new generation");
+        self.start_build(text, None).await;
+        match &self.build {
+            Some(build) => Ok(build.generation.plan.slot.clone()),
+            None => Err(AdminError::unavailable(format!(
+                "the re-copy could not start: {}",
+                self.status
+                    .snapshot()
+                    .last_error
+                    .map_or_else(|| "see the worker's log".to_owned(), |e| e.message)
+            ))),
+        }
     }
 
     /// Starts building `text` in a new generation directory (or resumes generation

@@ -30,6 +30,21 @@ pub fn convert<'a>(ty: PgType, s: &'a str, compat: &Compatibility) -> Result<Val
     convert_scalar(ty.oid, s, compat)
 }
 
+/// The SQLite type a column of type `ty` syncs as, the choice [`convert`] makes for every
+/// value of it: `integer`, `real`, `blob` or `text` (arrays, JSON, dates and every other
+/// type are text).
+pub fn sqlite_type(ty: PgType) -> &'static str {
+    if ty.element.is_some() {
+        return "text";
+    }
+    match ty.oid {
+        oid::BOOL | oid::INT2 | oid::INT4 | oid::INT8 | oid::OID => "integer",
+        oid::FLOAT4 | oid::FLOAT8 => "real",
+        oid::BYTEA => "blob",
+        _ => "text",
+    }
+}
+
 fn decode_bytea(text: &[u8]) -> Result<Vec<u8>, String> {
     if let Some(hex) = text.strip_prefix(b"\\x") {
         if hex.len() % 2 != 0 {
@@ -69,5 +84,43 @@ fn decode_bytea(text: &[u8]) -> Result<Vec<u8>, String> {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `sqlite_type` names the variant `convert` makes of a value of each type.
+    #[test]
+    fn the_sqlite_type_is_what_conversion_makes() {
+        let samples = [
+            ("bool", "t"),
+            ("int2", "7"),
+            ("int4", "7"),
+            ("int8", "7"),
+            ("oid", "7"),
+            ("float4", "1.5"),
+            ("float8", "1.5"),
+            ("bytea", "\\x00ff"),
+            ("numeric", "1.5"),
+            ("text", "x"),
+            ("uuid", "6e4c7a52-6bd0-4c8a-9e3e-1c0b3b7ad0a1"),
+            ("jsonb", "{}"),
+            ("timestamptz", "2024-01-01 00:00:00+00"),
+            ("int4[]", "{1,2}"),
+            ("bool[]", "{t}"),
+        ];
+        for (name, text) in samples {
+            let ty = PgType::from_name(name).unwrap();
+            let made = match convert(ty, text, &Compatibility::default()).unwrap() {
+                Value::Integer(_) => "integer",
+                Value::Real(_) => "real",
+                Value::Blob(_) => "blob",
+                Value::Text(_) => "text",
+                Value::Null => "null",
+            };
+            assert_eq!(sqlite_type(ty), made, "{name}");
+        }
     }
 }
