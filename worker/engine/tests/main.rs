@@ -12,6 +12,7 @@ mod rotation;
 mod rules_deploy;
 mod seeding;
 mod source_stall;
+mod stream_log;
 mod sync_client;
 mod sync_http;
 mod sync_socket;

@@ -27,6 +27,7 @@ mod rsocket;
 mod server;
 mod setup_gate;
 mod state;
+mod stream_log;
 mod sync_socket;
 mod sync_stream;
 mod write_checkpoint;

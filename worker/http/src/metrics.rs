@@ -358,6 +358,19 @@ fn http(e: &mut TextEncoder, state: &HttpState) {
             count,
         );
     }
+    e.family(
+        "powersync_sync_connections_total",
+        Kind::Counter,
+        "Sync connections by how they ended: client_closed, service_closed (token expiry, \
+         out of rotation), shutdown, error, or refused (an error answer instead of a stream).",
+    );
+    for (outcome, count) in sync.connection_outcomes.all() {
+        e.sample_u64(
+            "powersync_sync_connections_total",
+            &[("outcome", outcome)],
+            count,
+        );
+    }
 }
 
 /// The official service's metric names (`@powersync/service-types`, `metrics.ts`), so its

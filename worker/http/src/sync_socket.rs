@@ -104,6 +104,7 @@ pub(crate) fn handle(
     }
     let Ok(waiting) = connection.setups.clone().try_acquire_owned() else {
         service.sync_responses.add(503);
+        service.connection_outcomes.add("refused");
         return ApiError::too_many_setups().into_response();
     };
     let accept = derive_accept_key(key.as_bytes());
@@ -170,6 +171,7 @@ async fn serve(
 ) {
     let within = connection.limits.body_read_timeout;
     if let Err(refusal) = run(&mut socket, &service, waiting, within).await {
+        service.connection_outcomes.add("refused");
         let frame = rsocket::error(refusal.stream, refusal.code, &refusal.message);
         let _ = socket.send(Message::binary(frame)).await;
     }

@@ -24,6 +24,7 @@ use super::body::Body;
 use super::compress::{Coding, Compressor};
 use super::error::ApiError;
 use super::request_body::read_body;
+use super::stream_log::{CloseReason, StreamLog};
 use super::write_timeout::WriteDeadline;
 use service::write_checkpoint::{record_key, requested, to_report};
 use service::Registration;
@@ -52,6 +53,9 @@ pub async fn handle(
         Err(error) => error.into_response(),
     };
     service.sync_responses.add(response.status().as_u16());
+    if response.status() != StatusCode::OK {
+        service.connection_outcomes.add("refused");
+    }
     response
 }
 
@@ -182,7 +186,9 @@ pub(super) fn open(
     if let Some(deadline) = &deadline {
         deadline.set(Some((expires_at + EXPIRY_GRACE).into()));
     }
+    let log = StreamLog::new(user.user_id.as_str().into(), compressor.name());
     let stream = Stream {
+        log,
         deadline,
         generations: service.subscribe(),
         wakeups: served.wakeups.register(key.clone()),
@@ -302,6 +308,8 @@ struct Stream {
     due: bool,
     /// How the stream ends once the chunk produced last was taken.
     closing: Option<End>,
+    /// What it logs and counts of itself (`stream_log`).
+    log: StreamLog,
 }
 
 impl Drop for Stream {
@@ -309,6 +317,7 @@ impl Drop for Stream {
         if let Some(deadline) = &self.deadline {
             deadline.set(None);
         }
+        self.log.finish(&self.service);
     }
 }
 
@@ -316,9 +325,13 @@ impl Stream {
     /// The response's next chunk; `None` once it ended (the compression's end, if any,
     /// was the last chunk).
     async fn next_chunk(&mut self) -> Option<Bytes> {
+        self.log.chunk_asked();
         while self.producer.is_some() {
             match self.produce().await {
-                Ok(Some(chunk)) => return Some(chunk),
+                Ok(Some(chunk)) => {
+                    self.log.chunk_handed_out();
+                    return Some(chunk);
+                }
                 Ok(None) => {}
                 Err(end) => return self.end(end),
             }
@@ -444,6 +457,7 @@ impl Stream {
         let key = self.key.clone();
         let reported = self.reported;
         let read_after = self.wakeups.dispatches();
+        let started = Instant::now();
         let small = self
             .producer
             .as_ref()
@@ -467,6 +481,7 @@ impl Stream {
             read_after,
         );
         let Some(line) = line else { return Ok(None) };
+        self.log.checkpoint_started(started);
         self.reported = report;
         if let Some(registration) = &self.registration {
             registration.checkpoint_sent(session.last_op_id().unwrap_or(0), session.bucket_count());
@@ -487,15 +502,26 @@ impl Stream {
             .producer
             .as_ref()
             .is_some_and(|p| !p.session.is_downloading() || p.session.download_is_small());
+        let reading = Instant::now();
         let (chunk, ops, lines) = self
             .store_work(small, move |producer| {
                 producer.chunk(&store, encoding, opening)
             })
             .await?;
+        self.log.add_bucket_data_time(reading.elapsed());
         self.service
             .ops_sent
             .fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
         self.count_sent(lines, chunk.len());
+        self.log.sent(ops, 0, 0);
+        if let Some(p) = self
+            .producer
+            .as_ref()
+            .filter(|p| !p.session.is_downloading())
+        {
+            self.log
+                .checkpoint_complete(p.session.last_op_id().unwrap_or(0));
+        }
         Ok((!chunk.is_empty()).then(|| Bytes::from(chunk)))
     }
 
@@ -558,6 +584,11 @@ impl Stream {
     fn end(&mut self, end: End) -> Option<Bytes> {
         self.permit = None;
         self.registration = None;
+        self.log.closing(match &end {
+            End::TokenExpired | End::OutOfRotation => CloseReason::Service,
+            End::Shutdown => CloseReason::Shutdown,
+            End::Failed(_) => CloseReason::Error,
+        });
         match &end {
             End::Failed(reason) => tracing::warn!(%reason, "a sync stream failed"),
             end => tracing::debug!(reason = ?end, "sync stream ended"),
@@ -572,8 +603,9 @@ impl Stream {
     }
 
     /// Counts `lines` bytes of sync lines as `sent` bytes (after compression).
-    fn count_sent(&self, lines: usize, sent: usize) {
+    fn count_sent(&mut self, lines: usize, sent: usize) {
         use std::sync::atomic::Ordering::Relaxed;
+        self.log.sent(0, lines, sent);
         self.service.bytes_synced.fetch_add(lines as u64, Relaxed);
         self.service.bytes_sent.fetch_add(sent as u64, Relaxed);
     }

@@ -38,7 +38,8 @@ pub use request::{
     MAX_SUBSCRIPTIONS_BYTES,
 };
 pub use service::{
-    Served, StreamLimits, SyncService, MAX_CONCURRENT_READS, MAX_STREAMS, MAX_STREAMS_PER_USER,
+    Served, StreamLimits, SyncService, CONNECTION_OUTCOMES, MAX_CONCURRENT_READS, MAX_STREAMS,
+    MAX_STREAMS_PER_USER,
 };
 pub use session::SyncSession;
 pub use user_rate::UserRate;

@@ -96,6 +96,8 @@ pub struct SyncService {
     pub sync_responses: StatusCounts,
     /// Refused tokens (both sync endpoints) by error code.
     pub auth_failures: LabelCounts,
+    /// Sync connections by how they ended ([`CONNECTION_OUTCOMES`]).
+    pub connection_outcomes: LabelCounts,
     /// The open streams, for `powersync_mdbx.streams()`.
     pub registry: Arc<StreamRegistry>,
     /// Write-checkpoint requests per user ([`WRITE_CHECKPOINTS_PER_SECOND`]).
@@ -108,6 +110,18 @@ pub struct SyncService {
     /// uncompressed streams), over every stream.
     pub bytes_sent: std::sync::atomic::AtomicU64,
 }
+
+/// How a sync connection (`/sync/stream`, or a WebSocket's stream) ended, the `outcome`
+/// of `powersync_sync_connections_total`: the client went away, the service ended it
+/// (token expiry, out of rotation), the engine stopped, it failed; or it was `refused`
+/// (answered with an error instead of a stream).
+pub const CONNECTION_OUTCOMES: &[&str] = &[
+    "client_closed",
+    "service_closed",
+    "shutdown",
+    "error",
+    "refused",
+];
 
 /// Write-checkpoint requests one user may make per second, after a burst of
 /// [`WRITE_CHECKPOINT_BURST`]: a client asks once per upload, far less often.
@@ -138,6 +152,7 @@ impl SyncService {
             readers,
             sync_responses: StatusCounts::default(),
             auth_failures: LabelCounts::new(AuthError::CODES),
+            connection_outcomes: LabelCounts::new(CONNECTION_OUTCOMES),
             registry: Arc::default(),
             write_checkpoint_rate: UserRate::new(
                 WRITE_CHECKPOINTS_PER_SECOND,

@@ -16,16 +16,36 @@ fn the_official_cli_manages_a_sync_replica() {
     let rig = Rig::start_with(Rules::Streams, &auth, testkit::PgInstall::pg16());
     let dir = tempfile::tempdir().unwrap();
     let cli = OfficialCli::new(dir.path(), ADMIN_TOKEN);
+    let served = link_project(&cli, &rig);
+    diagnostics(&cli, &rig);
+    schema_and_validation(&cli, &served);
+    admin_routes(&rig);
+    reprocess(&rig);
+}
+
+fn bearer() -> String {
+    format!("Authorization: Bearer {ADMIN_TOKEN}")
+}
+
+/// `POST path` with an empty JSON object and `headers`.
+fn post(rig: &Rig, path: &str, headers: &[&str]) -> testkit::HttpReply {
+    http_post(rig.http_port, path, headers, "{}").unwrap()
+}
+
+/// Runs `powersync <args>`, which must succeed; prints the session as a user sees it
+/// (`--nocapture`; docs/operations.md shows one).
+fn ok(cli: &OfficialCli, args: &[&str]) -> testkit::CliRun {
+    let run = cli.run(args);
+    assert!(run.success, "powersync {args:?} failed:\n{}", run.text());
+    println!("$ powersync {}\n{}", args.join(" "), run.text().trim());
+    run
+}
+
+/// A self-hosted project linked to the replica; answers the served sync config.
+fn link_project(cli: &OfficialCli, rig: &Rig) -> String {
     let url = format!("http://127.0.0.1:{}", rig.http_port);
-    let ok = |args: &[&str]| {
-        let run = cli.run(args);
-        assert!(run.success, "powersync {args:?} failed:\n{}", run.text());
-        // The session as a user sees it (`--nocapture`; docs/operations.md shows one).
-        println!("$ powersync {}\n{}", args.join(" "), run.text().trim());
-        run
-    };
-    ok(&["init", "self-hosted"]);
-    ok(&["link", "self-hosted", "--api-url", &url]);
+    ok(cli, &["init", "self-hosted"]);
+    ok(cli, &["link", "self-hosted", "--api-url", &url]);
     // The project's service.yaml is the replica's own file, with the CLI's marker and the
     // official bucket storage section its schema requires (the replica ignores both).
     let service = format!(
@@ -36,9 +56,12 @@ fn the_official_cli_manages_a_sync_replica() {
     std::fs::write(cli.project().join("powersync/service.yaml"), service).unwrap();
     let served = std::fs::read_to_string(&rig.rules_path).unwrap();
     std::fs::write(cli.project().join("powersync/sync-config.yaml"), &served).unwrap();
+    served
+}
 
-    // Diagnostics: the connection, the served config, its slot and its tables.
-    let status: Value = serde_json::from_str(&ok(&["status", "--output", "json"]).stdout)
+/// Diagnostics: the connection, the served config, its slot and its tables.
+fn diagnostics(cli: &OfficialCli, rig: &Rig) {
+    let status: Value = serde_json::from_str(&ok(cli, &["status", "--output", "json"]).stdout)
         .expect("status --output json prints JSON");
     assert_eq!(status["connections"][0]["connected"], true, "{status}");
     let active = &status["active_sync_rules"]["connections"][0];
@@ -68,21 +91,26 @@ fn the_official_cli_manages_a_sync_replica() {
             .any(|e| e["level"] == "fatal")
     };
     assert!(!fatal(&status["active_sync_rules"]["errors"]), "{status}");
-    let human = ok(&["status"]).stdout;
+    let human = ok(cli, &["status"]).stdout;
     assert!(
         human.contains("Status: connected") && human.contains("Initial replication done: true"),
         "{human}"
     );
+}
 
-    // A client schema from the primary's schema and the sync config.
-    ok(&[
-        "generate",
-        "schema",
-        "--output",
-        "ts",
-        "--output-path",
-        "schema.ts",
-    ]);
+/// A client schema, and validation of good and broken configs; what the cloud alone does.
+fn schema_and_validation(cli: &OfficialCli, served: &str) {
+    ok(
+        cli,
+        &[
+            "generate",
+            "schema",
+            "--output",
+            "ts",
+            "--output-path",
+            "schema.ts",
+        ],
+    );
     let schema = std::fs::read_to_string(cli.project().join("schema.ts")).unwrap();
     for expected in ["tasks", "title: column.text", "priority: column.integer"] {
         assert!(
@@ -92,7 +120,7 @@ fn the_official_cli_manages_a_sync_replica() {
     }
 
     // Validation passes for the served config and fails, with the place, for a broken one.
-    ok(&["validate"]);
+    ok(cli, &["validate"]);
     let broken = served.replace("FROM tasks\n", "FROM tasks WHERE\n");
     std::fs::write(cli.project().join("powersync/sync-config.yaml"), &broken).unwrap();
     let refused = cli.run(&["validate", "--output", "json"]);
@@ -115,20 +143,25 @@ fn the_official_cli_manages_a_sync_replica() {
         "{}",
         deploy.text()
     );
+}
 
-    // The admin token is required; a deploy through the API is refused with the fix.
-    let bearer = format!("Authorization: Bearer {ADMIN_TOKEN}");
-    let post =
-        |path: &str, headers: &[&str]| http_post(rig.http_port, path, headers, "{}").unwrap();
+/// The admin token is required; a deploy through the API is refused with the fix.
+fn admin_routes(rig: &Rig) {
+    let bearer = bearer();
+    let post = |path: &str, headers: &[&str]| post(rig, path, headers);
     assert_eq!(post("/api/admin/v1/diagnostics", &[]).status, 401);
     let wrong = post("/api/admin/v1/diagnostics", &["Authorization: Bearer nope"]);
     assert_eq!(wrong.status, 401, "{}", wrong.body);
     let deploy = post("/api/sync-rules/v1/deploy", &[&bearer]);
     assert_eq!(deploy.status, 422, "{}", deploy.body);
     assert!(deploy.body.contains("PSYNC_S4105"), "{}", deploy.body);
+}
 
-    // A re-copy: a new slot, switched to as a deploy is; a client that synced before it
-    // holds the same rows after it.
+/// A re-copy: a new slot, switched to as a deploy is; a client that synced before it
+/// holds the same rows after it.
+fn reprocess(rig: &Rig) {
+    let bearer = bearer();
+    let post = |path: &str, headers: &[&str]| post(rig, path, headers);
     let synced = rig.client().run("initial");
     assert_rows(
         "before reprocess",

@@ -95,6 +95,15 @@ pub enum Compressor {
 }
 
 impl Compressor {
+    /// The content coding's name (`None`: not compressed).
+    pub fn name(&self) -> Option<&'static str> {
+        match self {
+            Self::Identity => None,
+            Self::Zstd { .. } => Some("zstd"),
+            Self::Gzip(_) => Some("gzip"),
+        }
+    }
+
     /// Compresses `chunk` and flushes, returning the bytes to send now: everything they
     /// hold decodes once they arrive.
     pub fn chunk(&mut self, chunk: Vec<u8>) -> io::Result<Vec<u8>> {
