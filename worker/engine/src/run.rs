@@ -430,6 +430,17 @@ fn report_heartbeat(status: &StatusCell, active: &Generation) {
                         extra_file_bytes: p.extra_file_bytes,
                     }
                 });
+                r.last_rebuild =
+                    stream_progress
+                        .last_rebuild
+                        .lock()
+                        .as_ref()
+                        .map(|d| status::RebuildDone {
+                            reason: d.why.clone(),
+                            finished_at: d.finished_at,
+                            seconds: d.millis as f64 / 1000.0,
+                            rows: d.rows,
+                        });
                 r.tables_gone = stream_progress.tables_gone.load(Relaxed);
                 r.tables_missing = stream_progress.tables_missing.load(Relaxed);
                 r.rebuilding = stream_progress.rebuilding.load(Relaxed);

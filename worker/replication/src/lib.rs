@@ -42,7 +42,9 @@ pub use expiry::WRITE_CHECKPOINT_MAX_AGE;
 pub use intent::{BootstrapIntent, BootstrapState, IntentTable};
 pub use liveness::Liveness;
 pub use plan::SourcePlan;
-pub use progress::{Progress, RebuildProgress, RecopyProgress, SourceHeard, StreamProgress};
+pub use progress::{
+    Progress, RebuildDone, RebuildProgress, RecopyProgress, SourceHeard, StreamProgress,
+};
 pub use release::release_intent_slot;
 pub use seed::{seed, SeedSource, Seeded};
 pub use store_input::StoreInput;

@@ -147,6 +147,8 @@ pub struct StreamProgress {
     /// The slot was lost and the store is being rebuilt from a new one: what it serves is
     /// stale until the rebuild ends.
     pub rebuilding: std::sync::atomic::AtomicBool,
+    /// The last rebuild that completed since the stream started: why, when, how long.
+    pub last_rebuild: parking_lot::Mutex<Option<RebuildDone>>,
 }
 
 impl StreamProgress {
@@ -178,6 +180,19 @@ pub struct RecopyProgress {
     pub rows_written: u64,
     /// How much the store's file grew since it started, bytes.
     pub extra_file_bytes: u64,
+}
+
+/// A rebuild from a new slot that completed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RebuildDone {
+    /// What happened to the old slot.
+    pub why: String,
+    /// Unix seconds of its end.
+    pub finished_at: u64,
+    /// How long it took, milliseconds.
+    pub millis: u64,
+    /// Rows copied from the new slot's snapshot.
+    pub rows: u64,
 }
 
 /// A rebuild from a new slot as `status()` shows it.

@@ -23,12 +23,12 @@ use crate::error::{stream_error, ReplicationError};
 use crate::intent::{BootstrapIntent, IntentTable};
 use crate::merge::{unix_now, Merge, Merged};
 use crate::plan::SourcePlan;
-use crate::progress::RebuildProgress;
+use crate::progress::{RebuildDone, RebuildProgress};
 use crate::recopy::TableCopy;
 use crate::table::StreamTable;
 use source::{
-    connect, create_slot, drop_slot, enter_snapshot, format_lsn, published_tables, slot_info,
-    table_columns, validate_primary, SourceTable,
+    connect, create_slot_after_loss, drop_slot, enter_snapshot, format_lsn, published_tables,
+    slot_info, table_columns, validate_primary, SourceTable,
 };
 use store::{Checkpoint, Store};
 
@@ -80,7 +80,7 @@ pub(super) async fn rebuild(
         }
         drop_slot(&client, &plan.slot).await?;
     }
-    let exported = create_slot(&plan.connection, &client, &plan.slot).await?;
+    let exported = create_slot_after_loss(&plan.connection, &client, &plan.slot).await?;
     let consistent_point = exported.consistent_point;
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
@@ -125,6 +125,12 @@ pub(super) async fn rebuild(
     // Done before the checkpoint is published: whoever wakes on it sees the rebuild over.
     context.progress.rebuilding.store(false, Relaxed);
     *context.progress.rebuild.lock() = None;
+    *context.progress.last_rebuild.lock() = Some(RebuildDone {
+        why: why.to_owned(),
+        finished_at: unix_now(),
+        millis: started.elapsed().as_millis() as u64,
+        rows: total.rows,
+    });
     context.published.send_replace(checkpoint);
     tracing::info!(
         slot = %plan.slot,

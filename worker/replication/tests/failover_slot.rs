@@ -97,12 +97,65 @@ async fn a_failover_slot_is_resumed_on_the_promoted_standby_without_a_rebuild() 
         .progress
         .rebuilding
         .load(std::sync::atomic::Ordering::Relaxed));
+    assert!(
+        following.progress.last_rebuild.lock().is_none(),
+        "no rebuild"
+    );
     let after = rig.store.read(|v| v.checkpoint()).unwrap();
     assert!(after.lsn > slots_before.lsn);
     println!(
         "failover: resumed the synchronized slot on the promoted standby; checkpoint \
          {:X} before, {:X} after",
         slots_before.lsn, after.lsn
+    );
+}
+
+/// A promotion that came before the standby synchronized the slot (here a standby that
+/// does not synchronize slots at all): the stream rebuilds from a new slot on the promoted
+/// server, as without `slot_failover`, and the reason it gives says the slot had not been
+/// synchronized and what to check before a promotion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_before_the_slot_was_synchronized_rebuilds_and_says_why() {
+    let rig = rig_on(install_with_failover_slots(), true).await;
+    let dir = TestDir::new(&rig.install);
+    let standby = Cluster::start_standby_with(
+        &rig.install,
+        &dir,
+        "standby",
+        &rig.primary,
+        &[
+            "primary_slot_name = 'standby_phys'".into(),
+            "hot_standby_feedback = on".into(),
+        ],
+    );
+    let mut following = follow(&rig);
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('a1', 'u1', 'before the failover')");
+    following.sync_point(&rig.primary).await;
+    let head = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    testkit::wait_until("the standby replaying the primary's head", || {
+        let replayed = standby.sql("SELECT pg_last_wal_replay_lsn()");
+        (lsn(&replayed) >= head).then_some(())
+    });
+    standby.promote();
+    standby.sql("ALTER SYSTEM RESET synchronized_standby_slots");
+    standby.sql("SELECT pg_reload_conf()");
+    rig.proxy.retarget(standby.port());
+    rig.proxy.stall_open_connections();
+
+    standby.sql("INSERT INTO notes VALUES ('a2', 'u1', 'after the failover')");
+    following.sync_point(&standby).await;
+    assert_matches(&rig, &standby, "the rebuild on the promoted standby").await;
+    let done = following
+        .progress
+        .last_rebuild
+        .lock()
+        .clone()
+        .expect("the store was rebuilt from a new slot");
+    assert!(
+        done.why.contains("PSM_R2005") && done.why.contains("had not synchronized the slot"),
+        "{}",
+        done.why
     );
 }
 

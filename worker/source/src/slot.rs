@@ -88,7 +88,19 @@ pub async fn create_slot(
     client: &Client,
     name: &str,
 ) -> Result<ExportedSlot, SourceError> {
-    create_exporting_slot(conn, client, name, false).await
+    create_exporting_slot(conn, client, name, SlotKind::Lasting).await
+}
+
+/// [`create_slot`] for a rebuild after the slot was lost, typically to a promotion that
+/// came before the standby synchronized it: the new primary often has no standby of its
+/// own yet, so with `slot_failover` an empty `synchronized_standby_slots` is warned about
+/// (`PSM_R1017`'s text in the log) instead of refused, and the rebuild goes on.
+pub async fn create_slot_after_loss(
+    conn: &SourceConnection,
+    client: &Client,
+    name: &str,
+) -> Result<ExportedSlot, SourceError> {
+    create_exporting_slot(conn, client, name, SlotKind::Rebuilt).await
 }
 
 /// [`create_slot`] for a temporary slot: the primary drops it when the returned
@@ -99,19 +111,41 @@ pub async fn create_temporary_slot(
     client: &Client,
     name: &str,
 ) -> Result<ExportedSlot, SourceError> {
-    create_exporting_slot(conn, client, name, true).await
+    create_exporting_slot(conn, client, name, SlotKind::Temporary).await
+}
+
+/// Which slot is made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    /// A store's slot, made at its bootstrap.
+    Lasting,
+    /// A store's slot made again after it was lost ([`create_slot_after_loss`]).
+    Rebuilt,
+    /// A re-copy's, dropped with its connection.
+    Temporary,
 }
 
 async fn create_exporting_slot(
     conn: &SourceConnection,
     client: &Client,
     name: &str,
-    temporary: bool,
+    kind: SlotKind,
 ) -> Result<ExportedSlot, SourceError> {
+    let temporary = kind == SlotKind::Temporary;
     // A temporary slot (a re-copy's) never outlives its connection, so never fails over.
     let failover = conn.slot_failover && !temporary;
     if failover {
-        require_failover_slots(client).await?;
+        match require_failover_slots(client).await {
+            Err(SourceError::Setup {
+                code: "PSM_R1017",
+                message,
+            }) if kind == SlotKind::Rebuilt => tracing::warn!(
+                "PSM_R1017 {message}; the slot is made again with failover all the same, so \
+                 that replication goes on after the promotion: set synchronized_standby_slots \
+                 on this primary once it has a standby that synchronizes slots"
+            ),
+            other => other?,
+        }
     }
     let config = ReplicationStreamConfig::builder(name, PUBLICATION)
         .with_protocol_version(1)

@@ -315,6 +315,19 @@ pub struct RebuildStatus {
     pub extra_file_bytes: u64,
 }
 
+/// A rebuild from a new slot that completed.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RebuildDone {
+    /// What happened to the old slot (its code first).
+    pub reason: String,
+    /// Unix seconds of its end.
+    pub finished_at: u64,
+    /// How long it took, seconds.
+    pub seconds: f64,
+    /// Rows copied from the new slot's snapshot.
+    pub rows: u64,
+}
+
 /// Replication as shown in status.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ReplicationStatus {
@@ -364,6 +377,9 @@ pub struct ReplicationStatus {
     pub recopies: Vec<RecopyStatus>,
     /// The rebuild from a new slot in progress (with `rebuilding`).
     pub rebuild: Option<RebuildStatus>,
+    /// The last rebuild from a new slot that completed since the stream started: why the
+    /// old slot was lost, when it ended, how long it took, the rows it copied.
+    pub last_rebuild: Option<RebuildDone>,
     /// Tables the sync rules read that are gone from the primary under their name
     /// (renamed, dropped, or out of the publication): their rows left the buckets.
     pub tables_gone: u64,

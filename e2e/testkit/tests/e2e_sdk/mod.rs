@@ -21,6 +21,7 @@ mod deploys;
 mod end_to_end;
 mod joins;
 mod metrics;
+mod primary_failover;
 mod reads_stay_up;
 mod selftest;
 mod source_changes;

@@ -118,10 +118,17 @@ async fn check_slot(
         .timeline
         .filter(|&then| then != identity.timeline)
         .map(|then| {
+            let failover = if plan.connection.slot_failover {
+                "; slot_failover is on, so the promoted standby had not synchronized the slot \
+                 yet: before a promotion, check that pg_replication_slots.synced is true for it \
+                 on the standby"
+            } else {
+                "; with slot_failover (PostgreSQL 17+) a standby that synchronizes slots keeps it"
+            };
             format!(
                 "is gone from the primary, which now runs on timeline {} (the snapshot was \
                  taken on timeline {then}: a failover or point-in-time recovery promoted a \
-                 server that did not carry the slot over)",
+                 server that did not carry the slot over{failover})",
                 identity.timeline
             )
         });
