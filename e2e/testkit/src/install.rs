@@ -63,6 +63,17 @@ impl PgInstall {
         Self::at(bin).with_own_libraries()
     }
 
+    /// The matrix's primary when it has failover slots (PostgreSQL 17+), else the
+    /// matrix's PostgreSQL 17.
+    pub fn primary_with_failover_slots() -> Self {
+        let install = Self::primary();
+        if install.major() >= 17 {
+            install
+        } else {
+            Self::primary_of_major(17)
+        }
+    }
+
     /// The server's major version (`postgres --version`).
     pub fn major(&self) -> u32 {
         let out = Command::new(self.bin.join("postgres"))

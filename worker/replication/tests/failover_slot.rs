@@ -10,16 +10,40 @@ use replication::{bootstrap, Progress};
 use testkit::buckets::lsn;
 use testkit::{Cluster, PgInstall, TestDir};
 
-use crate::stalled_primary::{assert_matches, follow, rig_on, SLOT};
+use crate::stalled_primary::{assert_matches, follow, rig_on, Rig, SLOT};
 
-/// The primary of the matrix when it has failover slots, else PostgreSQL 17.
-fn install_with_failover_slots() -> PgInstall {
-    let install = PgInstall::primary();
-    if install.major() >= 17 {
-        install
-    } else {
-        PgInstall::primary_of_major(17)
+/// A physical standby of the rig's primary on its slot `standby_phys`; `syncing`: it
+/// synchronizes the primary's failover slots (`sync_replication_slots`).
+fn standby_of(rig: &Rig, dir: &TestDir, syncing: bool) -> Cluster {
+    let mut settings = vec![
+        "primary_slot_name = 'standby_phys'".to_owned(),
+        "hot_standby_feedback = on".to_owned(),
+    ];
+    if syncing {
+        settings.push("sync_replication_slots = on".to_owned());
     }
+    Cluster::start_standby_with(&rig.install, dir, "standby", &rig.primary, &settings)
+}
+
+/// Promotes `standby` and moves the rig's connection to it. The promoted server copied the
+/// old primary's settings; it has no standby of its own yet, so its logical walsenders
+/// would wait for one forever (an operator names the new primary's standbys there, or
+/// empties it, at the failover).
+fn fail_over_to(rig: &Rig, standby: &Cluster) {
+    standby.promote();
+    standby.sql("ALTER SYSTEM RESET synchronized_standby_slots");
+    standby.sql("SELECT pg_reload_conf()");
+    rig.proxy.retarget(standby.port());
+    rig.proxy.stall_open_connections();
+}
+
+/// Waits until `standby` replayed everything the primary wrote so far.
+fn wait_replayed(rig: &Rig, standby: &Cluster) {
+    let head = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
+    testkit::wait_until("the standby replaying the primary's head", || {
+        let replayed = standby.sql("SELECT pg_last_wal_replay_lsn()");
+        (lsn(&replayed) >= head).then_some(())
+    });
 }
 
 /// The standby's copy of the slot: `(synced, confirmed_flush_lsn)`, once it has one.
@@ -34,7 +58,7 @@ fn standby_slot(standby: &Cluster) -> Option<(bool, u64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_slot_is_resumed_on_the_promoted_standby_without_a_rebuild() {
-    let rig = rig_on(install_with_failover_slots(), true).await;
+    let rig = rig_on(PgInstall::primary_with_failover_slots(), true).await;
     let failover = rig.primary.sql(&format!(
         "SELECT failover FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
     ));
@@ -43,17 +67,7 @@ async fn a_failover_slot_is_resumed_on_the_promoted_standby_without_a_rebuild() 
     // A standby that synchronizes the slot; the primary sends the slot's consumer nothing
     // the standby has not received (`synchronized_standby_slots`, set by the rig).
     let dir = TestDir::new(&rig.install);
-    let standby = Cluster::start_standby_with(
-        &rig.install,
-        &dir,
-        "standby",
-        &rig.primary,
-        &[
-            "primary_slot_name = 'standby_phys'".into(),
-            "hot_standby_feedback = on".into(),
-            "sync_replication_slots = on".into(),
-        ],
-    );
+    let standby = standby_of(&rig, &dir, true);
 
     let mut following = follow(&rig);
     rig.primary
@@ -67,20 +81,9 @@ async fn a_failover_slot_is_resumed_on_the_promoted_standby_without_a_rebuild() 
     // Written while the promotion happens: the stream may or may not have it yet.
     rig.primary
         .sql("UPDATE notes SET body = 'during the failover' WHERE id = 'n4'");
-    let head = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
-    testkit::wait_until("the standby replaying the primary's head", || {
-        let replayed = standby.sql("SELECT pg_last_wal_replay_lsn()");
-        (lsn(&replayed) >= head).then_some(())
-    });
+    wait_replayed(&rig, &standby);
     let slots_before = rig.store.read(|v| v.checkpoint()).unwrap();
-    standby.promote();
-    // The promoted server copied the old primary's settings; it has no standby of its own
-    // yet, so its logical walsenders would wait for one forever (an operator names the new
-    // primary's standbys there, or empties it, at the failover).
-    standby.sql("ALTER SYSTEM RESET synchronized_standby_slots");
-    standby.sql("SELECT pg_reload_conf()");
-    rig.proxy.retarget(standby.port());
-    rig.proxy.stall_open_connections();
+    fail_over_to(&rig, &standby);
 
     standby.sql("INSERT INTO notes VALUES ('a2', 'u1', 'after the failover')");
     standby.sql("UPDATE notes SET body = 'changed after the failover' WHERE id = 'n5'");
@@ -116,32 +119,15 @@ async fn a_failover_slot_is_resumed_on_the_promoted_standby_without_a_rebuild() 
 /// synchronized and what to check before a promotion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_before_the_slot_was_synchronized_rebuilds_and_says_why() {
-    let rig = rig_on(install_with_failover_slots(), true).await;
+    let rig = rig_on(PgInstall::primary_with_failover_slots(), true).await;
     let dir = TestDir::new(&rig.install);
-    let standby = Cluster::start_standby_with(
-        &rig.install,
-        &dir,
-        "standby",
-        &rig.primary,
-        &[
-            "primary_slot_name = 'standby_phys'".into(),
-            "hot_standby_feedback = on".into(),
-        ],
-    );
+    let standby = standby_of(&rig, &dir, false);
     let mut following = follow(&rig);
     rig.primary
         .sql("INSERT INTO notes VALUES ('a1', 'u1', 'before the failover')");
     following.sync_point(&rig.primary).await;
-    let head = lsn(&rig.primary.sql("SELECT pg_current_wal_lsn()"));
-    testkit::wait_until("the standby replaying the primary's head", || {
-        let replayed = standby.sql("SELECT pg_last_wal_replay_lsn()");
-        (lsn(&replayed) >= head).then_some(())
-    });
-    standby.promote();
-    standby.sql("ALTER SYSTEM RESET synchronized_standby_slots");
-    standby.sql("SELECT pg_reload_conf()");
-    rig.proxy.retarget(standby.port());
-    rig.proxy.stall_open_connections();
+    wait_replayed(&rig, &standby);
+    fail_over_to(&rig, &standby);
 
     standby.sql("INSERT INTO notes VALUES ('a2', 'u1', 'after the failover')");
     following.sync_point(&standby).await;
@@ -211,7 +197,7 @@ async fn slot_failover_on_a_primary_older_than_17_is_refused() {
 /// `slot_failover` where the primary would send changes no standby has received.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slot_failover_without_synchronized_standby_slots_is_refused() {
-    let text = refused_failover(install_with_failover_slots(), &[]).await;
+    let text = refused_failover(PgInstall::primary_with_failover_slots(), &[]).await;
     assert!(
         text.contains("PSM_R1017") && text.contains("synchronized_standby_slots"),
         "{text}"

@@ -11,23 +11,13 @@ use testkit::{
 
 use super::{client_auth, lsn, metric, wait_equal, Rig, Rules};
 
-/// The primary of the matrix when it has failover slots (17+), else PostgreSQL 17.
-fn install_with_failover_slots() -> PgInstall {
-    let install = PgInstall::primary();
-    if install.major() >= 17 {
-        install
-    } else {
-        PgInstall::primary_of_major(17)
-    }
-}
-
 /// The fixture's primary with a standby that synchronizes slots, the proxy the replica
 /// reaches the primary through, and a sync replica following with `slot_failover`.
 fn start() -> (Rig, TcpProxy, Cluster) {
     require_sdk_client();
     let replica_install = PgInstall::pg16();
     let dir = TestDir::new(&replica_install);
-    let install = install_with_failover_slots();
+    let install = PgInstall::primary_with_failover_slots();
     let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
     primary.sql_file(&fixture_dir().join("schema.sql"), &[]);
     primary.sql_file(
