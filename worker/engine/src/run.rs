@@ -186,6 +186,7 @@ async fn serve_generations(
         config.service.api_tokens.clone(),
         status.clone(),
         config.service.source.clone(),
+        sync.subscribe(),
     );
     let admin_api = Arc::new(admin_api);
     admin_api.set_configs(generations.configs());

@@ -162,7 +162,7 @@ fn replication_lag(e: &mut TextEncoder, served: &Served) {
             head.saturating_sub(applied),
         );
     }
-    let lag = lag_seconds(progress.pending.oldest_commit_unix_micros());
+    let lag = progress.pending.lag_seconds(status::unix_now_ms());
     e.single(
         "powersync_mdbx_replication_lag_seconds",
         Kind::Gauge,
@@ -311,15 +311,6 @@ fn storage(e: &mut TextEncoder, state: &HttpState) {
     );
 }
 
-/// Now minus `oldest_commit` (Unix microseconds), the commit time of the oldest received,
-/// unpublished source transaction; 0 without one.
-fn lag_seconds(oldest_commit: Option<i64>) -> f64 {
-    oldest_commit.map_or(0.0, |commit| {
-        let now = status::unix_now_ms() as f64 / 1e3;
-        (now - commit as f64 / 1e6).max(0.0)
-    })
-}
-
 fn http(e: &mut TextEncoder, state: &HttpState) {
     let sync = &state.sync;
     e.single_u64(
@@ -423,7 +414,7 @@ fn official(e: &mut TextEncoder, state: &HttpState) {
         "powersync_replication_lag_seconds",
         Kind::Gauge,
         "As powersync_mdbx_replication_lag_seconds.",
-        lag_seconds(progress.pending.oldest_commit_unix_micros()),
+        progress.pending.lag_seconds(status::unix_now_ms()),
     );
     // Unreadable sizes are left out rather than shown as zero (the store's own errors
     // reach the stream and status()).

@@ -40,6 +40,14 @@ impl PendingCommits {
     pub fn oldest_commit_unix_micros(&self) -> Option<i64> {
         self.queue.lock().front().map(|&(_, at)| at)
     }
+
+    /// The replication lag at `now_unix_ms`: how long ago the oldest transaction not yet
+    /// published committed on the primary; 0 when every one received is published.
+    pub fn lag_seconds(&self, now_unix_ms: u64) -> f64 {
+        self.oldest_commit_unix_micros().map_or(0.0, |commit| {
+            (now_unix_ms as f64 / 1e3 - commit as f64 / 1e6).max(0.0)
+        })
+    }
 }
 
 #[cfg(test)]

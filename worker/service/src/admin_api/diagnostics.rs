@@ -44,7 +44,11 @@ pub(super) async fn diagnostics(
         let mut section =
             config_status(&api.source, active, live.active.as_ref(), include_content).await;
         section["connections"][0]["initial_replication_done"] = json!(status.served.is_some());
+        section["connections"][0]["replication_lag_seconds"] = json!(api.lag_seconds());
         add_served_progress(&mut section, &status);
+        if let Some(quiet) = quiet_for(&status, status::unix_now()) {
+            push_error(&mut section, quiet);
+        }
         out["active_sync_rules"] = section;
     }
     if let Some(deploying) = &configs.deploying {
@@ -233,6 +237,30 @@ fn add_served_progress(section: &mut Value, status: &Status) {
         push_error(section, entry);
     }
 }
+
+/// The official warning (after 5 minutes) or fatal error (after 15) when nothing was
+/// replicated or heard from the primary for that long: the later of the served checkpoint's
+/// publication and the last word from the primary, at `now` (Unix seconds).
+pub(super) fn quiet_for(status: &Status, now: u64) -> Option<Value> {
+    let checkpoint = status.served.as_ref().map(|s| s.since);
+    let heard = status.replication.as_ref().and_then(|r| r.source_heard_at);
+    let last = checkpoint.into_iter().chain(heard).max()?;
+    let seconds = now.saturating_sub(last);
+    let level = match seconds {
+        s if s > QUIET_FATAL_SECONDS => "fatal",
+        s if s > QUIET_WARNING_SECONDS => "warning",
+        _ => return None,
+    };
+    Some(problem(
+        level,
+        format!("No replicated commit in more than {seconds}s"),
+    ))
+}
+
+/// See [`quiet_for`].
+const QUIET_WARNING_SECONDS: u64 = 5 * 60;
+/// See [`quiet_for`].
+const QUIET_FATAL_SECONDS: u64 = 15 * 60;
 
 fn push_error(section: &mut Value, entry: Value) {
     if let Some(errors) = section["errors"].as_array_mut() {

@@ -17,11 +17,13 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use config::{ApiTokens, SourceConnection};
 use rules::SyncRules;
 use status::StatusCell;
+
+use crate::Served;
 
 pub use error::AdminError;
 
@@ -61,6 +63,8 @@ pub struct AdminApi {
     tokens: ApiTokens,
     status: Arc<StatusCell>,
     source: SourceConnection,
+    /// The served generation, for its replication lag.
+    served: watch::Receiver<Arc<Served>>,
     configs: RwLock<SyncConfigs>,
     reprocess: mpsc::Sender<ReprocessRequest>,
 }
@@ -71,12 +75,14 @@ impl AdminApi {
         tokens: ApiTokens,
         status: Arc<StatusCell>,
         source: SourceConnection,
+        served: watch::Receiver<Arc<Served>>,
     ) -> (Self, mpsc::Receiver<ReprocessRequest>) {
         let (reprocess, requests) = mpsc::channel(4);
         let api = Self {
             tokens,
             status,
             source,
+            served,
             configs: RwLock::new(SyncConfigs::default()),
             reprocess,
         };
@@ -115,6 +121,16 @@ impl AdminApi {
     pub async fn diagnostics(&self, include_content: bool) -> Value {
         let configs = self.configs.read().clone();
         diagnostics::diagnostics(self, &configs, include_content).await
+    }
+
+    /// The served generation's replication lag now, seconds (as
+    /// `powersync_replication_lag_seconds`).
+    fn lag_seconds(&self) -> f64 {
+        let served = self.served.borrow().clone();
+        served
+            .stream_progress
+            .pending
+            .lag_seconds(status::unix_now_ms())
     }
 
     /// `POST /api/admin/v1/schema`.

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use super::diagnostics::{budget_warning, display_uri};
+use super::diagnostics::{budget_warning, display_uri, quiet_for};
 use super::schema::schema_json;
 use super::sync_rules_status::rules_error;
 use super::*;
@@ -10,7 +10,21 @@ use source::{DatabaseSchema, SchemaColumn, SchemaTable, SlotBudget};
 fn api(tokens: &[&str]) -> AdminApi {
     let source = SourceConnection::from_uri("postgresql://app:secret@127.0.0.1:5432/db").unwrap();
     let tokens = ApiTokens::new(tokens.iter().map(|t| (*t).to_owned()).collect());
-    AdminApi::new(tokens, Arc::new(StatusCell::new(1)), source).0
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(store::Store::open(&dir.path().join("store")).unwrap());
+    let rules = Arc::new(SyncRules::parse("bucket_definitions: {}\n").unwrap());
+    let (_published, checkpoints) = watch::channel(store::Checkpoint::default());
+    let served = Arc::new(crate::Served {
+        generation: 1,
+        wakeups: crate::Wakeups::new(&store, checkpoints.clone()),
+        store,
+        rules,
+        checkpoints,
+        stream_progress: Arc::default(),
+        snapshot_progress: Arc::default(),
+    });
+    let (_keep, served) = watch::channel(served);
+    AdminApi::new(tokens, Arc::new(StatusCell::new(1)), source, served).0
 }
 
 #[test]
@@ -100,6 +114,31 @@ fn the_schema_has_the_official_shape_and_sqlite_types() {
     assert_eq!(flags, [2, 4, 8, 2, 1]);
     assert_eq!(columns[3]["pg_type"], "text[]");
     assert_eq!(columns[2]["internal_type"], "double precision");
+}
+
+#[test]
+fn a_quiet_source_is_warned_about_then_fatal() {
+    let mut status = StatusCell::new(1).snapshot();
+    assert!(quiet_for(&status, 10_000).is_none(), "nothing served yet");
+    status.served = Some(status::ServedCheckpoint {
+        lsn: "0/1".into(),
+        op_id: 1,
+        since: 10_000,
+        age_seconds: 0,
+    });
+    assert!(quiet_for(&status, 10_000 + 300).is_none());
+    let warning = quiet_for(&status, 10_000 + 301).unwrap();
+    assert_eq!(warning["level"], "warning");
+    assert_eq!(warning["message"], "No replicated commit in more than 301s");
+    assert_eq!(quiet_for(&status, 10_000 + 901).unwrap()["level"], "fatal");
+    status.replication = Some(status::ReplicationStatus {
+        source_heard_at: Some(10_000 + 900),
+        ..Default::default()
+    });
+    assert!(
+        quiet_for(&status, 10_000 + 901).is_none(),
+        "heard from the primary"
+    );
 }
 
 #[test]
