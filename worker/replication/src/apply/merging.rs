@@ -50,10 +50,11 @@ impl Applier {
                 .map(|((), checkpoint)| Some(checkpoint)),
             RecopyEvent::Done { .. } => {
                 let written = self.store.write_with(lsn, |w| {
+                    // Taken before the merge ends, which lets go of the copy.
+                    let copied = merge.shape().map(|s| (s.store_id, s.columns.clone()));
                     let merged = merge.finish(w)?;
-                    if let Some(shape) = merge.shape() {
-                        let columns = shape.columns.clone();
-                        BootstrapIntent::update_table(w, shape.store_id, |t| {
+                    if let Some((store_id, columns)) = copied {
+                        BootstrapIntent::update_table(w, store_id, |t| {
                             t.columns = columns;
                             t.recopy = false;
                             t.rekey_from.clear();
