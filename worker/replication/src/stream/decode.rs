@@ -18,7 +18,7 @@ use source::{Message, Pgoutput, Tuple};
 /// pgoutput messages → changes for the tables the rules read.
 pub(crate) struct Decoder<'a> {
     /// The session's messages as read, with the relations they described.
-    pgoutput: Pgoutput,
+    pub(super) pgoutput: Pgoutput,
     /// Per table: for each of its columns, where the value sits in the tuples of its
     /// relation's last Relation message (`None` until needed after a change of either).
     pub(super) layouts: Vec<Option<Vec<Option<usize>>>>,
@@ -42,6 +42,12 @@ pub(crate) struct Decoder<'a> {
     pub(super) missing_since: std::collections::BTreeMap<usize, Instant>,
     /// How long a missing table's rows stay served.
     pub(super) gone_after: Duration,
+    /// Per table, where the stream learned the partitions it knows of it (see
+    /// `partitions`; 0: from the snapshot's record).
+    pub(super) partitions_at: Vec<u64>,
+    /// The followed partitioned table whose Relation message was the last message (the
+    /// next Relation message of another relation is one of its partitions').
+    pub(super) described_root: Option<usize>,
 }
 
 impl<'a> Decoder<'a> {
@@ -67,6 +73,8 @@ impl<'a> Decoder<'a> {
                 .map(|(i, t)| (t.qualified(), i))
                 .collect(),
             described_at: vec![0; tables.len()],
+            partitions_at: vec![0; tables.len()],
+            described_root: None,
             missing_since: std::collections::BTreeMap::new(),
             gone_after: GONE_AFTER,
             tables,
@@ -95,6 +103,13 @@ impl<'a> Decoder<'a> {
         &mut self,
         message: Message,
     ) -> Result<Option<Change>, ReplicationError> {
+        // Type messages may come between a partitioned table's Relation message and its
+        // partition's; any other message ends the pair.
+        let root = match &message {
+            Message::Relation(_) | Message::Redescribed { .. } => self.described_root.take(),
+            Message::Other => self.described_root,
+            _ => self.described_root.take(),
+        };
         Ok(match message {
             Message::Begin {
                 final_lsn,
@@ -116,7 +131,8 @@ impl<'a> Decoder<'a> {
                     received: std::time::Instant::now(),
                 })
             }
-            Message::Relation(relation) => self.check_relation(&relation)?,
+            Message::Relation(relation) => self.check_relation(&relation, root)?,
+            Message::Redescribed { oid } => self.redescribed(oid, root)?,
             Message::Insert { relation, new } => {
                 self.row_of(relation, [&new])?
                     .map(|(table, [new])| Change::Insert {
