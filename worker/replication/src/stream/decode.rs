@@ -15,6 +15,18 @@ use metrics::PendingCommits;
 use rules::SyncRules;
 use source::{Message, Pgoutput, Tuple};
 
+/// Whose Relation message was the last message: the next Relation message, of a relation
+/// the stream does not follow, is then one of its partitions' (pgoutput sends none other
+/// in a row, but for the tables one TRUNCATE names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Described {
+    /// A partitioned table the stream follows, by index.
+    Partitioned(usize),
+    /// Any other relation: a partition after it is one of a partitioned table the stream
+    /// does not follow (published under that table's name, never its own).
+    Other,
+}
+
 /// pgoutput messages → changes for the tables the rules read.
 pub(crate) struct Decoder<'a> {
     /// The session's messages as read, with the relations they described.
@@ -45,9 +57,8 @@ pub(crate) struct Decoder<'a> {
     /// Per table, where the stream learned the partitions it knows of it (see
     /// `partitions`; 0: from the snapshot's record).
     pub(super) partitions_at: Vec<u64>,
-    /// The followed partitioned table whose Relation message was the last message (the
-    /// next Relation message of another relation is one of its partitions').
-    pub(super) described_root: Option<usize>,
+    /// Whose Relation message (new or repeated) was the last message, if one was.
+    pub(super) described: Option<Described>,
 }
 
 impl<'a> Decoder<'a> {
@@ -74,7 +85,7 @@ impl<'a> Decoder<'a> {
                 .collect(),
             described_at: vec![0; tables.len()],
             partitions_at: vec![0; tables.len()],
-            described_root: None,
+            described: None,
             missing_since: std::collections::BTreeMap::new(),
             gone_after: GONE_AFTER,
             tables,
@@ -105,10 +116,9 @@ impl<'a> Decoder<'a> {
     ) -> Result<Option<Change>, ReplicationError> {
         // Type messages may come between a partitioned table's Relation message and its
         // partition's; any other message ends the pair.
-        let root = match &message {
-            Message::Relation(_) | Message::Redescribed { .. } => self.described_root.take(),
-            Message::Other => self.described_root,
-            _ => self.described_root.take(),
+        let before = match &message {
+            Message::Other => self.described,
+            _ => self.described.take(),
         };
         Ok(match message {
             Message::Begin {
@@ -131,8 +141,8 @@ impl<'a> Decoder<'a> {
                     received: std::time::Instant::now(),
                 })
             }
-            Message::Relation(relation) => self.check_relation(&relation, root)?,
-            Message::Redescribed { oid } => self.redescribed(oid, root)?,
+            Message::Relation(relation) => self.check_relation(&relation, before)?,
+            Message::Redescribed { oid } => self.redescribed(oid, before)?,
             Message::Insert { relation, new } => {
                 self.row_of(relation, [&new])?
                     .map(|(table, [new])| Change::Insert {

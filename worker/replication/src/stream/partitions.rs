@@ -9,34 +9,43 @@
 //! write is applied: clients never see its rows one by one); every change of them in the
 //! catalog's reading (`catalog`).
 
-use super::decode::Decoder;
+use super::decode::{Decoder, Described};
 use crate::change::{rebind_to, Change};
 use crate::error::ReplicationError;
 use source::Partition;
 
 impl Decoder<'_> {
-    /// The partitioned table whose Relation message (new or repeated) was the last message,
-    /// if `index` is one the stream follows: the next Relation message, if another
-    /// relation's, is of one of its partitions.
+    /// Table `index`'s Relation message (new or repeated) was the last message.
     pub(super) fn described(&mut self, index: usize) {
         let partitioned = self
             .tables
             .get(index)
             .is_some_and(|t| t.partitions.is_some() && !t.gone);
-        self.described_root = partitioned.then_some(index);
+        self.described = Some(if partitioned {
+            Described::Partitioned(index)
+        } else {
+            Described::Other
+        });
     }
 
     /// A Relation message (new or repeated) of relation `oid`, named `qualified`, that the
-    /// stream does not follow, right after one of partitioned table `root`'s: `oid` is one
-    /// of its partitions, about to have its first change published under the table's name
-    /// since the last invalidation. One the stream does not know was attached since the
-    /// table's last copy: the table is copied again from here on.
+    /// stream does not follow, right after another (`before`). After one of a followed
+    /// partitioned table's, `oid` is one of its partitions, about to have its first change
+    /// published under the table's name since the last invalidation: one the stream does
+    /// not know was attached since the table's last copy, and the table is copied again
+    /// from here on. After any other, it is not followed as a table a wildcard matches
+    /// either: it is a partition whose changes come under its table's name, or one of the
+    /// tables one TRUNCATE names (the catalog reading follows it then, if it is published
+    /// under its own name).
     pub(super) fn partition_described(
         &mut self,
-        root: usize,
+        before: Described,
         oid: u32,
         qualified: &str,
     ) -> Result<Option<Change>, ReplicationError> {
+        let Described::Partitioned(root) = before else {
+            return Ok(None);
+        };
         let Some(known) = self.tables.get(root).and_then(|t| t.partitions.as_ref()) else {
             return Ok(None);
         };

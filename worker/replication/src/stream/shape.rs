@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::decode::Decoder;
+use super::decode::{Decoder, Described};
 use crate::catalog::CatalogTable;
 use crate::change::{rebind_to, Change};
 use crate::error::{stream_error, ReplicationError};
@@ -20,21 +20,21 @@ impl Decoder<'_> {
     /// again (a column the rules read added, dropped, renamed or retyped; the table
     /// created again; its replica identity changed).
     ///
-    /// One of a relation the stream does not follow that comes right after the Relation
-    /// message of a followed partitioned table (`root`) is one of its partitions' (see
-    /// `partitions`).
+    /// One of a relation the stream does not follow that comes right after another
+    /// Relation message (`before`) is a partition's (see `partitions`).
     pub(super) fn check_relation(
         &mut self,
         relation: &Relation,
-        root: Option<usize>,
+        before: Option<Described>,
     ) -> Result<Option<Change>, ReplicationError> {
         let qualified = relation.qualified();
         let index = match (self.by_oid.get(&relation.oid), self.by_name.get(&qualified)) {
             (None, None) => {
-                return match root {
-                    Some(root) => self.partition_described(root, relation.oid, &qualified),
+                self.described = Some(Described::Other);
+                return match before {
+                    Some(before) => self.partition_described(before, relation.oid, &qualified),
                     None => self.added(relation),
-                }
+                };
             }
             (Some(&i), _) | (None, Some(&i)) => i,
         };
@@ -51,20 +51,21 @@ impl Decoder<'_> {
     pub(super) fn redescribed(
         &mut self,
         oid: u32,
-        root: Option<usize>,
+        before: Option<Described>,
     ) -> Result<Option<Change>, ReplicationError> {
         if let Some(&index) = self.by_oid.get(&oid) {
             self.described(index);
             return Ok(None);
         }
-        let Some(root) = root else {
+        self.described = Some(Described::Other);
+        let Some(before) = before else {
             return Ok(None);
         };
         let qualified = self
             .pgoutput
             .relation(oid)
             .map_or_else(|| format!("OID {oid}"), source::Relation::qualified);
-        self.partition_described(root, oid, &qualified)
+        self.partition_described(before, oid, &qualified)
     }
 
     /// A Relation message for a table the stream does not follow yet: see [`Self::follow`].

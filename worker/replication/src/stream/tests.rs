@@ -542,3 +542,27 @@ fn an_ordinary_table_has_no_partitions() {
         .unwrap()
         .is_none());
 }
+
+/// A partition of a partitioned table the rules do not read, published under that
+/// table's name (its Relation message comes right after the table's), is not followed as
+/// a table a wildcard matches (its changes never come under its own name); a table
+/// described on its own is.
+#[test]
+fn a_partition_of_a_table_not_followed_is_not_taken_for_a_wildcard_table() {
+    let rules = SyncRules::parse(
+        "bucket_definitions:\n  all:\n    data:\n      - SELECT id FROM todos\n      - SELECT id FROM \"events_%\"\n",
+    )
+    .unwrap();
+    let pending = PendingCommits::default();
+    let table = StreamTable::from_intent(&todos(&["id", "title"]), &rules).unwrap();
+    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+    decode(&mut decoder, begin(100));
+    assert!(decode(&mut decoder, relation_of(40000, "archive", &["id"])).is_none());
+    let partition = decode(&mut decoder, relation_of(40001, "events_2024", &["id"]));
+    assert!(partition.is_none(), "{partition:?}");
+    decode(&mut decoder, commit(100));
+    decode(&mut decoder, begin(200));
+    let table = decode(&mut decoder, relation_of(40002, "events_2025", &["id"]));
+    assert!(matches!(table, Some(Change::Added { .. })), "{table:?}");
+    decode(&mut decoder, commit(200));
+}
