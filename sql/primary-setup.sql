@@ -10,3 +10,6 @@ ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO powersync_re
 -- The publication the PowerSync service and powersync_mdbx read. It must publish
 -- insert, update, delete and truncate for every table the sync rules read.
 CREATE PUBLICATION powersync FOR ALL TABLES;
+-- Sync rules that read a partitioned table by its own name need its partitions' changes
+-- published under that name (docs/operations.md, section 2, "Partitioned tables"):
+-- ALTER PUBLICATION powersync SET (publish_via_partition_root = true);

@@ -60,6 +60,7 @@ static TABLES: LazyLock<Vec<IntentTable>> = LazyLock::new(|| {
             recopy: false,
             rekey_from: Vec::new(),
             gone: false,
+            partitions: None,
         },
         IntentTable {
             id: 2,
@@ -81,6 +82,7 @@ static TABLES: LazyLock<Vec<IntentTable>> = LazyLock::new(|| {
             recopy: false,
             rekey_from: Vec::new(),
             gone: false,
+            partitions: None,
         },
     ]
 });

@@ -15,7 +15,7 @@ use crate::progress::Progress;
 use rules::SyncRules;
 use source::{
     connect, copy_table, create_slot, drop_slot, enter_snapshot, format_lsn, slot_info,
-    table_columns, validate_primary, within, SourceError, SourceTable,
+    table_columns, table_partitions, validate_primary, within, SourceError, SourceTable,
 };
 use store::Store;
 
@@ -136,11 +136,16 @@ pub async fn bootstrap_with(
     })
     .await??;
     progress.heard.now();
-    let copies: Vec<(SourceTable, Vec<source::ColumnMeta>)> = primary
+    let copies: Vec<SnapshotCopy> = primary
         .tables
         .iter()
         .zip(&jobs)
-        .map(|(i, j)| (i.table.clone(), j.columns.clone()))
+        .zip(&intent.tables)
+        .map(|((i, j), t)| SnapshotCopy {
+            table: i.table.clone(),
+            columns: j.columns.clone(),
+            partitioned: t.partitions.is_some(),
+        })
         .collect();
     let mut pipeline = Pipeline::start(rules, jobs, store.clone(), progress.clone())
         .map_err(|e| SourceError::Connection(format!("cannot start snapshot threads: {e}")))?;
@@ -253,12 +258,14 @@ fn intent_tables(tables: &[SourceTable]) -> Vec<IntentTable> {
             recopy: false,
             rekey_from: Vec::new(),
             gone: false,
+            partitions: None,
         })
         .collect()
 }
 
-/// Reads each table's columns in the snapshot (`reader`), records them with its replica
-/// identity and OID in `intent`, and returns the pipeline's job for each.
+/// Reads each table's columns (and a partitioned one's partitions) in the snapshot
+/// (`reader`), records them with its replica identity and OID in `intent`, and returns the
+/// pipeline's job for each.
 async fn table_jobs(
     reader: &tokio_postgres::Client,
     primary: &source::PrimaryInfo,
@@ -270,6 +277,7 @@ async fn table_jobs(
         table.columns = columns.clone();
         table.identity = info.identity_columns.clone();
         table.oid = info.oid;
+        table.partitions = table_partitions(reader, info.oid).await?;
         let identity = info
             .identity_columns
             .iter()
@@ -290,15 +298,28 @@ async fn table_jobs(
     Ok(jobs)
 }
 
+/// One table's copy in the snapshot.
+struct SnapshotCopy {
+    table: SourceTable,
+    columns: Vec<source::ColumnMeta>,
+    /// Partitioned: every partition's rows are read.
+    partitioned: bool,
+}
+
 async fn copy_all(
     reader: &tokio_postgres::Client,
-    copies: &[(SourceTable, Vec<source::ColumnMeta>)],
+    copies: &[SnapshotCopy],
     pipeline: &mut Pipeline,
     progress: &Progress,
     stall_after: std::time::Duration,
 ) -> Result<(), ReplicationError> {
-    for (index, (table, columns)) in copies.iter().enumerate() {
-        let mut rows = copy_table(reader, table, columns, stall_after).await?;
+    for (index, copy) in copies.iter().enumerate() {
+        let SnapshotCopy {
+            table,
+            columns,
+            partitioned,
+        } = copy;
+        let mut rows = copy_table(reader, table, columns, *partitioned, stall_after).await?;
         let mut chunk = Vec::with_capacity(CHUNK_ROWS);
         while let Some(row) = rows.next().await {
             chunk.push(row?);

@@ -1,13 +1,16 @@
 //! Watching the primary's catalog for what pgoutput does not announce until a table's
 //! next row change: an `ALTER TABLE … ADD COLUMN … DEFAULT` under `SELECT *` changes what
 //! every row holds without a change on the stream; a rewrite (`ALTER COLUMN … TYPE`), a
-//! table dropped and created again, a new replica identity show only with the next write.
+//! table dropped and created again, a new replica identity show only with the next write;
+//! a partition attached to a partitioned table, detached, dropped or emptied alone changes
+//! the table's rows and shows on the stream never (or, attached, with its first write).
 //!
-//! Every [`EVERY`] the covered tables' OIDs, columns and replica identity are read, then the
-//! primary's WAL position `P`, then the catalog once more: when both readings agree, the
-//! state holds at `P` (the first saw nothing committed after `P`; the second, begun after
-//! `P` was taken, saw what committed before it — short of a DDL still between its commit
-//! record and its visibility during both readings, a window of microseconds each). When
+//! Every [`EVERY`] the covered tables' OIDs, columns, replica identity and partitions are
+//! read, then the primary's WAL position `P`, then the catalog once more: when both
+//! readings agree, the state holds at `P` (the first saw nothing committed after `P`; the
+//! second, begun after `P` was taken, saw what committed before it — short of a DDL still
+//! between its commit record and its visibility during both readings, a window of
+//! microseconds each). When
 //! it differs from the last state handed on, a logical message past `P` is emitted (an
 //! idle stream passes it) and the state handed to the stream, which applies it like a
 //! Relation message once it has decoded every transaction committed before `P`:
@@ -22,8 +25,8 @@ use tokio::sync::watch;
 use super::liveness::{asked, ASK_TIMEOUT};
 use crate::plan::SourcePlan;
 use source::{
-    connect, primary_identity, published_tables, published_with_prefix, table_columns, ColumnMeta,
-    SourceTable, TableInfo,
+    connect, primary_identity, published_tables, published_with_prefix, table_columns,
+    table_partitions, ColumnMeta, Partition, SourceTable, TableInfo,
 };
 
 /// How often the catalog is read.
@@ -37,6 +40,8 @@ pub(super) struct CatalogTable {
     pub columns: Vec<ColumnMeta>,
     /// Replica identity columns, in key order.
     pub identity: Vec<String>,
+    /// A partitioned table's partitions (`None`: not partitioned).
+    pub partitions: Option<Vec<Partition>>,
 }
 
 /// What a read of the catalog saw.
@@ -215,7 +220,7 @@ async fn read_in_transaction(
     Ok((seen, added))
 }
 
-/// A published table's columns, as the catalog shows them.
+/// A published table's columns and partitions, as the catalog shows them.
 async fn catalog_table(
     client: &tokio_postgres::Client,
     info: TableInfo,
@@ -233,10 +238,14 @@ async fn catalog_table(
             info.table
         ));
     }
+    let partitions = table_partitions(client, info.oid)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(CatalogTable {
         oid: info.oid,
         columns,
         identity: info.identity_columns,
+        partitions,
     })
 }
 

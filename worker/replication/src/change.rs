@@ -8,7 +8,7 @@ use crate::error::ReplicationError;
 use crate::row::PreparedRow;
 use crate::table::{rebind, StreamTable};
 use rules::SyncRules;
-use source::{ColumnMeta, Tuple};
+use source::{ColumnMeta, Partition, Tuple};
 
 /// A decoded source change, addressed to a table by its index in the applier's list.
 #[derive(Debug)]
@@ -41,13 +41,16 @@ pub(super) enum Change {
     },
     /// From here on the table's rows come with these columns (a Relation message that
     /// added, dropped, renamed or retyped columns). `recopy`: a column the rules read
-    /// changed, so the table's rows are copied again (see `merge`).
+    /// changed, or the partitions of a partitioned table, so the table's rows are copied
+    /// again (see `merge`).
     Relation {
         table: usize,
         oid: u32,
         /// The replica identity columns, in key order.
         identity: Vec<String>,
         columns: Vec<ColumnMeta>,
+        /// A partitioned table's partitions changed: the ones it has now.
+        repartitioned: Option<Vec<Partition>>,
         recopy: bool,
         /// The replica identity changed: the one the stored rows are keyed by.
         rekey_from: Vec<String>,
@@ -180,6 +183,7 @@ pub(super) fn rebind_to(
             oid,
             identity,
             columns,
+            repartitioned,
             ..
         } => rebind(
             tables,
@@ -187,6 +191,7 @@ pub(super) fn rebind_to(
             *oid,
             identity.clone(),
             columns.clone(),
+            repartitioned.clone(),
             rules,
         ),
         _ => Ok(()),

@@ -8,7 +8,7 @@ use crate::error::ReplicationError;
 use crate::row::EvaluatedRow;
 use crate::table::{key_columns, StreamTable};
 use crate::toast::stash_for;
-use source::{ColumnMeta, CopyFields};
+use source::{ColumnMeta, CopyFields, Partition};
 use store::{identity_key, StoredAs};
 
 /// A copied row: one line of `COPY` text (without its newline), values in the copy's
@@ -56,11 +56,13 @@ pub(super) fn evaluate_copied(
 /// What a re-copy hands the stream, in this order.
 #[derive(Debug)]
 pub(super) enum RecopyEvent {
-    /// The snapshot: consistent at `consistent_point`, the table with `columns` there.
+    /// The snapshot: consistent at `consistent_point`, the table with `columns` and
+    /// `partitions` (`None`: not partitioned) there.
     Started {
         table: usize,
         consistent_point: u64,
         columns: Vec<ColumnMeta>,
+        partitions: Option<Vec<Partition>>,
     },
     /// Copied rows, evaluated with the rules: those to merge (with how they compared
     /// with the store, when that was done), and the row ids of those found stored

@@ -13,7 +13,7 @@ use crate::covered::covered_tables;
 use crate::error::ReplicationError;
 use config::SourceConnection;
 use rules::{SyncRules, TableRef};
-use source::{connect, table_columns, validate_primary, SourceTable};
+use source::{connect, table_columns, table_partitions, validate_primary, SourceTable};
 use store::{ReadTxn, Store, StoreError};
 
 /// Stage-record key of the rules a deploy in progress adds.
@@ -59,7 +59,8 @@ pub async fn begin_deploy(
         let primary = validate_primary(&client, &new_tables).await?;
         for info in primary.tables {
             let columns = table_columns(&client, info.oid).await?;
-            added.push((info, columns));
+            let partitions = table_partitions(&client, info.oid).await?;
+            added.push((info, columns, partitions));
         }
     }
     let mut tables = intent.tables.clone();
@@ -73,7 +74,7 @@ pub async fn begin_deploy(
         }
     }
     let first_id = tables.iter().map(|t| t.id).max().unwrap_or(0) + 1;
-    for (id, (info, columns)) in (first_id..).zip(added) {
+    for (id, (info, columns, partitions)) in (first_id..).zip(added) {
         tables.push(IntentTable {
             id,
             schema: info.table.schema,
@@ -84,6 +85,7 @@ pub async fn begin_deploy(
             recopy: true,
             rekey_from: Vec::new(),
             gone: false,
+            partitions,
         });
     }
     let marked = tables.iter().filter(|t| t.recopy).count();

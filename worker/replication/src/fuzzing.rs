@@ -95,9 +95,10 @@ fn apply(
             oid,
             identity,
             columns,
+            repartitioned,
             ..
         } => {
-            rebind(tables, table, oid, identity, columns, rules)?;
+            rebind(tables, table, oid, identity, columns, repartitioned, rules)?;
             return Ok(0);
         }
         Change::Added { table, .. } => {
@@ -157,6 +158,7 @@ mod tests {
             recopy: false,
             rekey_from: Vec::new(),
             gone: false,
+            partitions: None,
         }
     }
 

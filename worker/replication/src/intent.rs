@@ -57,6 +57,11 @@ pub struct IntentTable {
     /// when a table of its name is published again.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// A partitioned table's partitions as its last copy saw them (`None`: not
+    /// partitioned): when they change (one attached, detached, dropped or emptied alone),
+    /// its rows change with no change on the stream, and it is copied again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<source::Partition>>,
 }
 
 fn first_generation() -> u64 {

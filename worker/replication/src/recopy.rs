@@ -1,6 +1,7 @@
 //! Re-copying one table while the stream goes on, after its columns changed in a way the
 //! rules see (a column they read added, dropped, renamed or retyped, one under `SELECT *`
-//! included), it was dropped and created again, or its replica identity changed: a
+//! included), it was dropped and created again, its replica identity changed, or a
+//! partitioned table's partitions changed (one attached, detached, dropped or emptied): a
 //! temporary slot exports a snapshot consistent at some LSN `C`, the table is copied
 //! inside it with the columns it has there, its rows are evaluated beside the applier,
 //! which merges them once it has applied every transaction that committed before `C`
@@ -24,7 +25,7 @@ use crate::table::StreamTable;
 use rules::SyncRules;
 use source::{
     connect, create_temporary_slot, enter_snapshot, format_lsn, primary_identity, table_columns,
-    ColumnMeta, SourceTable,
+    table_partitions, ColumnMeta, SourceTable,
 };
 use store::{Checkpoint, Store, StoredAs};
 
@@ -117,6 +118,7 @@ async fn copy(
     let reader = connect(&plan.connection).await?;
     enter_snapshot(&reader, &exported.snapshot).await?;
     let columns = table_columns(&reader, oid).await?;
+    let partitions = table_partitions(&reader, oid).await?;
     if columns.is_empty() {
         return Err(ReplicationError::Stream {
             code: "PSM_R2011",
@@ -127,12 +129,14 @@ async fn copy(
     tracing::info!(
         table = %source,
         consistent_point = %format_lsn(exported.consistent_point),
-        "re-copying the table: its columns changed in a way the sync rules see"
+        "re-copying the table: it changed in a way the sync rules see"
     );
+    let partitioned = partitions.is_some();
     let started = RecopyEvent::Started {
         table,
         consistent_point: exported.consistent_point,
         columns: columns.clone(),
+        partitions,
     };
     if out.send(Ok(started)).await.is_err() {
         return Ok(());
@@ -150,7 +154,7 @@ async fn copy(
     })?);
     let mut copy = TableCopy::start(
         &reader,
-        source,
+        (source, partitioned),
         &columns,
         plan.connection.bounds.stall_after,
     )
@@ -309,15 +313,15 @@ pub(super) struct TableCopy {
 }
 
 impl TableCopy {
-    /// Starts `COPY source (columns)` on `reader` (inside its snapshot); no rows for
-    /// `stall_after` fail it (`source::CopyRows`).
+    /// Starts `COPY source (columns)` on `reader` (inside its snapshot), every partition's
+    /// rows of a `partitioned` one; no rows for `stall_after` fail it (`source::CopyRows`).
     pub(super) async fn start(
         reader: &tokio_postgres::Client,
-        source: &SourceTable,
+        (source, partitioned): (&SourceTable, bool),
         columns: &[ColumnMeta],
         stall_after: std::time::Duration,
     ) -> Result<Self, ReplicationError> {
-        let rows = source::copy_table(reader, source, columns, stall_after).await?;
+        let rows = source::copy_table(reader, source, columns, partitioned, stall_after).await?;
         Ok(Self { rows, ended: false })
     }
 

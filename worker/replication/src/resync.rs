@@ -28,7 +28,7 @@ use crate::recopy::TableCopy;
 use crate::table::StreamTable;
 use source::{
     connect, create_slot_after_loss, drop_slot, enter_snapshot, format_lsn, published_tables,
-    slot_info, table_columns, validate_primary, SourceTable,
+    slot_info, table_columns, table_partitions, validate_primary, SourceTable,
 };
 use store::{Checkpoint, Store};
 
@@ -295,6 +295,7 @@ async fn rebuild_tables(
             recopy: false,
             rekey_from: Vec::new(),
             gone: false,
+            partitions: table_partitions(snapshot.reader, info.oid).await?,
             ..table.clone()
         };
         let shape = StreamTable::from_intent(table, &context.rules).ok_or_else(|| {
@@ -308,7 +309,7 @@ async fn rebuild_tables(
         merge.start(snapshot.consistent_point, shape);
         let mut copy = TableCopy::start(
             snapshot.reader,
-            &info.table,
+            (&info.table, table.partitions.is_some()),
             &table.columns,
             snapshot.stall_after,
         )

@@ -10,7 +10,7 @@ use rules::{
     PgType, RowEvaluation, RulesError, SlotBinding, SourceColumn, SourceRow, SyncRules, TablePlan,
 };
 use smallvec::SmallVec;
-use source::ColumnMeta;
+use source::{ColumnMeta, Partition};
 
 /// A table as the stream applies it.
 #[derive(Debug, Clone)]
@@ -35,6 +35,9 @@ pub(super) struct StreamTable {
     plan: Option<Arc<BoundPlan>>,
     /// Gone from the primary under its name (see [`IntentTable::gone`]).
     pub gone: bool,
+    /// A partitioned table's partitions as the stream knows them (see
+    /// [`IntentTable::partitions`]; `None`: not partitioned).
+    pub partitions: Option<Vec<Partition>>,
 }
 
 /// A table's plan with its column slots bound to one column layout: a row is evaluated
@@ -64,19 +67,22 @@ impl StreamTable {
             reads: Vec::new(),
             plan: None,
             gone: table.gone,
+            partitions: table.partitions.clone(),
         }
         .with_columns(table.columns.clone(), rules)
     }
 
     /// A table the stream meets for the first time (see `stream::shape`): `schema.name`,
-    /// with OID `oid`, replica identity `identity` and rows of `columns`, stored as
-    /// `store_id`; `None` when an identity column is not among `columns`.
+    /// with OID `oid`, replica identity `identity`, rows of `columns` and `partitions` (as
+    /// the catalog showed them, or `None` from a Relation message: its copy tells), stored
+    /// as `store_id`; `None` when an identity column is not among `columns`.
     pub fn added(
         store_id: u32,
         oid: u32,
         (schema, name): (&str, &str),
         identity: Vec<String>,
         columns: Vec<ColumnMeta>,
+        partitions: Option<Vec<Partition>>,
         rules: &SyncRules,
     ) -> Option<Self> {
         Self {
@@ -91,6 +97,7 @@ impl StreamTable {
             reads: Vec::new(),
             plan: None,
             gone: false,
+            partitions,
         }
         .with_columns(columns, rules)
     }
@@ -185,14 +192,16 @@ impl StreamTable {
 }
 
 /// Rows of `tables[index]` come with `columns` (from the table with OID `oid`: another one
-/// when the table was dropped and created again) from here on (the decoder's and the
-/// applier's copies of the tables both follow Relation changes through it).
+/// when the table was dropped and created again) from here on, and its partitions are
+/// `repartitioned` when they changed (the decoder's and the applier's copies of the tables
+/// both follow Relation changes through it).
 pub(super) fn rebind(
     tables: &mut [StreamTable],
     index: usize,
     oid: u32,
     identity: Vec<String>,
     columns: Vec<ColumnMeta>,
+    repartitioned: Option<Vec<Partition>>,
     rules: &SyncRules,
 ) -> Result<(), ReplicationError> {
     let table = table_at(tables, index)?;
@@ -208,6 +217,9 @@ pub(super) fn rebind(
     })?;
     rebound.oid = oid;
     rebound.gone = false;
+    if repartitioned.is_some() {
+        rebound.partitions = repartitioned;
+    }
     tables[index] = rebound;
     Ok(())
 }

@@ -113,8 +113,8 @@ pub async fn table_status(client: &Client, table: &SourceTable) -> Result<TableI
         .await?
         .parse()
         .unwrap_or(0);
-    check_publication(client, version).await?;
-    check_table(client, table, version).await
+    let via_root = check_publication(client, version).await?;
+    check_table(client, table, version, via_root).await
 }
 
 /// A slot's standing on the primary, as the official diagnostics show it.

@@ -11,6 +11,7 @@ mod copy_text;
 mod error;
 mod head;
 mod instance;
+mod partition;
 mod pgoutput;
 mod slot;
 mod snapshot;
@@ -29,6 +30,7 @@ pub use instance::{
     connection_schema, slot_budget, table_status, DatabaseSchema, SchemaColumn, SchemaTable,
     SlotBudget,
 };
+pub use partition::{table_partitions, Partition};
 pub use pgoutput::{Message, Pgoutput, PgoutputError, Relation, RelationColumn, Tuple, Value};
 pub use slot::{
     create_slot, create_slot_after_loss, create_temporary_slot, drop_slot, format_lsn, parse_lsn,

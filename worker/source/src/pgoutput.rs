@@ -7,8 +7,8 @@
 //! column, which was about a third of the worker's CPU for a bulk `UPDATE` (`perf`, 1m).
 //!
 //! A Relation message identical to the last one of its relation is reported as
-//! [`Message::Other`]: pgoutput sends one again after every invalidation of the relation's
-//! cache, changed or not.
+//! [`Message::Redescribed`]: pgoutput sends one again after every invalidation of the
+//! relation's cache, changed or not.
 
 use std::collections::HashMap;
 
@@ -36,6 +36,13 @@ pub enum Message {
     },
     /// A relation's shape, when it differs from the last one sent.
     Relation(Relation),
+    /// A Relation message identical to the last one of its relation: which one it was
+    /// (a partition's changes published under its root come after the root's and the
+    /// partition's Relation messages, each new or not).
+    Redescribed {
+        /// The relation's OID.
+        oid: u32,
+    },
     /// A row inserted.
     Insert {
         /// The relation's OID.
@@ -79,7 +86,7 @@ pub enum Message {
     },
     /// A message of streamed or two-phase transactions (both are off): its name.
     Unexpected(&'static str),
-    /// Anything else (Type, Origin, a repeated Relation).
+    /// Anything else (Type, Origin).
     Other,
 }
 
@@ -191,7 +198,7 @@ impl Pgoutput {
                         .collect(),
                 };
                 if self.relations.get(&relation_id) == Some(&relation) {
-                    Message::Other
+                    Message::Redescribed { oid: relation_id }
                 } else {
                     self.relations.insert(relation_id, relation.clone());
                     Message::Relation(relation)

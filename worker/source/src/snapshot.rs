@@ -34,12 +34,18 @@ pub struct ColumnMeta {
 }
 
 /// The planner's estimate of the rows of the tables `oids` (`pg_class.reltuples`; a table
-/// never analyzed or vacuumed counts 0).
+/// never analyzed or vacuumed counts 0), a partitioned table's the sum of its partitions'.
 pub async fn estimated_rows(client: &Client, oids: &[u32]) -> Result<u64, SourceError> {
     let row = client
         .query_one(
-            "SELECT coalesce(sum(greatest(reltuples, 0)), 0)::float8 FROM pg_class \
-             WHERE oid = ANY($1)",
+            "WITH RECURSIVE tree AS ( \
+               SELECT oid, relkind, reltuples FROM pg_class WHERE oid = ANY($1) \
+               UNION ALL \
+               SELECT c.oid, c.relkind, c.reltuples FROM tree t \
+               JOIN pg_inherits i ON i.inhparent = t.oid AND t.relkind = 'p' \
+               JOIN pg_class c ON c.oid = i.inhrelid) \
+             SELECT coalesce(sum(greatest(reltuples, 0)), 0)::float8 FROM tree \
+             WHERE relkind <> 'p'",
             &[&oids],
         )
         .await
@@ -88,17 +94,27 @@ pub async fn enter_snapshot(client: &Client, snapshot: &str) -> Result<(), Sourc
         .map_err(SourceError::query("import the exported snapshot"))
 }
 
-/// Starts `COPY table (columns) TO STDOUT`; its rows come one per item (with its
-/// newline), as the server sends one CopyData message per row, each within `stall_after`
-/// of the one before (the progress bound, [`CopyRows`]).
+/// Starts `COPY table (columns) TO STDOUT`, for a `partitioned` table (which `COPY`
+/// refuses) `COPY (SELECT columns FROM table) TO STDOUT`, every partition's rows; its rows
+/// come one per item (with its newline), as the server sends one CopyData message per row,
+/// each within `stall_after` of the one before (the progress bound, [`CopyRows`]).
 pub async fn copy_table(
     client: &Client,
     table: &SourceTable,
     columns: &[ColumnMeta],
+    partitioned: bool,
     stall_after: Duration,
 ) -> Result<CopyRows, SourceError> {
-    let list: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
-    let sql = format!("COPY {table} ({}) TO STDOUT", list.join(", "));
+    let list = columns
+        .iter()
+        .map(|c| quote_ident(&c.name))
+        .collect::<Vec<String>>()
+        .join(", ");
+    let sql = if partitioned {
+        format!("COPY (SELECT {list} FROM {table}) TO STDOUT")
+    } else {
+        format!("COPY {table} ({list}) TO STDOUT")
+    };
     let what = format!("the COPY of {table}");
     let rows = within(stall_after, &what, client.copy_out(&sql))
         .await?

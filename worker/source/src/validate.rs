@@ -118,11 +118,11 @@ pub async fn validate_primary(
              on the primary",
         ));
     }
-    check_publication(client, version).await?;
+    let via_root = check_publication(client, version).await?;
     let identity = super::walsender::primary_identity(client).await?;
     let mut infos = Vec::with_capacity(tables.len());
     for table in tables {
-        infos.push(check_table(client, table, version).await?);
+        infos.push(check_table(client, table, version, via_root).await?);
     }
     Ok(PrimaryInfo {
         server_version: version,
@@ -133,8 +133,9 @@ pub async fn validate_primary(
 }
 
 /// `tables` as published now, in order: `None` for one that does not exist or the
-/// publication does not include (`PSM_R1007`, `PSM_R1008`: a covered table renamed,
-/// dropped or taken out of the publication while a store follows it); any other problem,
+/// publication does not publish under its name (`PSM_R1007`, `PSM_R1008`, `PSM_R1018`,
+/// `PSM_R1019`: a covered table renamed, dropped or taken out of the publication while a
+/// store follows it, or `publish_via_partition_root` changed under it); any other problem,
 /// the publication itself gone included, is an error.
 pub async fn published_tables(
     client: &Client,
@@ -144,13 +145,13 @@ pub async fn published_tables(
         .await?
         .parse()
         .unwrap_or(0);
-    check_publication(client, version).await?;
+    let via_root = check_publication(client, version).await?;
     let mut published = Vec::with_capacity(tables.len());
     for table in tables {
-        published.push(match check_table(client, table, version).await {
+        published.push(match check_table(client, table, version, via_root).await {
             Ok(info) => Some(info),
             Err(SourceError::Setup {
-                code: "PSM_R1007" | "PSM_R1008",
+                code: "PSM_R1007" | "PSM_R1008" | "PSM_R1018" | "PSM_R1019",
                 ..
             }) => None,
             Err(e) => return Err(e),
@@ -200,7 +201,9 @@ pub(crate) async fn scalar(
         .map_err(SourceError::query(context))
 }
 
-pub(crate) async fn check_publication(client: &Client, version: i32) -> Result<(), SourceError> {
+/// Checks the publication; returns its `publish_via_partition_root`: whether a partitioned
+/// table's changes are published under its own name (else under its partitions').
+pub(crate) async fn check_publication(client: &Client, version: i32) -> Result<bool, SourceError> {
     // PostgreSQL 18 can publish stored generated columns (`publish_generated_columns`).
     let generated = if version >= 180_000 {
         "pubgencols::text <> 'n'"
@@ -243,15 +246,6 @@ pub(crate) async fn check_publication(client: &Client, version: i32) -> Result<(
             ),
         ));
     }
-    if flag(4) {
-        return Err(SourceError::setup(
-            "PSM_R1006",
-            format!(
-                "publication \"{PUBLICATION}\" has publish_via_partition_root = true, which is not \
-                 supported; run ALTER PUBLICATION {PUBLICATION} SET (publish_via_partition_root = false)"
-            ),
-        ));
-    }
     if flag(5) {
         // The snapshot reads the columns pgoutput sends by default, without generated ones.
         return Err(SourceError::setup(
@@ -265,18 +259,60 @@ pub(crate) async fn check_publication(client: &Client, version: i32) -> Result<(
             ),
         ));
     }
-    Ok(())
+    Ok(flag(4))
+}
+
+/// A table the rules name as the catalog shows it.
+struct Found {
+    oid: u32,
+    /// `pg_class.relreplident`.
+    replident: String,
+    /// Partitioned (`relkind` `p`).
+    partitioned: bool,
+    /// A partition of another table (`relispartition`).
+    partition: bool,
 }
 
 pub(crate) async fn check_table(
     client: &Client,
     table: &SourceTable,
     version: i32,
+    via_root: bool,
 ) -> Result<TableInfo, SourceError> {
+    let found = find_table(client, table).await?;
+    if found.partitioned && !via_root {
+        return Err(SourceError::setup(
+            "PSM_R1018",
+            format!(
+                "the sync rules read {table}, a partitioned table, but publication \
+                 \"{PUBLICATION}\" publishes its changes under its partitions' names \
+                 (publish_via_partition_root = false); run ALTER PUBLICATION {PUBLICATION} SET \
+                 (publish_via_partition_root = true) to have them published under its name, \
+                 or read each partition in the sync rules"
+            ),
+        ));
+    }
+    check_published(client, table, &found, version, via_root).await?;
+    let (identity, columns) = replica_identity(client, table, &found).await?;
+    if found.partitioned {
+        let full = identity == ReplicaIdentity::Full;
+        super::partition::check_partitions(client, table, found.oid, full, &columns).await?;
+    }
+    Ok(TableInfo {
+        table: table.clone(),
+        oid: found.oid,
+        identity,
+        identity_columns: columns,
+    })
+}
+
+/// `table` in the catalog: it must exist (`PSM_R1007`) and be a table (`PSM_R1012`).
+async fn find_table(client: &Client, table: &SourceTable) -> Result<Found, SourceError> {
     let row = client
         .query_opt(
-            "SELECT c.oid, c.relreplident::text, c.relkind::text FROM pg_class c \
-             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+            "SELECT c.oid, c.relreplident::text, c.relkind::text, c.relispartition \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2",
             &[&table.schema, &table.name],
         )
         .await
@@ -287,8 +323,6 @@ pub(crate) async fn check_table(
             format!("the sync rules read {table}, which does not exist on the primary; create it or fix the rules"),
         ));
     };
-    let oid: u32 = row.try_get(0).map_err(SourceError::query("table lookup"))?;
-    let replident: String = row.try_get(1).map_err(SourceError::query("table lookup"))?;
     let relkind: String = row.try_get(2).map_err(SourceError::query("table lookup"))?;
     if relkind != "r" && relkind != "p" {
         return Err(SourceError::setup(
@@ -296,6 +330,24 @@ pub(crate) async fn check_table(
             format!("{table} is not a table (relkind {relkind}); sync rules can read tables only"),
         ));
     }
+    Ok(Found {
+        oid: row.try_get(0).map_err(SourceError::query("table lookup"))?,
+        replident: row.try_get(1).map_err(SourceError::query("table lookup"))?,
+        partitioned: relkind == "p",
+        partition: row.try_get(3).map_err(SourceError::query("table lookup"))?,
+    })
+}
+
+/// The publication publishes `table` under its name (`PSM_R1008`; `PSM_R1019` for a
+/// partition whose changes it publishes under a partitioned table's name), all of its rows
+/// (`PSM_R1009`) and columns (`PSM_R1010`).
+async fn check_published(
+    client: &Client,
+    table: &SourceTable,
+    found: &Found,
+    version: i32,
+    via_root: bool,
+) -> Result<(), SourceError> {
     // Row filters and column lists exist since PostgreSQL 15.
     let publication_sql = if version >= 150_000 {
         "SELECT rowfilter IS NOT NULL, \
@@ -310,11 +362,28 @@ pub(crate) async fn check_table(
     let published = client
         .query_opt(
             publication_sql,
-            &[&table.schema, &table.name, &oid, &PUBLICATION],
+            &[&table.schema, &table.name, &found.oid, &PUBLICATION],
         )
         .await
         .map_err(SourceError::query("publication tables"))?;
     let Some(published) = published else {
+        let root = if found.partition && via_root {
+            published_ancestor(client, found.oid).await?
+        } else {
+            None
+        };
+        if let Some(root) = root {
+            return Err(SourceError::setup(
+                "PSM_R1019",
+                format!(
+                    "the sync rules read {table}, a partition of {root}, whose changes \
+                     publication \"{PUBLICATION}\" publishes under {root}'s name \
+                     (publish_via_partition_root = true); read {root} in the sync rules, or run \
+                     ALTER PUBLICATION {PUBLICATION} SET (publish_via_partition_root = false) \
+                     to have each partition's changes published under its own name"
+                ),
+            ));
+        }
         return Err(SourceError::setup(
             "PSM_R1008",
             format!(
@@ -343,7 +412,17 @@ pub(crate) async fn check_table(
             ),
         ));
     }
-    let (identity, identity_sql) = match replident.as_str() {
+    Ok(())
+}
+
+/// `table`'s replica identity and its columns, in key order (`PSM_R1011` when there are
+/// none).
+async fn replica_identity(
+    client: &Client,
+    table: &SourceTable,
+    found: &Found,
+) -> Result<(ReplicaIdentity, Vec<String>), SourceError> {
+    let (identity, identity_sql) = match found.replident.as_str() {
         "d" => (ReplicaIdentity::Default, "SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1 AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)"),
         "i" => (ReplicaIdentity::Index, "SELECT a.attname::text FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1 AND i.indisreplident ORDER BY array_position(i.indkey, a.attnum)"),
         "f" => (ReplicaIdentity::Full, "SELECT attname::text FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum"),
@@ -358,7 +437,7 @@ pub(crate) async fn check_table(
         }
     };
     let columns: Vec<String> = client
-        .query(identity_sql, &[&oid])
+        .query(identity_sql, &[&found.oid])
         .await
         .map_err(SourceError::query("replica identity"))?
         .iter()
@@ -373,12 +452,27 @@ pub(crate) async fn check_table(
             ),
         ));
     }
-    Ok(TableInfo {
-        table: table.clone(),
-        oid,
-        identity,
-        identity_columns: columns,
-    })
+    Ok((identity, columns))
+}
+
+/// The partitioned table above partition `oid` that the publication publishes, by name
+/// (`schema.name`); `None` when none is.
+async fn published_ancestor(client: &Client, oid: u32) -> Result<Option<String>, SourceError> {
+    let row = client
+        .query_opt(
+            "SELECT quote_ident(p.schemaname::text) || '.' || quote_ident(p.tablename::text) \
+             FROM pg_partition_ancestors($1::oid::regclass) a JOIN pg_class c ON c.oid = a.relid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_publication_tables p ON p.pubname = $2 AND p.schemaname = n.nspname \
+               AND p.tablename = c.relname \
+             WHERE a.relid::oid <> $1::oid LIMIT 1",
+            &[&oid, &PUBLICATION],
+        )
+        .await
+        .map_err(SourceError::query("partition ancestors"))?;
+    row.map(|r| r.try_get(0))
+        .transpose()
+        .map_err(SourceError::query("partition ancestors"))
 }
 
 /// Quotes an identifier the way PostgreSQL's `quote_ident` does for display and SQL.

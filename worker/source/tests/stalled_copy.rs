@@ -36,7 +36,9 @@ fn a_copy_that_stops_receiving_fails_within_its_progress_bound() {
             name: "big".into(),
         };
         let bound = Duration::from_secs(3);
-        let mut rows = copy_table(&client, &table, &columns, bound).await.unwrap();
+        let mut rows = copy_table(&client, &table, &columns, false, bound)
+            .await
+            .unwrap();
         for _ in 0..1000 {
             rows.next().await.unwrap().unwrap();
         }

@@ -100,8 +100,9 @@ async fn each_broken_setting_has_its_own_error() {
         err.starts_with("PSM_R1005") && err.contains("truncate"),
         "{err}"
     );
+    // Either way of publishing partitioned tables suits a table that is not one.
     primary.sql("ALTER PUBLICATION powersync SET (publish = 'insert, update, delete, truncate', publish_via_partition_root = true)");
-    assert!(code(validate(&primary, "postgres", &lists).await).starts_with("PSM_R1006"));
+    assert!(validate(&primary, "postgres", &lists).await.is_ok());
     primary.sql("ALTER PUBLICATION powersync SET (publish_via_partition_root = false)");
     assert!(validate(&primary, "postgres", &lists).await.is_ok());
 
@@ -167,6 +168,96 @@ async fn wal_level_replica_and_unreachable_primaries() {
     let err = connect(&conn).await.unwrap_err();
     assert!(
         err.to_string().starts_with("PSM_R2001") && err.needs_operator(),
+        "{err}"
+    );
+}
+
+/// A partitioned table is read as one table when the publication publishes its
+/// partitions' changes under its name (`publish_via_partition_root = true`), and refused
+/// with that fix otherwise (`PSM_R1018`); a partition is then refused with its partitioned
+/// table's name (`PSM_R1019`), and read as a table of its own otherwise. Every partition
+/// must send old rows that name the stored rows (`PSM_R1011`), and none be a foreign table
+/// (`PSM_R1012`).
+#[tokio::test]
+async fn a_partitioned_table_is_read_through_its_own_name_only() {
+    let install = PgInstall::primary();
+    let dir = TestDir::new(&install);
+    let primary = Cluster::start_new(&install, &dir, "primary", ClusterKind::Primary, &[]);
+    primary.sql(
+        "CREATE TABLE todos (id text, list text, title text, PRIMARY KEY (id, list))
+           PARTITION BY LIST (list);
+         CREATE TABLE todos_a PARTITION OF todos FOR VALUES IN ('a');
+         CREATE TABLE todos_b PARTITION OF todos FOR VALUES IN ('b') PARTITION BY HASH (id);
+         CREATE TABLE todos_b0 PARTITION OF todos_b FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+         CREATE TABLE todos_b1 PARTITION OF todos_b FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+         CREATE PUBLICATION powersync FOR ALL TABLES;",
+    );
+    let todos = [table("todos")];
+    let err = code(validate(&primary, "postgres", &todos).await);
+    assert!(
+        err.starts_with("PSM_R1018")
+            && err.contains("SET (publish_via_partition_root = true)")
+            && err.contains("public.todos"),
+        "{err}"
+    );
+    let leaf = [table("todos_a")];
+    assert!(validate(&primary, "postgres", &leaf).await.is_ok());
+
+    primary.sql("ALTER PUBLICATION powersync SET (publish_via_partition_root = true)");
+    let got = validate(&primary, "postgres", &todos).await.unwrap();
+    assert_eq!(
+        got,
+        vec![(
+            "todos".into(),
+            ReplicaIdentity::Default,
+            vec!["id".into(), "list".into()]
+        )]
+    );
+    for partition in ["todos_a", "todos_b1"] {
+        let err = code(validate(&primary, "postgres", &[table(partition)]).await);
+        assert!(
+            err.starts_with("PSM_R1019") && err.contains("read public.todos in the sync rules"),
+            "{err}"
+        );
+    }
+
+    // A partition whose old rows carry every column still names the stored row; one
+    // keyed by other columns does not.
+    primary.sql(
+        "CREATE TABLE todos_c PARTITION OF todos FOR VALUES IN ('c');
+         ALTER TABLE todos_c REPLICA IDENTITY FULL;",
+    );
+    assert!(validate(&primary, "postgres", &todos).await.is_ok());
+    primary.sql(
+        "CREATE TABLE todos_d PARTITION OF todos FOR VALUES IN ('d');
+         ALTER TABLE todos_d ALTER COLUMN title SET NOT NULL;
+         CREATE UNIQUE INDEX todos_d_title ON todos_d (title);
+         ALTER TABLE todos_d REPLICA IDENTITY USING INDEX todos_d_title;",
+    );
+    let err = code(validate(&primary, "postgres", &todos).await);
+    assert!(
+        err.starts_with("PSM_R1011")
+            && err.contains("partition todos_d of public.todos")
+            && err.contains("ALTER TABLE todos_d REPLICA IDENTITY FULL"),
+        "{err}"
+    );
+    primary.sql("ALTER TABLE todos_d REPLICA IDENTITY DEFAULT");
+    assert!(validate(&primary, "postgres", &todos).await.is_ok());
+
+    // A foreign partition's changes are never published.
+    primary.sql(
+        "CREATE TABLE events (id text, kind text) PARTITION BY LIST (kind);
+         ALTER TABLE events REPLICA IDENTITY FULL;
+         CREATE TABLE events_local PARTITION OF events FOR VALUES IN ('local');
+         ALTER TABLE events_local REPLICA IDENTITY FULL;
+         CREATE FOREIGN DATA WRAPPER nowhere;
+         CREATE SERVER elsewhere FOREIGN DATA WRAPPER nowhere;
+         CREATE FOREIGN TABLE events_remote PARTITION OF events FOR VALUES IN ('remote')
+           SERVER elsewhere;",
+    );
+    let err = code(validate(&primary, "postgres", &[table("events")]).await);
+    assert!(
+        err.starts_with("PSM_R1012") && err.contains("events_remote"),
         "{err}"
     );
 }

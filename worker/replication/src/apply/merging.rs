@@ -23,10 +23,11 @@ impl Applier {
             RecopyEvent::Started {
                 consistent_point,
                 columns,
+                partitions,
                 ..
             } => {
                 let table = table_at(&self.tables, index)?;
-                let shape = table.with_columns(columns, &self.rules).ok_or_else(|| {
+                let mut shape = table.with_columns(columns, &self.rules).ok_or_else(|| {
                     ReplicationError::Stream {
                         code: "PSM_R2002",
                         message: format!(
@@ -39,6 +40,8 @@ impl Applier {
                         operator: true,
                     }
                 })?;
+                // What the copy read, recorded with it once merged.
+                shape.partitions = partitions;
                 merge.start(consistent_point, shape);
                 Ok(None)
             }
@@ -50,11 +53,15 @@ impl Applier {
                 .map(|((), checkpoint)| Some(checkpoint)),
             RecopyEvent::Done { .. } => {
                 let written = self.store.write_with(lsn, |w| {
+                    // Taken before the merge ends, which lets go of the copy.
+                    let copied = merge
+                        .shape()
+                        .map(|s| (s.store_id, s.columns.clone(), s.partitions.clone()));
                     let merged = merge.finish(w)?;
-                    if let Some(shape) = merge.shape() {
-                        let columns = shape.columns.clone();
-                        BootstrapIntent::update_table(w, shape.store_id, |t| {
+                    if let Some((store_id, columns, partitions)) = copied {
+                        BootstrapIntent::update_table(w, store_id, |t| {
                             t.columns = columns;
+                            t.partitions = partitions;
                             t.recopy = false;
                             t.rekey_from.clear();
                         })?;

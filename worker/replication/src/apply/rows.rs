@@ -105,6 +105,7 @@ impl Applier {
                 oid,
                 identity,
                 columns,
+                repartitioned,
                 recopy,
                 rekey_from,
                 why,
@@ -112,7 +113,16 @@ impl Applier {
                 let (index, oid, recopy) = (*index, *oid, *recopy);
                 let (identity, columns) = (std::mem::take(identity), std::mem::take(columns));
                 let (rekey_from, why) = (std::mem::take(rekey_from), std::mem::take(why));
-                rebind(tables, index, oid, identity, columns, &self.rules)?;
+                let repartitioned = repartitioned.take();
+                rebind(
+                    tables,
+                    index,
+                    oid,
+                    identity,
+                    columns,
+                    repartitioned,
+                    &self.rules,
+                )?;
                 if recopy {
                     self.start_recopy(w, tables, merges, index, rekey_from, why)?;
                 }
@@ -156,6 +166,7 @@ impl Applier {
                 recopy: true,
                 rekey_from: Vec::new(),
                 gone: false,
+                partitions: table.partitions.clone(),
             },
         )?;
         tables.push(table.clone());
@@ -189,6 +200,7 @@ impl Applier {
             t.recopy = true;
             t.rekey_from = rekey_from.clone();
             t.gone = false;
+            t.partitions = table.partitions.clone();
         })?;
         // The table's rows switch to their new outputs in one published checkpoint: from
         // this write on (the first in the table's new shape) clients see nothing new until

@@ -15,10 +15,22 @@ use metrics::PendingCommits;
 use rules::SyncRules;
 use source::{Message, Pgoutput, Tuple};
 
+/// Whose Relation message was the last message: the next Relation message, of a relation
+/// the stream does not follow, is then one of its partitions' (pgoutput sends none other
+/// in a row, but for the tables one TRUNCATE names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Described {
+    /// A partitioned table the stream follows, by index.
+    Partitioned(usize),
+    /// Any other relation: a partition after it is one of a partitioned table the stream
+    /// does not follow (published under that table's name, never its own).
+    Other,
+}
+
 /// pgoutput messages → changes for the tables the rules read.
 pub(crate) struct Decoder<'a> {
     /// The session's messages as read, with the relations they described.
-    pgoutput: Pgoutput,
+    pub(super) pgoutput: Pgoutput,
     /// Per table: for each of its columns, where the value sits in the tuples of its
     /// relation's last Relation message (`None` until needed after a change of either).
     pub(super) layouts: Vec<Option<Vec<Option<usize>>>>,
@@ -42,6 +54,11 @@ pub(crate) struct Decoder<'a> {
     pub(super) missing_since: std::collections::BTreeMap<usize, Instant>,
     /// How long a missing table's rows stay served.
     pub(super) gone_after: Duration,
+    /// Per table, where the stream learned the partitions it knows of it (see
+    /// `partitions`; 0: from the snapshot's record).
+    pub(super) partitions_at: Vec<u64>,
+    /// Whose Relation message (new or repeated) was the last message, if one was.
+    pub(super) described: Option<Described>,
 }
 
 impl<'a> Decoder<'a> {
@@ -67,6 +84,8 @@ impl<'a> Decoder<'a> {
                 .map(|(i, t)| (t.qualified(), i))
                 .collect(),
             described_at: vec![0; tables.len()],
+            partitions_at: vec![0; tables.len()],
+            described: None,
             missing_since: std::collections::BTreeMap::new(),
             gone_after: GONE_AFTER,
             tables,
@@ -95,6 +114,12 @@ impl<'a> Decoder<'a> {
         &mut self,
         message: Message,
     ) -> Result<Option<Change>, ReplicationError> {
+        // Type messages may come between a partitioned table's Relation message and its
+        // partition's; any other message ends the pair.
+        let before = match &message {
+            Message::Other => self.described,
+            _ => self.described.take(),
+        };
         Ok(match message {
             Message::Begin {
                 final_lsn,
@@ -116,7 +141,8 @@ impl<'a> Decoder<'a> {
                     received: std::time::Instant::now(),
                 })
             }
-            Message::Relation(relation) => self.check_relation(&relation)?,
+            Message::Relation(relation) => self.check_relation(&relation, before)?,
+            Message::Redescribed { oid } => self.redescribed(oid, before)?,
             Message::Insert { relation, new } => {
                 self.row_of(relation, [&new])?
                     .map(|(table, [new])| Change::Insert {

@@ -34,6 +34,7 @@ use setup::{slot_to_follow, within_setup};
 use source::{format_lsn, replication_error, start_stream};
 
 mod decode;
+mod partitions;
 mod read;
 mod setup;
 mod shape;
@@ -371,13 +372,22 @@ impl Following<'_> {
         let mut forwarded = false;
         while let Some(event) = self.recopies.ready(self.decoder.passed) {
             forwarded = true;
-            if let RecopyEvent::Started { table, columns, .. } = &event {
+            if let RecopyEvent::Started {
+                table,
+                columns,
+                partitions,
+                consistent_point,
+            } = &event
+            {
                 self.decoder.learn_attnums(
                     *table,
                     columns
                         .iter()
                         .map(|c| (c.name.as_str(), c.type_oid, c.attnum)),
                 );
+                let partitions = partitions.clone();
+                self.decoder
+                    .learn_partitions(*table, partitions, *consistent_point);
             }
             if self.input.push(Change::Recopy(event)).await.is_err() {
                 break;

@@ -5,13 +5,13 @@
 
 use std::time::Instant;
 
-use super::decode::Decoder;
+use super::decode::{Decoder, Described};
 use crate::catalog::CatalogTable;
 use crate::change::{rebind_to, Change};
 use crate::error::{stream_error, ReplicationError};
 use crate::table::StreamTable;
 use rules::SyncRules;
-use source::{ColumnMeta, Relation, SourceTable};
+use source::{ColumnMeta, Partition, Relation, SourceTable};
 
 impl Decoder<'_> {
     /// A Relation message for a table the rules read: it must be the table of that name.
@@ -19,20 +19,53 @@ impl Decoder<'_> {
     /// identity) to decode its rows with from here on, and whether its rows are copied
     /// again (a column the rules read added, dropped, renamed or retyped; the table
     /// created again; its replica identity changed).
+    ///
+    /// One of a relation the stream does not follow that comes right after another
+    /// Relation message (`before`) is a partition's (see `partitions`).
     pub(super) fn check_relation(
         &mut self,
         relation: &Relation,
+        before: Option<Described>,
     ) -> Result<Option<Change>, ReplicationError> {
         let qualified = relation.qualified();
         let index = match (self.by_oid.get(&relation.oid), self.by_name.get(&qualified)) {
-            (None, None) => return self.added(relation),
+            (None, None) => {
+                self.described = Some(Described::Other);
+                return match before {
+                    Some(before) => self.partition_described(before, relation.oid, &qualified),
+                    None => self.added(relation),
+                };
+            }
             (Some(&i), _) | (None, Some(&i)) => i,
         };
         self.described_at[index] = self.commit_lsn;
+        self.described(index);
         // Its tuples may list the columns otherwise now.
         self.layouts[index] = None;
         let (shape, identity) = relation_shape(relation);
-        self.check_shape(index, relation.oid, &qualified, &shape, identity)
+        self.check_shape(index, relation.oid, &qualified, &shape, identity, None)
+    }
+
+    /// A Relation message of relation `oid` the same as its last (see
+    /// [`Self::check_relation`]).
+    pub(super) fn redescribed(
+        &mut self,
+        oid: u32,
+        before: Option<Described>,
+    ) -> Result<Option<Change>, ReplicationError> {
+        if let Some(&index) = self.by_oid.get(&oid) {
+            self.described(index);
+            return Ok(None);
+        }
+        self.described = Some(Described::Other);
+        let Some(before) = before else {
+            return Ok(None);
+        };
+        let qualified = self
+            .pgoutput
+            .relation(oid)
+            .map_or_else(|| format!("OID {oid}"), source::Relation::qualified);
+        self.partition_described(before, oid, &qualified)
     }
 
     /// A Relation message for a table the stream does not follow yet: see [`Self::follow`].
@@ -40,7 +73,7 @@ impl Decoder<'_> {
         let (columns, identity) = relation_shape(relation);
         let columns = rebound_columns(&[], &columns);
         let name = (relation.namespace.as_str(), relation.name.as_str());
-        self.follow(name, relation.oid, identity, columns)
+        self.follow(name, relation.oid, identity, (columns, None))
     }
 
     /// A published table the catalog shows that the stream does not follow yet: see
@@ -57,11 +90,13 @@ impl Decoder<'_> {
             return Ok(None);
         }
         let name = (table.schema.as_str(), table.name.as_str());
-        self.follow(name, seen.oid, seen.identity.clone(), seen.columns.clone())
+        let shape = (seen.columns.clone(), seen.partitions.clone());
+        self.follow(name, seen.oid, seen.identity.clone(), shape)
     }
 
     /// A table `schema.name` the stream does not follow yet (OID `oid`, replica identity
-    /// `identity`, rows of `columns`): when the rules read it through a wildcard table
+    /// `identity`, rows of `columns`, `partitions` when the catalog showed them): when the
+    /// rules read it through a wildcard table
     /// (`todos_%`), it is followed from here on and its rows are copied (those written
     /// before may predate the slot's position, or the table's place in the publication),
     /// as a table created again is.
@@ -70,7 +105,7 @@ impl Decoder<'_> {
         (schema, name): (&str, &str),
         oid: u32,
         identity: Vec<String>,
-        columns: Vec<ColumnMeta>,
+        (columns, partitions): (Vec<ColumnMeta>, Option<Vec<Partition>>),
     ) -> Result<Option<Change>, ReplicationError> {
         if !self.rules.reads_by_wildcard(schema, name) {
             return Ok(None);
@@ -90,19 +125,27 @@ impl Decoder<'_> {
             });
         }
         let store_id = self.tables.iter().map(|t| t.store_id).max().unwrap_or(0) + 1;
-        let table =
-            StreamTable::added(store_id, oid, (schema, name), identity, columns, self.rules)
-                .ok_or_else(|| {
-                    stream_error(format!(
-                        "new table {qualified}: a key column is not published"
-                    ))
-                })?;
+        let table = StreamTable::added(
+            store_id,
+            oid,
+            (schema, name),
+            identity,
+            columns,
+            partitions,
+            self.rules,
+        )
+        .ok_or_else(|| {
+            stream_error(format!(
+                "new table {qualified}: a key column is not published"
+            ))
+        })?;
         let index = self.tables.len();
         self.tables.push(table.clone());
         self.by_oid.insert(oid, index);
         self.by_name.insert(qualified.clone(), index);
         self.layouts.push(None);
         self.described_at.push(self.commit_lsn);
+        self.partitions_at.push(self.commit_lsn);
         tracing::info!(
             table = %qualified,
             "a new table the sync rules read through a wildcard table; it is followed from \
@@ -125,11 +168,20 @@ impl Decoder<'_> {
         table: Option<&CatalogTable>,
         lsn: u64,
     ) -> Result<Option<Change>, ReplicationError> {
-        let Some(known) = self.tables.get(index) else {
+        if index >= self.tables.len() {
             return Ok(None);
-        };
+        }
+        // What the stream knows of a table's partitions comes from no Relation message.
+        let repartitioned =
+            table.and_then(|t| self.partitions_changed(index, t.partitions.as_deref(), lsn));
+        if repartitioned.is_some() {
+            self.partitions_at[index] = lsn;
+        }
         if self.described_at.get(index).is_some_and(|&at| at >= lsn) {
-            return Ok(None);
+            return match repartitioned {
+                Some((partitions, why)) => self.repartition(index, partitions, why).map(Some),
+                None => Ok(None),
+            };
         }
         let Some(table) = table else {
             self.missing(
@@ -139,17 +191,26 @@ impl Decoder<'_> {
             );
             return Ok(None);
         };
-        let qualified = known.qualified();
+        let qualified = self.tables[index].qualified();
         let shape: Vec<Column<'_>> = table
             .columns
             .iter()
             .map(|c| (c.name.as_str(), c.type_oid, c.attnum))
             .collect();
-        self.check_shape(index, table.oid, &qualified, &shape, table.identity.clone())
+        let identity = table.identity.clone();
+        self.check_shape(
+            index,
+            table.oid,
+            &qualified,
+            &shape,
+            identity,
+            repartitioned,
+        )
     }
 
     /// Compares table `index` with what the primary says it is now: OID `oid`, name
-    /// `qualified`, columns (see [`Column`]) and replica `identity`.
+    /// `qualified`, columns (see [`Column`]) and replica `identity`; `repartitioned`: its
+    /// partitions changed (the ones it has now, and how).
     fn check_shape(
         &mut self,
         index: usize,
@@ -157,6 +218,7 @@ impl Decoder<'_> {
         qualified: &str,
         columns: &[Column<'_>],
         identity: Vec<String>,
+        repartitioned: Option<(Vec<Partition>, String)>,
     ) -> Result<Option<Change>, ReplicationError> {
         let known = &self.tables[index];
         if known.qualified() != qualified {
@@ -186,17 +248,21 @@ impl Decoder<'_> {
                     .to_owned(),
             );
         }
-        let recopy = !seen.is_empty() || recreated || rekeyed;
+        let recopy = !seen.is_empty() || recreated || rekeyed || repartitioned.is_some();
         if !problems.is_empty() {
             return Err(changed_after_snapshot(known, &problems));
         }
         let unchanged =
             now.len() == then.len() && now.iter().zip(&then).all(|(n, t)| same_column(n, t));
-        if unchanged && !recreated && !rekeyed {
+        if unchanged && !recreated && !rekeyed && repartitioned.is_none() {
             self.learn_attnums(index, columns.iter().map(|c| (c.0, c.1, c.2)));
             return Ok(None);
         }
         let rebound = rebound_columns(shape, columns);
+        let (repartitioned, partitions_why) = match repartitioned {
+            Some((partitions, why)) => (Some(partitions), why),
+            None => (None, String::new()),
+        };
         let why = if returned {
             self.missing_since.remove(&index);
             self.by_oid.insert(oid, index);
@@ -212,6 +278,8 @@ impl Decoder<'_> {
                 keys_then.join(", "),
                 keys_now.join(", ")
             )
+        } else if seen.is_empty() && recopy {
+            partitions_why
         } else if recopy {
             let mut names = seen;
             names.sort_unstable();
@@ -231,6 +299,7 @@ impl Decoder<'_> {
             oid,
             identity,
             columns: rebound,
+            repartitioned,
             recopy,
             rekey_from: if rekeyed {
                 self.tables[index].identity_names.clone()

@@ -1,5 +1,6 @@
 //! The decoder against pgoutput messages built by hand: a catalog reading applies only
-//! where the stream knows no later shape of the table; a table gone under its name.
+//! where the stream knows no later shape of the table; a table gone under its name; a
+//! partitioned table's partitions.
 
 use std::time::Instant;
 
@@ -42,6 +43,7 @@ fn todos(columns: &[&str]) -> IntentTable {
         recopy: false,
         rekey_from: Vec::new(),
         gone: false,
+        partitions: None,
     }
 }
 
@@ -66,8 +68,12 @@ fn relation(columns: &[&str]) -> Vec<u8> {
 }
 
 fn relation_named(name: &str, columns: &[&str]) -> Vec<u8> {
+    relation_of(OID, name, columns)
+}
+
+fn relation_of(oid: u32, name: &str, columns: &[&str]) -> Vec<u8> {
     let mut m = vec![b'R'];
-    m.extend(OID.to_be_bytes());
+    m.extend(oid.to_be_bytes());
     m.extend(b"public\0");
     m.extend(name.as_bytes());
     m.push(0);
@@ -89,6 +95,7 @@ fn catalog(columns: &[&str]) -> CatalogTable {
         oid: OID,
         columns: columns.iter().map(|c| column(c)).collect(),
         identity: vec!["id".into()],
+        partitions: None,
     }
 }
 
@@ -401,4 +408,161 @@ fn write_checkpoint_messages_name_only_write_checkpoint_records() {
             "{forged}"
         );
     }
+}
+
+/// A partition of the partitioned todos.
+fn partition(oid: u32, filenode: u32, attached: u32) -> source::Partition {
+    source::Partition {
+        oid,
+        filenode,
+        attached,
+    }
+}
+
+/// `publish_via_partition_root = true`: a partition's changes come under the partitioned
+/// table, after its Relation message and the partition's. A partition the stream does not
+/// know, named at its first write, was attached: the table is copied again before that
+/// write is applied. The catalog's readings then see the same partitions (nothing more),
+/// or one detached, or one emptied alone (a new data file), each copied again; a reading
+/// older than what the stream learned is not applied.
+#[test]
+fn a_partition_attached_detached_or_emptied_copies_the_table_again() {
+    let fixture = Fixture::new();
+    let mut intent = todos(&["id", "title"]);
+    intent.partitions = Some(vec![partition(20001, 5, 7)]);
+    let table = StreamTable::from_intent(&intent, &fixture.rules).unwrap();
+    let mut decoder = Decoder::new(&fixture.pending, vec![table], &fixture.rules);
+    let insert = || row_message(b'I', &[source::Value::Bytes(b"1"), source::Value::Null]);
+
+    decode(&mut decoder, begin(100));
+    assert!(decode(&mut decoder, relation(&["id", "title"])).is_none());
+    let known = decode(
+        &mut decoder,
+        relation_of(20001, "todos_a", &["id", "title"]),
+    );
+    assert!(known.is_none(), "a known partition: {known:?}");
+    assert!(matches!(
+        decode(&mut decoder, insert()),
+        Some(Change::Insert { .. })
+    ));
+    // A relation described after a row is not a partition of the table before it.
+    let other = decode(&mut decoder, relation_of(30000, "other", &["id"]));
+    assert!(other.is_none(), "{other:?}");
+    decode(&mut decoder, commit(100));
+
+    decode(&mut decoder, begin(200));
+    // The table's Relation message again (an invalidation), then a new partition's.
+    assert!(decode(&mut decoder, relation(&["id", "title"])).is_none());
+    let attached = decode(
+        &mut decoder,
+        relation_of(20002, "todos_b", &["id", "title"]),
+    );
+    let Some(Change::Relation {
+        recopy: true,
+        repartitioned: Some(partitions),
+        why,
+        ..
+    }) = attached
+    else {
+        panic!("the table is copied again: {attached:?}")
+    };
+    assert_eq!(
+        partitions.iter().map(|p| p.oid).collect::<Vec<_>>(),
+        [20001, 20002]
+    );
+    assert!(why.contains("todos_b"), "{why}");
+    assert!(matches!(
+        decode(&mut decoder, insert()),
+        Some(Change::Insert { .. })
+    ));
+    decode(&mut decoder, commit(200));
+
+    let reading = |partitions: Vec<source::Partition>| {
+        let mut seen = catalog(&["id", "title"]);
+        seen.partitions = Some(partitions);
+        seen
+    };
+    let recopied = |change: Option<Change>| {
+        matches!(
+            change,
+            Some(Change::Relation {
+                recopy: true,
+                repartitioned: Some(_),
+                ..
+            })
+        )
+    };
+    // Older than the stream's knowledge: not applied.
+    let stale = reading(vec![partition(20001, 5, 7)]);
+    assert!(decoder
+        .check_catalog(0, Some(&stale), 150)
+        .unwrap()
+        .is_none());
+    // The same partitions, the attached one now known in full.
+    let same = reading(vec![partition(20001, 5, 7), partition(20002, 9, 11)]);
+    assert!(decoder
+        .check_catalog(0, Some(&same), 300)
+        .unwrap()
+        .is_none());
+    let detached = reading(vec![partition(20002, 9, 11)]);
+    assert!(recopied(
+        decoder.check_catalog(0, Some(&detached), 400).unwrap()
+    ));
+    assert!(decoder
+        .check_catalog(0, Some(&detached), 450)
+        .unwrap()
+        .is_none());
+    let emptied = reading(vec![partition(20002, 12, 11)]);
+    assert!(recopied(
+        decoder.check_catalog(0, Some(&emptied), 500).unwrap()
+    ));
+    let again = reading(vec![partition(20002, 12, 13)]);
+    assert!(recopied(
+        decoder.check_catalog(0, Some(&again), 600).unwrap()
+    ));
+}
+
+/// An ordinary table's next Relation message (of a table the rules do not read) is no
+/// partition of it, and its catalog readings carry no partitions.
+#[test]
+fn an_ordinary_table_has_no_partitions() {
+    let fixture = Fixture::new();
+    let mut decoder = fixture.decoder(&["id", "title"], false);
+    decode(&mut decoder, begin(100));
+    assert!(decode(&mut decoder, relation(&["id", "title"])).is_none());
+    let next = decode(
+        &mut decoder,
+        relation_of(20002, "todos_b", &["id", "title"]),
+    );
+    assert!(next.is_none(), "{next:?}");
+    decode(&mut decoder, commit(100));
+    let seen = catalog(&["id", "title"]);
+    assert!(decoder
+        .check_catalog(0, Some(&seen), 200)
+        .unwrap()
+        .is_none());
+}
+
+/// A partition of a partitioned table the rules do not read, published under that
+/// table's name (its Relation message comes right after the table's), is not followed as
+/// a table a wildcard matches (its changes never come under its own name); a table
+/// described on its own is.
+#[test]
+fn a_partition_of_a_table_not_followed_is_not_taken_for_a_wildcard_table() {
+    let rules = SyncRules::parse(
+        "bucket_definitions:\n  all:\n    data:\n      - SELECT id FROM todos\n      - SELECT id FROM \"events_%\"\n",
+    )
+    .unwrap();
+    let pending = PendingCommits::default();
+    let table = StreamTable::from_intent(&todos(&["id", "title"]), &rules).unwrap();
+    let mut decoder = Decoder::new(&pending, vec![table], &rules);
+    decode(&mut decoder, begin(100));
+    assert!(decode(&mut decoder, relation_of(40000, "archive", &["id"])).is_none());
+    let partition = decode(&mut decoder, relation_of(40001, "events_2024", &["id"]));
+    assert!(partition.is_none(), "{partition:?}");
+    decode(&mut decoder, commit(100));
+    decode(&mut decoder, begin(200));
+    let table = decode(&mut decoder, relation_of(40002, "events_2025", &["id"]));
+    assert!(matches!(table, Some(Change::Added { .. })), "{table:?}");
+    decode(&mut decoder, commit(200));
 }

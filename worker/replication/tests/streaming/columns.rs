@@ -153,7 +153,9 @@ async fn a_recopy_that_fails_starts_again_with_the_next_stream() {
 
 /// A column added with a constant default under `SELECT *` changes every row without a
 /// change on the stream: the catalog, read every few seconds, shows it, and the table is
-/// copied again with no write to it.
+/// copied again with no write to it. The bootstrap record then has the table's new
+/// columns and no re-copy pending (it kept the mark, and every start copied the table
+/// again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_column_added_under_star_reaches_the_buckets_without_a_write() {
     let (rig, store) = seeded(300).await;
@@ -168,6 +170,17 @@ async fn a_column_added_under_star_reaches_the_buckets_without_a_write() {
             .flat_map(|rows| rows.values())
             .any(|data| data.contains("\"priority\":3")),
         "the rows carry the new column"
+    );
+    let intent = store
+        .read(|view| Ok(replication::BootstrapIntent::load(view)))
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let todos = intent.tables.iter().find(|t| t.name == "todos").unwrap();
+    assert!(!todos.recopy, "no re-copy is left pending: {todos:?}");
+    assert!(
+        todos.columns.iter().any(|c| c.name == "priority"),
+        "{todos:?}"
     );
     streaming.stop().await.unwrap();
 }

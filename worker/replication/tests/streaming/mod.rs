@@ -23,6 +23,7 @@ use testkit::buckets;
 mod changes;
 mod columns;
 mod messages;
+mod partitions;
 mod tables;
 
 const SLOT: &str = "psm_stream_test";
