@@ -6,6 +6,16 @@
   every code a document lists exists in the code.
 - The metrics `GET /metrics` serves are exactly those docs/metrics.md lists, and no
   document names a metric that is not served.
+- Every GUC `extension/src/guc.rs` defines is in docs/operations.md's GUC table, every
+  SQL function the extension defines (`sql.rs`, `support.rs`) is documented, and no document names a
+  `powersync_mdbx.<name>` that is neither.
+- Every key of the configuration file the engine uses or refuses
+  (`worker/config/src/keys.rs`) is named in docs/operations.md or docs/migrating.md.
+- Every HTTP route the server answers (`worker/http/src/`) is documented, and no document
+  names a route the server does not answer.
+- A section of the specification is named by its file in the repository
+  (`docs/spec/protocol.md` §N), in documents and in code comments: nothing points to a
+  specification outside the repository.
 
 Run from anywhere; exits 1 with one line per problem.
 """
@@ -125,16 +135,112 @@ def check_metrics(problems):
                 problems.append(f"{doc}: names the metric {name}, which /metrics does not serve")
 
 
+SPEC_RE = re.compile(r"spec(?:ification)?:?\s*§|(?<![\w/.])protocol\.md`?\s*§")
+
+
+def check_spec_references(problems):
+    """Every `§N` reference to the specification names `docs/spec/protocol.md`."""
+    texts = [(doc, read(doc)) for doc in DOCS]
+    texts += [(path, read(path)) for path in source_files()]
+    for path, text in texts:
+        for number, line in enumerate(text.splitlines(), 1):
+            if SPEC_RE.search(line):
+                problems.append(
+                    f"{path}:{number}: a specification section without its file; write "
+                    f"`docs/spec/protocol.md` §N"
+                )
+
+
+GUC_SOURCE = "extension/src/guc.rs"
+SQL_SOURCES = ["extension/src/sql.rs", "extension/src/support.rs"]
+GUC_DOC = "docs/operations.md"
+SETTING_RE = re.compile(r"\bpowersync_mdbx\.([a-z_]+)\b")
+HTTP_SOURCES = "worker/http/src"
+ROUTE_RE = re.compile(r"(?<![\w.:/-])/(?:sync|api|probes|peer|metrics|write-checkpoint)[\w./-]*")
+
+
+def check_settings(problems):
+    """GUCs and SQL functions against `guc.rs` and `sql.rs`."""
+    gucs = set(re.findall(r'c"powersync_mdbx\.([a-z_]+)"', read(GUC_SOURCE)))
+    functions = set()
+    for source in SQL_SOURCES:
+        text = read(source)
+        functions.update(re.findall(r"#\[pg_extern[^\]]*\]\s*(?:pub\s+)?fn\s+([a-z_]+)", text))
+        functions.update(re.findall(r"CREATE FUNCTION ([a-z_]+)\(", text))
+    table = [line for line in read(GUC_DOC).splitlines() if line.startswith("| `powersync_mdbx.")]
+    for guc in sorted(gucs):
+        if not any(f"`powersync_mdbx.{guc}`" in line for line in table):
+            problems.append(f"{GUC_DOC}: the GUC table has no row for powersync_mdbx.{guc}")
+    for function in sorted(functions):
+        if not any(f"{function}(" in read(doc) for doc in DOCS):
+            problems.append(f"no document describes the SQL function powersync_mdbx.{function}()")
+    for doc in DOCS:
+        for name in sorted(set(SETTING_RE.findall(read(doc)))):
+            if name not in gucs and name not in functions:
+                problems.append(
+                    f"{doc}: powersync_mdbx.{name} is neither a GUC ({GUC_SOURCE}) nor a SQL "
+                    f"function ({', '.join(SQL_SOURCES)})"
+                )
+
+
+KEYS_SOURCE = "worker/config/src/keys.rs"
+KEY_DOCS = ["docs/operations.md", "docs/migrating.md"]
+
+
+def check_config_keys(problems):
+    """Keys the engine uses or refuses are documented (by their own name, in backticks,
+    alone or at the end of a dotted path)."""
+    keys = re.findall(r'\(\s*"([a-z_]+)",\s*(?:Used|Refused)', read(KEYS_SOURCE))
+    text = "\n".join(read(doc) for doc in KEY_DOCS)
+    for key in sorted(set(keys)):
+        if not re.search(r"`(?:[\w\[\].]*\.)?" + re.escape(key) + r"`", text):
+            problems.append(f"{KEYS_SOURCE}: the configuration key {key} is in neither {' nor '.join(KEY_DOCS)}")
+
+
+def http_routes():
+    routes = set()
+    for dirpath, _, files in os.walk(os.path.join(ROOT, HTTP_SOURCES)):
+        for name in files:
+            if name.endswith(".rs"):
+                text = read(os.path.relpath(os.path.join(dirpath, name), ROOT))
+                routes.update(re.findall(r'"(/(?:sync|api|probes|peer|metrics|write-checkpoint)[\w./-]*)"', text))
+    # Prefixes the router matches by (`/api/admin/v1/`) are not routes of their own.
+    return {r for r in routes if not r.endswith("/")}
+
+
+def check_routes(problems):
+    """Routes the server answers against the routes documents name."""
+    routes = http_routes()
+    named = {}
+    for doc in DOCS:
+        for route in ROUTE_RE.findall(read(doc)):
+            named.setdefault(route.rstrip(".,;:)/"), doc)
+    for route in sorted(routes):
+        if route not in named:
+            problems.append(f"the route {route} is documented nowhere")
+    for route, doc in sorted(named.items()):
+        if route in routes or any(r.startswith(route + "/") for r in routes):
+            continue
+        problems.append(f"{doc}: names the route {route}, which the server does not answer")
+
+
 def main():
     problems = []
     check_paths(problems)
+    check_settings(problems)
+    check_config_keys(problems)
+    check_routes(problems)
+    check_spec_references(problems)
     check_error_codes(problems)
     check_metrics(problems)
     for problem in problems:
         print(f"docs: {problem}", file=sys.stderr)
     if problems:
         return 1
-    print(f"docs: {len(DOCS)} documents; paths, error codes and metric names agree with the code")
+    print(
+        f"docs: {len(DOCS)} documents; paths, error codes, metric names, settings, configuration "
+        "keys, routes and specification references agree with the code"
+    )
     return 0
 
 

@@ -80,8 +80,9 @@ pub extern "C-unwind" fn powersync_mdbx_worker_main(_arg: pg_sys::Datum) {
     } else {
         pgrx::warning!("powersync_mdbx: worker exiting with engine threads still running");
     }
-    // Exit code 1 asks the postmaster to restart the worker (after a crash,
-    // pg_terminate_backend or an engine failure); during shutdown it is not restarted.
+    // Exit code 1 asks the postmaster to restart the worker (after pg_terminate_backend,
+    // or engine threads that would not stop); during shutdown it is not restarted. Other
+    // engine failures never get here: the host starts the engine again inside the worker.
     // SAFETY: ends the process the PostgreSQL way, running its exit callbacks.
     unsafe { pg_sys::proc_exit(exit_code) };
 }

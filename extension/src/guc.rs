@@ -130,7 +130,7 @@ fn define_fleet() {
           port>, or http://127.0.0.1:<its sync port> on this host.",
         c"Instead of a snapshot, a replica with empty storage copies the peer's store and \
           streams its own slot from the copy's position, so both hold one history. Needs \
-          powersync_mdbx.peer_secret (and, for https, powersync_mdbx.peer_tls_ca_file).",
+          powersync_mdbx.peer_secret_file (and, for https, powersync_mdbx.peer_tls_ca_file).",
         &SEED_FROM,
         GucContext::Sighup,
         GucFlags::SUPERUSER_ONLY,
@@ -139,8 +139,8 @@ fn define_fleet() {
         c"powersync_mdbx.peer_listen",
         c"Address and port (e.g. 0.0.0.0:8443) where peers copy this replica's store over TLS.",
         c"Serves GET /peer/store over TLS only, with powersync_mdbx.peer_tls_cert_file and \
-          powersync_mdbx.peer_tls_key_file. Needs powersync_mdbx.peer_secret. Unset: peers \
-          copy only over loopback, on the sync port.",
+          powersync_mdbx.peer_tls_key_file. Needs powersync_mdbx.peer_secret_file. Unset: \
+          peers copy only on this host, on the sync port with powersync_mdbx.peer_loopback.",
         &PEER_LISTEN,
         GucContext::Sighup,
         GucFlags::SUPERUSER_ONLY,

@@ -67,7 +67,8 @@ fn reset(force: default!(bool, false)) -> JsonB {
 
 /// Asks the worker to re-read postgresql.conf and its configuration file now, as
 /// `pg_reload_conf()` does, and returns what it did: changed sync rules start a deploy
-/// (a new generation is built beside the served one; `status()` shows its progress),
+/// (inside the served store when it can be, or in a new generation built beside it;
+/// `status()` shows its progress),
 /// invalid rules or keys change nothing and return the error.
 #[pg_extern]
 fn reload() -> JsonB {
@@ -106,7 +107,7 @@ REVOKE ALL ON FUNCTION reload() FROM PUBLIC;
 REVOKE ALL ON FUNCTION status() FROM PUBLIC;
 GRANT USAGE ON SCHEMA powersync_mdbx TO pg_monitor;
 GRANT EXECUTE ON FUNCTION status() TO pg_monitor;
-COMMENT ON FUNCTION reload() IS 'Re-reads the configuration now; changed sync rules are built beside the served ones and switched to once caught up.';
+COMMENT ON FUNCTION reload() IS 'Re-reads the configuration now; changed sync rules are deployed without downtime, inside the served store or in a new generation beside it, and switched to once caught up.';
 COMMENT ON FUNCTION status() IS 'Status of the powersync_mdbx background worker (jsonb).';
 COMMENT ON FUNCTION reset(boolean) IS 'Drops the worker''s replication slots and storage and starts over; removes nothing when a slot cannot be dropped, unless force => true.';
 CREATE FUNCTION replication() RETURNS TABLE(

@@ -15,8 +15,8 @@ const JWK_BASE64: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// The token algorithms this server accepts (spec §6). ES512 is absent: the JWT crate has
-/// no P-521 support, so such tokens are refused as unsupported.
+/// The token algorithms this server accepts (`docs/spec/protocol.md` §6). ES512 is absent: the JWT
+/// crate has no P-521 support, so such tokens are refused as unsupported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TokenAlg {
     Hs256,

@@ -1,5 +1,5 @@
-//! Client JWT authentication (spec §6): which tokens the sync endpoints accept, and the user
-//! each one stands for.
+//! Client JWT authentication (`docs/spec/protocol.md` §6): which tokens the sync endpoints accept,
+//! and the user each one stands for.
 //!
 //! Keys come from `client_auth.jwks.keys` (inline, checked at startup) and
 //! `client_auth.jwks_uri` (fetched and cached). A token is taken apart (`token`), its key

@@ -1,5 +1,6 @@
 //! Errors that end the engine. Their kind tells the host what to do: wait for the
-//! operator (a reload or reset), or restart the worker.
+//! operator (a reload or reset), or start the engine again inside the worker after a
+//! backoff (`host`).
 
 use config::ConfigError;
 use replication::ReplicationError;
@@ -41,10 +42,11 @@ pub enum EngineError {
     /// A thread or the runtime could not be created.
     #[error("PSM_E1001 cannot start the engine's threads: {0}")]
     Thread(std::io::Error),
-    /// The engine thread panicked: a bug. The worker restarts.
+    /// The engine thread panicked: a bug. The host starts the engine again after a
+    /// backoff.
     #[error(
-        "PSM_E1002 the engine thread panicked (a bug; the worker restarts — please report \
-             the server log)"
+        "PSM_E1002 the engine thread panicked (a bug; the engine starts again after a \
+             backoff — please report the server log)"
     )]
     Panicked,
 }

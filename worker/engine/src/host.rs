@@ -160,9 +160,10 @@ impl Host {
     }
 
     /// Applies new settings (after SIGHUP, or `powersync_mdbx.reload()`). Changed sync
-    /// rules alone are handed to the running engine, which builds them beside the served
-    /// ones and switches over when they have caught up; other changes restart the engine
-    /// (which also builds changed rules beside the stored data). Returns what it did.
+    /// rules alone are handed to the running engine, which deploys them inside the served
+    /// store or in a new generation beside it, and switches over when they have caught up;
+    /// other changes restart the engine (which deploys changed rules the same way). Returns
+    /// what it did.
     pub fn reload(&mut self, settings: HostSettings) -> serde_json::Value {
         // The operator acted: a fault seen before starts a fresh count.
         self.failures = 0;
@@ -220,7 +221,7 @@ impl Host {
             && running.is_some_and(|r| same_apart_from_rules(&r.service, &config.service))
             && self.status.snapshot().ready;
         if let (true, Some(engine)) = (rules_only, &self.engine) {
-            tracing::info!("sync rules changed; building them beside the served ones");
+            tracing::info!("sync rules changed; deploying them beside the served ones");
             engine.deploy_rules(&config.service.rules.content);
             self.status.update(|s| s.last_error = None);
             self.last_error = None;

@@ -132,8 +132,9 @@ impl EngineHandle {
     }
 
     /// Hands the engine the configured rules text (after a reload). Rules that differ
-    /// from the served ones are built into a new generation beside them and switched to
-    /// once caught up (`status().deploy` shows the progress); the served rules abandon a
+    /// from the served ones are deployed inside the served store when they can be (the
+    /// tables they read differently copied again), else built into a new generation beside
+    /// it, and switched to once caught up (`status().deploy` shows the progress); the served rules abandon a
     /// deploy in progress; the rules of a failed deploy try again.
     pub fn deploy_rules(&self, text: &str) {
         self.rules.send_replace(Arc::from(text));

@@ -96,8 +96,8 @@ impl Lines {
     }
 }
 
-/// A client model (spec §3.4): per bucket, the ops received; at checkpoint_complete the
-/// sums must equal the announced checksums.
+/// A client model (`docs/spec/protocol.md` §3.4): per bucket, the ops received; at
+/// checkpoint_complete the sums must equal the announced checksums.
 #[derive(Default)]
 pub struct Client {
     pub announced: BTreeMap<String, u32>,

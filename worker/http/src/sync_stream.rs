@@ -1,12 +1,11 @@
-//! `POST /sync/stream`: authenticate, parse the request, then stream lines for every new
-//! checkpoint that concerns the connection until the token expires, the client leaves or
-//! the engine stops (spec §5). A stream wakes only for checkpoints that concern it
-//! (`service::wakeups`). Its lines are produced as the transport takes them: the stream
-//! is the response body itself, polled by the connection's task (no task or queue of its
-//! own), and a client that stops reading stops its production. Store reads run one chunk
-//! at a time: small ones (a diff of a few recent ops) on the runtime's thread, others on
-//! the service's fixed set of reader threads (`service::readers`), in turn; nothing holds
-//! a read transaction between chunks.
+//! `POST /sync/stream`: authenticate, parse the request, then stream lines for every new checkpoint
+//! that concerns the connection until the token expires, the client leaves or the engine stops
+//! (`docs/spec/protocol.md` §5). A stream wakes only for checkpoints that concern it
+//! (`service::wakeups`). Its lines are produced as the transport takes them: the stream is the
+//! response body itself, polled by the connection's task (no task or queue of its own), and a
+//! client that stops reading stops its production. Store reads run one chunk at a time: small ones
+//! (a diff of a few recent ops) on the runtime's thread, others on the service's fixed set of
+//! reader threads (`service::readers`), in turn; nothing holds a read transaction between chunks.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -33,7 +32,7 @@ use service::{Encoding, SyncError, SyncLine, SyncRequest, SyncSession, MAX_BODY_
 
 /// Encoded bytes gathered into one chunk of the response (whole lines only).
 const CHUNK_BYTES: usize = 64 << 10;
-/// Keepalive period (spec §5.6: 20 s ± 10 %).
+/// Keepalive period (`docs/spec/protocol.md` §5.6: 20 s ± 10 %).
 const KEEPALIVE: Duration = Duration::from_secs(20);
 /// Before expiry, the line that lets clients fetch a new token in time.
 const EXPIRY_WARNING: Duration = Duration::from_secs(20);
@@ -432,9 +431,9 @@ impl Stream {
         self.line(&SyncLine::TokenExpiresIn(seconds)).map(Some)
     }
 
-    /// Moves the session to a newly served generation: its next line is a
-    /// `checkpoint_diff` that removes the old generation's buckets and adds the new ones
-    /// (spec §7.6), and the client keeps its data until that checkpoint completes.
+    /// Moves the session to a newly served generation: its next line is a `checkpoint_diff` that
+    /// removes the old generation's buckets and adds the new ones (`docs/spec/protocol.md` §7.6),
+    /// and the client keeps its data until that checkpoint completes.
     fn follow(&mut self, served: Arc<service::Served>) {
         if served.generation != self.served.generation
             || !Arc::ptr_eq(&served.rules, &self.served.rules)

@@ -66,7 +66,7 @@ impl ReplicationError {
     }
 
     /// True when the store failed under the engine (a failed commit poisons it): retrying
-    /// inside this process cannot help, a restart of the worker reopens the store.
+    /// on the same store cannot help; the engine opens the store again first.
     pub fn needs_restart(&self) -> bool {
         matches!(self, Self::Store(e) if !e.needs_operator())
     }

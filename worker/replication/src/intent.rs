@@ -85,8 +85,8 @@ pub struct BootstrapIntent {
     pub publication: String,
     /// SHA-256 (hex) of the sync rules the data was built with.
     pub rules_hash: String,
-    /// The bucket generation the data was built with (the number before `#` in its
-    /// bucket names).
+    /// The generation number of the store the data was built in (a store of an earlier
+    /// build, with no history id, names its buckets with it).
     #[serde(default = "first_generation")]
     pub generation: u64,
     /// Tables and their store ids.

@@ -1,4 +1,5 @@
-//! Bucket naming (spec §7.6): `<prefix>` + the JSON array of bucket parameter values.
+//! Bucket naming (`docs/spec/protocol.md` §7.6): `<prefix>` + the JSON array of bucket parameter
+//! values.
 //!
 //! The data side (values from a row) and the parameter side (values from a token or a
 //! lookup) both go through [`bucket_name`], so equal values always give byte-identical names,

@@ -1,5 +1,5 @@
-//! Per-operation checksums (spec §3.1): PUTs, computed where rows are evaluated, and the
-//! sums of a bucket. The store computes the REMOVEs it writes.
+//! Per-operation checksums (`docs/spec/protocol.md` §3.1): PUTs, computed where rows are evaluated,
+//! and the sums of a bucket. The store computes the REMOVEs it writes.
 //!
 //! The client only sums the numbers it receives, but using the official formulas makes our
 //! checksums comparable with the official service's, which is how we test correctness.

@@ -1,4 +1,4 @@
-//! Edition-dependent behaviour ("compatibility options", spec §7.1).
+//! Edition-dependent behaviour ("compatibility options", `docs/spec/protocol.md` §7.1).
 //!
 //! Each quirk the official service fixed in a later edition is one flag here, so the
 //! evaluator asks about behaviour, never about edition numbers.

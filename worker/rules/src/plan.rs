@@ -1,4 +1,4 @@
-//! Per-table plans and row evaluation (replication time, spec §7.8).
+//! Per-table plans and row evaluation (replication time, `docs/spec/protocol.md` §7.8).
 //!
 //! A [`TablePlan`] holds everything the rules do with rows of one source table: the data
 //! queries that put the row into buckets and the parameter queries that turn it into lookup

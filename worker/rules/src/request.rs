@@ -1,5 +1,5 @@
-//! Sync-request evaluation (sync time, spec §7.8): token, client parameters and stream
-//! subscriptions → the request's bucket set.
+//! Sync-request evaluation (sync time, `docs/spec/protocol.md` §7.8): token, client parameters and
+//! stream subscriptions → the request's bucket set.
 //!
 //! Static parameter queries are evaluated directly; table parameter queries become lookup
 //! keys answered by a [`LookupReader`] (the store implements it over its lookup index at the

@@ -1,5 +1,6 @@
 //! Golden tests: bucket names, `data` strings and checksums equal to the official service's
-//! (spec §3.5 worked examples, spec §2.4, and the captured vectors of the benchmark fixture).
+//! (`docs/spec/protocol.md` §3.5 worked examples, `docs/spec/protocol.md` §2.4, and the captured
+//! vectors of the benchmark fixture).
 use crate::support;
 
 use rules::{
@@ -445,8 +446,8 @@ fn generation_changes_bucket_names() {
     );
 }
 
-/// The examples of spec §7.3, §7.4 and §7.6 in one file: static parameter queries over
-/// token values, an output-table alias, and every bucket-name shape.
+/// The examples of `docs/spec/protocol.md` §7.3, §7.4 and §7.6 in one file: static parameter
+/// queries over token values, an output-table alias, and every bucket-name shape.
 const SPEC_SECTION_7: &str = r#"
 bucket_definitions:
   global:

@@ -1,9 +1,9 @@
-//! The streaming lines of `/sync/stream` (spec §2) and their two encodings.
+//! The streaming lines of `/sync/stream` (`docs/spec/protocol.md` §2) and their two encodings.
 //!
-//! Wire rules the client enforces (spec §2.1, §2.8, §11): one top-level key per line; op
-//! ids and positions as decimal strings; op checksums as unsigned u32, bucket checksums in
-//! the service's signed i32 form; `data` as a JSON string; MOVE/CLEAR carry only op id, op
-//! and checksum; REMOVE carries the PUT's subkey and no data.
+//! Wire rules the client enforces (`docs/spec/protocol.md` §2.1, §2.8, §11): one top-level key per
+//! line; op ids and positions as decimal strings; op checksums as unsigned u32, bucket checksums in
+//! the service's signed i32 form; `data` as a JSON string; MOVE/CLEAR carry only op id, op and
+//! checksum; REMOVE carries the PUT's subkey and no data.
 
 use super::emit::{Emitter, Encoding, Key};
 use rules::BucketReason;

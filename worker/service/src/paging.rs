@@ -1,7 +1,7 @@
-//! The data download of one checkpoint (spec §5.3): buckets grouped by priority, each
-//! group fetched in batches (one short read transaction each, a bounded number of ops
-//! across the group's buckets in name order), batches cut into one-bucket chunks, one
-//! `data` line per chunk, and a completion line after each group.
+//! The data download of one checkpoint (`docs/spec/protocol.md` §5.3): buckets grouped by priority,
+//! each group fetched in batches (one short read transaction each, a bounded number of ops across
+//! the group's buckets in name order), batches cut into one-bucket chunks, one `data` line per
+//! chunk, and a completion line after each group.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
@@ -49,8 +49,8 @@ pub(super) struct Download {
     checkpoint: u64,
     groups: VecDeque<Group>,
     queue: VecDeque<DataLine>,
-    /// A page showed a MOVE/CLEAR whose target is above the checkpoint: the data reflects
-    /// a newer state, so no completion line may be sent for this checkpoint (spec §4.5).
+    /// A page showed a MOVE/CLEAR whose target is above the checkpoint: the data reflects a newer
+    /// state, so no completion line may be sent for this checkpoint (`docs/spec/protocol.md` §4.5).
     invalidated: bool,
     /// Buckets whose client copy is emptied first: their first page starts with a CLEAR.
     resets: HashSet<String>,

@@ -1,4 +1,4 @@
-//! The `/sync/stream` body (spec §1.3) as typed values.
+//! The `/sync/stream` body (`docs/spec/protocol.md` §1.3) as typed values.
 //!
 //! Lenient where the official validator is (unknown fields, `null` for optional fields),
 //! strict about the types of what it reads: a wrong `after` would make the server send ops

@@ -54,7 +54,8 @@ pub const MAX_CONCURRENT_READS: usize = 8;
 /// One bucket generation as the endpoints serve it. A rules deploy replaces it as a
 /// whole ([`SyncService::switch_to`]); open streams move over at their next checkpoint.
 pub struct Served {
-    /// The bucket generation (the number before `#` in bucket names).
+    /// The store's generation number (a reset and each deploy in a new generation advance
+    /// it; bucket names carry a tag of the store's history instead, `docs/storage.md`).
     pub generation: u64,
     /// The bucket store.
     pub store: Arc<Store>,

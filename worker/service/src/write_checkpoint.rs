@@ -1,4 +1,4 @@
-//! Managed write checkpoints (spec §9), with the source LSN as the id.
+//! Managed write checkpoints (`docs/spec/protocol.md` §9), with the source LSN as the id.
 //!
 //! `GET /write-checkpoint2.json` records, per user and client, the primary's WAL position
 //! at the request (and makes the source emit a logical message so even an idle stream

@@ -142,7 +142,8 @@ pub struct Status {
     pub store: Option<StoreStatus>,
     /// Replication progress, once the engine talks to the primary.
     pub replication: Option<ReplicationStatus>,
-    /// The bucket generation served (the number before `#` in bucket names).
+    /// The generation number of the store served (its `g<N>` directory after a deploy in a
+    /// new generation; bucket names carry a tag of the store's history instead).
     pub generation: Option<u64>,
     /// SHA-256 (hex) of the sync rules served.
     pub rules_hash: Option<String>,

@@ -1,6 +1,6 @@
-//! The checksum of the REMOVE ops the store writes when a row leaves a bucket (spec §3.1).
-//! PUT checksums come with the row's memberships ([`crate::RowPut::checksum`]): the rules
-//! compute them where they evaluate the row.
+//! The checksum of the REMOVE ops the store writes when a row leaves a bucket
+//! (`docs/spec/protocol.md` §3.1). PUT checksums come with the row's memberships
+//! ([`crate::RowPut::checksum`]): the rules compute them where they evaluate the row.
 
 use sha2::{Digest, Sha256};
 
@@ -20,7 +20,7 @@ pub fn remove_checksum(subkey: &str) -> u32 {
 mod tests {
     use super::*;
 
-    /// The worked example of spec §3.5.
+    /// The worked example of `docs/spec/protocol.md` §3.5.
     #[test]
     fn spec_remove_checksum() {
         assert_eq!(

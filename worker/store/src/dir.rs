@@ -101,8 +101,8 @@ fn check_private(dir: &Path, meta: &std::fs::Metadata) -> Result<(), StoreError>
     Ok(())
 }
 
-/// The bucket generation a new store in `dir` builds its data with (spec §7.6: the number
-/// before `#` in bucket names): 1 until the first reset.
+/// The generation number a new store in `dir` takes: 1 until the first reset (each reset
+/// and each deploy in a new generation advance it; `docs/storage.md`).
 pub fn next_generation(dir: &Path) -> Result<u64, StoreError> {
     let path = dir.join(GENERATION_FILE);
     match std::fs::read_to_string(&path) {

@@ -1,5 +1,6 @@
 //! Errors of the store. Directory and format problems need the operator; MDBX failures
-//! poison the writer and restart the worker.
+//! poison the writer until the store is opened again (the engine does it in place, with
+//! backoff, while serving goes on).
 
 use std::path::PathBuf;
 
@@ -120,10 +121,11 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// A commit failed earlier, or opening the environment again did (then reads fail
-    /// too); the store refuses writes until the worker restarts.
+    /// too); the store refuses writes until it is opened again.
     #[error(
         "PSM_S1007 storage {path}: an earlier commit, or opening the store again, failed \
-             (see the log); writes are refused until the worker restarts"
+             (see the log); writes are refused until the store is opened again, which the \
+             engine does by itself with backoff"
     )]
     Poisoned {
         /// The directory.

@@ -362,7 +362,7 @@ impl Store {
 
     /// Applies `changes` in one read-write transaction and commits it durably with the
     /// checkpoint `(last op id, lsn)`. An error from `changes` aborts the transaction; a
-    /// failed commit poisons the store (every later write fails and the worker restarts).
+    /// failed commit poisons the store (every later write fails until it is opened again).
     pub fn write<R>(
         &self,
         lsn: u64,

@@ -1,4 +1,5 @@
-//! PostgreSQL text values → SQLite-style values (spec §7.7), for both edition families.
+//! PostgreSQL text values → SQLite-style values (`docs/spec/protocol.md` §7.7), for both edition
+//! families.
 //!
 //! Replication and snapshots deliver text; this module decides, per type OID, whether a
 //! column becomes INTEGER, REAL, TEXT or BLOB and how timestamps and arrays are written, so

@@ -1,5 +1,6 @@
 //! The sync session against the real store, consumed by a model of the client
-//! (powersync-sqlite-core, spec §3.4) that parses the NDJSON the session encodes.
+//! (powersync-sqlite-core, `docs/spec/protocol.md` §3.4) that parses the NDJSON the session
+//! encodes.
 //!
 //! Properties: for random row changes across checkpoints (some after forks of the
 //! history), clients interrupted after every

@@ -112,11 +112,11 @@ impl WriteTxn<'_, '_> {
             .collect())
     }
 
-    /// CLEAR compaction (spec §4.5): the longest prefix of a bucket's ops made only of
-    /// REMOVE, MOVE and CLEAR ops becomes one CLEAR with the largest op id, the sum of
-    /// their checksums and the largest target. Checksums are unchanged; the count drops.
-    /// A client behind the prefix receives the CLEAR, drops the bucket's rows and gets
-    /// the live ones from the PUTs after it. Returns the number of ops removed.
+    /// CLEAR compaction (`docs/spec/protocol.md` §4.5): the longest prefix of a bucket's ops made
+    /// only of REMOVE, MOVE and CLEAR ops becomes one CLEAR with the largest op id, the sum of
+    /// their checksums and the largest target. Checksums are unchanged; the count drops. A client
+    /// behind the prefix receives the CLEAR, drops the bucket's rows and gets the live ones from
+    /// the PUTs after it. Returns the number of ops removed.
     pub fn compact_bucket(&mut self, bucket_id: u32) -> Result<u64, StoreError> {
         self.write_pending()?;
         let mut removed = 0;
