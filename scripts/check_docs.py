@@ -6,13 +6,13 @@
   every code a document lists exists in the code.
 - The metrics `GET /metrics` serves are exactly those docs/metrics.md lists, and no
   document names a metric that is not served.
-- Every GUC `extension/src/guc.rs` defines is in docs/operations.md's GUC table, every
+- Every GUC `extension/src/guc.rs` defines is in docs/configuration.md's GUC table, every
   SQL function the extension defines (`sql.rs`, `support.rs`) is documented, and no document names a
   `powersync_mdbx.<name>` that is neither.
 - Every key of the configuration file the engine uses or refuses
-  (`worker/config/src/keys.rs`) is named in docs/operations.md or docs/migrating.md.
-- Every HTTP route the server answers (`worker/http/src/`) is documented, and no document
-  names a route the server does not answer.
+  (`worker/config/src/keys.rs`) is named in docs/configuration.md or docs/migrating.md.
+- Every HTTP route the server answers (`worker/http/src/`) is in docs/http-api.md, and no
+  document names a route the server does not answer.
 - A section of the specification is named by its file in the repository
   (`docs/spec/protocol.md` §N), in documents and in code comments: nothing points to a
   specification outside the repository.
@@ -153,9 +153,10 @@ def check_spec_references(problems):
 
 GUC_SOURCE = "extension/src/guc.rs"
 SQL_SOURCES = ["extension/src/sql.rs", "extension/src/support.rs"]
-GUC_DOC = "docs/operations.md"
+GUC_DOC = "docs/configuration.md"
 SETTING_RE = re.compile(r"\bpowersync_mdbx\.([a-z_]+)\b")
 HTTP_SOURCES = "worker/http/src"
+HTTP_DOC = "docs/http-api.md"
 ROUTE_RE = re.compile(r"(?<![\w.:/-])/(?:sync|api|probes|peer|metrics|write-checkpoint)[\w./-]*")
 
 
@@ -184,7 +185,7 @@ def check_settings(problems):
 
 
 KEYS_SOURCE = "worker/config/src/keys.rs"
-KEY_DOCS = ["docs/operations.md", "docs/migrating.md"]
+KEY_DOCS = ["docs/configuration.md", "docs/migrating.md"]
 
 
 def check_config_keys(problems):
@@ -211,6 +212,9 @@ def http_routes():
 def check_routes(problems):
     """Routes the server answers against the routes documents name."""
     routes = http_routes()
+    reference = set(ROUTE_RE.findall(read(HTTP_DOC)))
+    for route in sorted(routes - {r.rstrip(".,;:)/") for r in reference}):
+        problems.append(f"{HTTP_DOC}: the route {route} is missing")
     named = {}
     for doc in DOCS:
         for route in ROUTE_RE.findall(read(doc)):

@@ -212,3 +212,60 @@ pub(crate) fn key_text(key: &Value) -> String {
             .unwrap_or_default(),
     }
 }
+
+/// Every key of the official schema as a dotted path (`replication.connections[].uri`)
+/// with what this engine does with it: `used`, `not used` or `refused`
+/// (`docs/configuration.md` lists each the same way).
+#[cfg(test)]
+fn reference() -> Vec<(String, &'static str)> {
+    fn list(schema: &[(&str, Key)], prefix: &str, out: &mut Vec<(String, &'static str)>) {
+        for (name, key) in schema {
+            let path = if prefix.is_empty() {
+                (*name).to_owned()
+            } else {
+                format!("{prefix}.{name}")
+            };
+            match key {
+                Used => out.push((path, "used")),
+                Unused => out.push((path, "not used")),
+                Refused(_) => out.push((path, "refused")),
+                Section(inner) => list(inner, &path, out),
+                Items(inner) => list(inner, &format!("{path}[]"), out),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    list(SCHEMA, "", &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reference;
+
+    /// `docs/configuration.md` names every key in a row that says how it is treated: a
+    /// key added, or treated otherwise, fails here until the reference says so.
+    #[test]
+    fn the_configuration_reference_lists_every_key_as_it_is_treated() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/configuration.md"
+        ))
+        .expect("docs/configuration.md");
+        let rows: Vec<Vec<&str>> = doc
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| l.split(" | ").collect())
+            .collect();
+        let mut missing = Vec::new();
+        for (path, treated) in reference() {
+            let named = format!("`{path}`");
+            match rows.iter().find(|r| r[0].contains(&named)) {
+                Some(row) if row.get(1) == Some(&treated) => {}
+                Some(row) => missing.push(format!("{path}: {treated}, the reference says {row:?}")),
+                None => missing.push(format!("{path}: {treated}, not in the reference")),
+            }
+        }
+        assert!(missing.is_empty(), "docs/configuration.md: {missing:#?}");
+    }
+}
