@@ -145,6 +145,36 @@ async fn a_promotion_before_the_slot_was_synchronized_rebuilds_and_says_why() {
     );
 }
 
+/// `slot_failover` set after the slot was made without failover: the next stream setup
+/// makes it a failover slot, which the standby then synchronizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_made_before_slot_failover_was_set_becomes_a_failover_slot() {
+    let mut rig = rig_on(PgInstall::primary_with_failover_slots(), false).await;
+    let failover = |rig: &Rig| {
+        rig.primary.sql(&format!(
+            "SELECT failover FROM pg_replication_slots WHERE slot_name = '{SLOT}'"
+        ))
+    };
+    assert_eq!(failover(&rig).trim(), "f", "made without failover");
+    rig.primary
+        .sql("SELECT pg_create_physical_replication_slot('standby_phys')");
+    rig.primary
+        .sql("ALTER SYSTEM SET synchronized_standby_slots = 'standby_phys'");
+    rig.primary.sql("SELECT pg_reload_conf()");
+    let dir = TestDir::new(&rig.install);
+    let standby = standby_of(&rig, &dir, true);
+    rig.slot_failover = true;
+    let mut following = follow(&rig);
+    rig.primary
+        .sql("INSERT INTO notes VALUES ('a1', 'u1', 'after slot_failover was set')");
+    following.sync_point(&rig.primary).await;
+    assert_eq!(failover(&rig).trim(), "t", "made a failover slot");
+    testkit::wait_until("the standby's synchronized copy of the slot", || {
+        standby_slot(&standby).filter(|(synced, _)| *synced)
+    });
+    assert_matches(&rig, &rig.primary, "streaming on from the altered slot").await;
+}
+
 /// The error a bootstrap with `slot_failover` on `install`'s primary (with
 /// `extra_conf`) ends with; no slot is made.
 async fn refused_failover(install: PgInstall, extra_conf: &[String]) -> String {

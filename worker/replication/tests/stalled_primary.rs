@@ -51,7 +51,8 @@ pub(crate) struct Rig {
     pub(crate) store: Arc<Store>,
     _store_dir: tempfile::TempDir,
     rules: Arc<SyncRules>,
-    slot_failover: bool,
+    /// The connection's `slot_failover` from here on (the slot was made with it or not).
+    pub(crate) slot_failover: bool,
 }
 
 impl Rig {

@@ -33,8 +33,9 @@ pub use instance::{
 pub use partition::{table_partitions, Partition};
 pub use pgoutput::{Message, Pgoutput, PgoutputError, Relation, RelationColumn, Tuple, Value};
 pub use slot::{
-    create_slot, create_slot_after_loss, create_temporary_slot, drop_slot, format_lsn, parse_lsn,
-    replication_error, slot_info, start_stream, ExportedSlot, SlotInfo,
+    create_slot, create_slot_after_loss, create_temporary_slot, drop_slot, format_lsn,
+    make_failover_slot, parse_lsn, replication_error, slot_info, start_stream, ExportedSlot,
+    SlotInfo,
 };
 pub use snapshot::{
     copy_table, enter_snapshot, estimated_rows, table_columns, within, ColumnMeta, CopyRows,

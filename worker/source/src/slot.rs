@@ -28,6 +28,9 @@ pub struct SlotInfo {
     pub wal_status: Option<String>,
     /// Where a restart resumes.
     pub confirmed_flush_lsn: Option<u64>,
+    /// The slot is synchronized to standbys that synchronize slots (PostgreSQL 17+;
+    /// `None` on older primaries).
+    pub failover: Option<bool>,
 }
 
 /// Looks up slot `name`.
@@ -35,8 +38,9 @@ pub async fn slot_info(client: &Client, name: &str) -> Result<Option<SlotInfo>, 
     let row = client
         .query_opt(
             "SELECT database::text, plugin::text, active, wal_status::text, \
-                    (confirmed_flush_lsn - '0/0'::pg_lsn)::text \
-             FROM pg_replication_slots WHERE slot_name = $1",
+                    (confirmed_flush_lsn - '0/0'::pg_lsn)::text, \
+                    (to_jsonb(s) ->> 'failover')::bool \
+             FROM pg_replication_slots s WHERE slot_name = $1",
             &[&name],
         )
         .await
@@ -51,7 +55,42 @@ pub async fn slot_info(client: &Client, name: &str) -> Result<Option<SlotInfo>, 
             .ok()
             .flatten()
             .and_then(|s| s.parse().ok()),
+        failover: r.try_get::<_, Option<bool>>(5).ok().flatten(),
     }))
+}
+
+/// How long making an existing slot a failover slot may take (a replication connection
+/// and one command).
+const ALTER_WITHIN: Duration = Duration::from_secs(30);
+
+/// Makes slot `name`, created without failover, a failover slot
+/// (`ALTER_REPLICATION_SLOT … (FAILOVER true)`), for `slot_failover` set after the slot was
+/// created: refused as creating one is (`PSM_R1016`, `PSM_R1017`). The slot must not be in
+/// use.
+pub async fn make_failover_slot(
+    conn: &SourceConnection,
+    client: &Client,
+    name: &str,
+) -> Result<(), SourceError> {
+    require_failover_slots(client).await?;
+    let uri = replication_uri(conn)?;
+    let slot = name.to_owned();
+    let alter = tokio::task::spawn_blocking(move || {
+        let mut replication = pg_walstream::connection::PgReplicationConnection::connect(&uri)?;
+        replication.alter_replication_slot(&slot, None, Some(true))?;
+        Ok::<_, pg_walstream::ReplicationError>(())
+    });
+    match tokio::time::timeout(ALTER_WITHIN, alter).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(replication_error(e)),
+        Ok(Err(e)) => Err(SourceError::Connection(format!(
+            "making slot \"{name}\" a failover slot: {e}"
+        ))),
+        Err(_) => Err(SourceError::stalled(
+            format!("making slot \"{name}\" a failover slot"),
+            ALTER_WITHIN,
+        )),
+    }
 }
 
 /// Drops slot `name` (which must be inactive).

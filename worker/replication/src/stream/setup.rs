@@ -158,11 +158,33 @@ async fn check_slot(
                 operator: true,
             })
         }
-        Some(s) if s.active => {
-            end_stale_walsender(&client, plan, dead_after).await?;
+        Some(s) => {
+            if s.active {
+                end_stale_walsender(&client, plan, dead_after).await?;
+            }
+            if plan.connection.slot_failover && s.failover == Some(false) {
+                make_failover(plan, &client).await;
+            }
             Ok(SlotCheck::Healthy(dead_after))
         }
-        Some(_) => Ok(SlotCheck::Healthy(dead_after)),
+    }
+}
+
+/// `slot_failover` set after the slot was created without failover: the slot is made a
+/// failover slot before streaming from it. When that cannot be (an older primary, no
+/// `synchronized_standby_slots`, the slot still held by a walsender that is ending), the
+/// stream goes on without and the next setup tries again: what replicates today is not
+/// stopped for a protection it never had.
+async fn make_failover(plan: &SourcePlan, client: &tokio_postgres::Client) {
+    match source::make_failover_slot(&plan.connection, client, &plan.slot).await {
+        Ok(()) => tracing::info!(
+            slot = %plan.slot,
+            "the replication slot is now a failover slot (slot_failover)"
+        ),
+        Err(e) => tracing::warn!(
+            slot = %plan.slot,
+            "{e}; the slot stays without failover until a later reconnect makes it one"
+        ),
     }
 }
 
