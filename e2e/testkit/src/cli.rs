@@ -5,9 +5,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// How long one CLI command may take (a Node start and a few HTTP requests).
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// What one CLI command did.
 #[derive(Debug, Clone)]
 pub struct CliRun {
@@ -94,14 +91,17 @@ impl OfficialCli {
         };
         let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
         let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+        // A command prints only when it ends, so it has no progress to watch: the run's
+        // overall patience bounds it, as it bounds every wait.
+        let within = crate::wait::Patience::of_run().overall;
         let started = std::time::Instant::now();
         let status = loop {
             if let Some(status) = child.try_wait().expect("the CLI's status") {
                 break status;
             }
-            if started.elapsed() > COMMAND_TIMEOUT {
+            if started.elapsed() > within {
                 let _ = child.kill();
-                panic!("powersync {args:?} did not finish within {COMMAND_TIMEOUT:?}");
+                panic!("powersync {args:?} did not finish within {within:?}");
             }
             std::thread::sleep(Duration::from_millis(50));
         };

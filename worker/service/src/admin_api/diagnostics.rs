@@ -19,6 +19,8 @@ struct Live {
     connected: Result<(), String>,
     active: Option<SlotBudget>,
     deploying: Option<SlotBudget>,
+    /// Why a slot's budget could not be read, though the primary answered.
+    unread: Vec<String>,
 }
 
 pub(super) async fn diagnostics(
@@ -28,10 +30,14 @@ pub(super) async fn diagnostics(
 ) -> Value {
     let status = api.status.snapshot();
     let live = read_live(&api.source, configs).await;
-    let connection_errors = match &live.connected {
-        Ok(()) => json!([]),
-        Err(message) => json!([problem("fatal", message.clone())]),
-    };
+    let mut connection_errors: Vec<Value> = live
+        .unread
+        .iter()
+        .map(|message| problem("warning", message.clone()))
+        .collect();
+    if let Err(message) = &live.connected {
+        connection_errors.push(problem("fatal", message.clone()));
+    }
     let mut out = json!({
         "connections": [{
             "id": CONNECTION_ID,
@@ -73,29 +79,23 @@ pub(super) async fn diagnostics(
 async fn read_live(source: &SourceConnection, configs: &SyncConfigs) -> Live {
     let read = async {
         let client = connect(source).await?;
-        let budget = |slot: Option<String>| {
-            let client = &client;
-            async move {
-                match slot {
-                    Some(slot) => source::slot_budget(client, &slot).await.ok(),
-                    None => None,
-                }
-            }
-        };
-        let active = budget(configs.active.as_ref().map(|c| c.slot.clone())).await;
-        let deploying = budget(configs.deploying.as_ref().map(|c| c.slot.clone())).await;
-        Ok::<_, String>((active, deploying))
+        let mut unread = Vec::new();
+        let active = budget_of(&client, configs.active.as_ref(), &mut unread).await;
+        let deploying = budget_of(&client, configs.deploying.as_ref(), &mut unread).await;
+        Ok::<_, String>((active, deploying, unread))
     };
     match tokio::time::timeout(ADMIN_DEADLINE, read).await {
-        Ok(Ok((active, deploying))) => Live {
+        Ok(Ok((active, deploying, unread))) => Live {
             connected: Ok(()),
             active,
             deploying,
+            unread,
         },
         Ok(Err(message)) => Live {
             connected: Err(message),
             active: None,
             deploying: None,
+            unread: Vec::new(),
         },
         Err(_) => Live {
             connected: Err(format!(
@@ -104,7 +104,27 @@ async fn read_live(source: &SourceConnection, configs: &SyncConfigs) -> Live {
             )),
             active: None,
             deploying: None,
+            unread: Vec::new(),
         },
+    }
+}
+
+/// The WAL budget of `config`'s slot; a query that failed is noted in `unread`.
+async fn budget_of(
+    client: &tokio_postgres::Client,
+    config: Option<&ConfigInUse>,
+    unread: &mut Vec<String>,
+) -> Option<SlotBudget> {
+    let config = config?;
+    match source::slot_budget(client, &config.slot).await {
+        Ok(budget) => Some(budget),
+        Err(e) => {
+            unread.push(format!(
+                "the WAL budget of slot {} could not be read: {e}",
+                config.slot
+            ));
+            None
+        }
     }
 }
 
